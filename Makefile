@@ -1,0 +1,54 @@
+# skiplock — the user-facing commands.  The real build is CMake (build/).
+#
+#   make            build the library and the command (warnings are errors)
+#   make demo       the embedded demo: a private Postgres, workers, a crash
+#   make test       every test, under AddressSanitizer + UBSan, direct and
+#                   through PgBouncer, on a private cluster the harness starts
+#   make install    install into PREFIX (default /usr/local)
+
+PREFIX ?= /usr/local
+JOBS ?= $(shell nproc 2>/dev/null || echo 2)
+BUILD := build/release
+ASAN := build/asan
+CTEST_ARGS ?=
+
+.PHONY: all build demo test check-asan unit bootstrap install uninstall clean
+
+all: build
+
+bootstrap:
+	@scripts/bootstrap
+
+build: bootstrap
+	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSKL_WERROR=ON \
+	  -DCMAKE_INSTALL_PREFIX=$(PREFIX) >/dev/null
+	@cmake --build $(BUILD) -j $(JOBS)
+
+demo: build
+	@$(BUILD)/skiplock demo
+
+$(ASAN)/CMakeCache.txt:
+	@cmake -S . -B $(ASAN) -DCMAKE_BUILD_TYPE=Debug -DSKL_WERROR=ON -DSKL_SANITIZE=ON >/dev/null
+
+check-asan: bootstrap $(ASAN)/CMakeCache.txt
+	@cmake --build $(ASAN) -j $(JOBS)
+	@ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1 \
+	  tests/harness/with-cluster -- \
+	  ctest --test-dir $(ASAN) --output-on-failure -j $(JOBS) $(CTEST_ARGS)
+
+# The README's test command: the optimised build must compile warning-free,
+# and every test runs against the sanitizer build.
+test: build check-asan
+
+unit: bootstrap $(ASAN)/CMakeCache.txt
+	@cmake --build $(ASAN) -j $(JOBS)
+	@ctest --test-dir $(ASAN) --output-on-failure -L unit
+
+install: build
+	@cmake --install $(BUILD) --prefix $(PREFIX)
+
+uninstall:
+	@if [ -f $(BUILD)/install_manifest.txt ]; then xargs rm -fv < $(BUILD)/install_manifest.txt; fi
+
+clean:
+	rm -rf build

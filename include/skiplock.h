@@ -1,0 +1,33 @@
+/*
+ * skiplock.h — umbrella header of the skiplock library.
+ *
+ * skiplock coordinates background work through one PostgreSQL database and
+ * stays correct behind transaction-mode poolers and on serverless Postgres.
+ * Public API: everything named skl_* in the headers below; nothing else.
+ */
+#ifndef SKIPLOCK_H
+#define SKIPLOCK_H
+
+#define SKL_VERSION_MAJOR 0
+#define SKL_VERSION_MINOR 1
+#define SKL_VERSION_PATCH 0
+#define SKL_VERSION "0.1.0"
+
+#include "skiplock/error.h"
+#include "skiplock/client.h"
+#include "skiplock/schema.h"
+
+#define SKL_HAS_CLIENT 1
+#define SKL_HAS_SCHEMA 1
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The library's version string, e.g. "0.1.0". */
+SKL_API const char *skl_version(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,74 @@
+/*
+ * skiplock/error.h — result codes and the error record every call fills.
+ *
+ * Contract, stated once for the whole library: every fallible function
+ * returns an skl_rc and, when it is given a non-NULL skl_error, fills it on
+ * failure (and clears it on success).  The record is owned by the caller,
+ * needs no freeing, and may live on the stack.  Numbering of skl_rc never
+ * changes; new codes are added before SKL_RC_LAST, which is never returned.
+ */
+#ifndef SKIPLOCK_ERROR_H
+#define SKIPLOCK_ERROR_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(SKL_BUILDING_LIBRARY)
+#define SKL_API __attribute__((visibility("default")))
+#else
+#define SKL_API
+#endif
+
+typedef enum skl_rc {
+	SKL_OK = 0,            /* success */
+	SKL_EMPTY = 1,         /* nothing to do (no job, no row): not an error */
+	SKL_RETRY = 2,         /* transient failure; definitely not applied */
+	SKL_INDETERMINATE = 3, /* outcome unknown: deadline passed or the
+	                        * connection died after the write was sent */
+	SKL_CONFLICT = 4,      /* held by someone else, or a duplicate */
+	SKL_FENCED = 5,        /* a stale fencing token: ownership was lost */
+	SKL_DB = 6,            /* permanent server error; SQLSTATE in skl_error */
+	SKL_NOMEM = 7,         /* out of memory */
+	SKL_MISUSE = 8,        /* the API was called wrongly */
+	SKL_INVALID = 9,       /* bad input: URL, duration, JSON, name… */
+	SKL_UNREACHABLE = 10,  /* no connection within the retry bound */
+	SKL_IO = 11,           /* a local system call failed; errno kept */
+	SKL_RC_LAST            /* sentinel, never returned */
+} skl_rc;
+
+typedef struct skl_error {
+	skl_rc rc;             /* same as the returned code */
+	char sqlstate[6];      /* five characters and NUL, or "" */
+	int sys_errno;         /* errno for SKL_IO, else 0 */
+	bool indeterminate;    /* the operation may or may not have happened */
+	char message[512];     /* primary message: lower case, no final period */
+	char detail[512];      /* detail sentence(s), or "" */
+	char hint[256];        /* hint sentence, or "" */
+} skl_error;
+
+/* A static, never-NULL name for a result code ("no job", "stale fencing token"…).
+ * Any value, even out of range, is accepted.  Thread-safe. */
+SKL_API const char *skl_strerror(skl_rc rc);
+
+/* Resets an error record to "no error".  Accepts NULL. */
+SKL_API void skl_error_clear(skl_error *err);
+
+/* True when a SQLSTATE names a transient condition that a retry may cure:
+ * class 08 (connection), 57P01-57P03 (shutdown, crash, cannot connect now),
+ * 40001 (serialization), 40P01 (deadlock), 55P03 (lock not available),
+ * 53300 (too many connections).  NULL or "" (no SQLSTATE: a dropped
+ * connection) is transient too.  This is the one classification table of
+ * the library; nothing else looks at SQLSTATEs or message text. */
+SKL_API bool skl_sqlstate_is_transient(const char *sqlstate);
+
+/* Frees memory the library returned to the caller.  Accepts NULL. */
+SKL_API void skl_free(void *ptr);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,82 @@
+/*
+ * cli.h — shared pieces of the `skiplock` command: exit codes, the common
+ * connection options, logging.  Only the command may exit or print.
+ */
+#ifndef SKL_CLI_H
+#define SKL_CLI_H
+
+#include <getopt.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "skiplock.h"
+
+enum {
+	CLI_OK = 0,          /* success */
+	CLI_PROBLEM = 1,     /* ran and found a problem */
+	CLI_USAGE = 2,       /* bad usage or bad input */
+	CLI_UNREACHABLE = 3  /* database unreachable after retries */
+};
+
+/* Long-option codes of the common options (above any short option). */
+enum {
+	OPT_URL = 1000, OPT_DIRECT_URL, OPT_POOLER, OPT_CONNECT_TIMEOUT, OPT_TIMEOUT_CALL,
+	OPT_RETRY_FOR, OPT_LOG_LEVEL, OPT_LOG_FORMAT, OPT_HELP, OPT_COMMON_LAST
+};
+
+#define CLI_COMMON_LONGOPTS                                                        \
+	{"url", required_argument, NULL, OPT_URL},                                     \
+	{"direct-url", required_argument, NULL, OPT_DIRECT_URL},                       \
+	{"pooler", required_argument, NULL, OPT_POOLER},                               \
+	{"connect-timeout", required_argument, NULL, OPT_CONNECT_TIMEOUT},             \
+	{"call-timeout", required_argument, NULL, OPT_TIMEOUT_CALL},                   \
+	{"retry-for", required_argument, NULL, OPT_RETRY_FOR},                         \
+	{"log-level", required_argument, NULL, OPT_LOG_LEVEL},                         \
+	{"log-format", required_argument, NULL, OPT_LOG_FORMAT},                       \
+	{"help", no_argument, NULL, OPT_HELP}
+
+/* The help text of the common options, for every command's --help. */
+extern const char cli_common_help[];
+
+typedef struct cli_common {
+	const char *command;        /* "init", "enqueue"…: prefixes messages */
+	skl_client_options client;
+	bool help;
+} cli_common;
+
+void cli_common_init(cli_common *cc, const char *command);
+
+/* Handles one option returned by getopt_long.  Returns 1 when it was a
+ * common option, 0 when not, and -1 after printing an error (exit 2). */
+int cli_common_option(cli_common *cc, int code, const char *arg);
+
+/* Reports an option getopt_long rejected ('?' or ':'); returns CLI_USAGE. */
+int cli_bad_option(const cli_common *cc, int code, char *const argv[]);
+
+/* Parses a duration option into milliseconds; prints and returns false on
+ * bad input.  `name` is the option as written ("--ttl"). */
+bool cli_duration(const cli_common *cc, const char *name, const char *arg, int64_t *ms);
+
+/* Opens a client from the common options; on failure prints one line and
+ * returns the exit code (2 for a bad URL), else CLI_OK. */
+int cli_open(const cli_common *cc, skl_client **out);
+
+/* Maps a failed library call to an exit code after printing one line. */
+int cli_fail(const cli_common *cc, const skl_error *err);
+
+/* log.c */
+typedef enum { LOG_TEXT = 0, LOG_JSON = 1 } cli_log_format;
+void cli_log_setup(skl_log_level level, cli_log_format fmt);
+bool cli_log_parse_level(const char *s, skl_log_level *out);
+bool cli_log_parse_format(const char *s, cli_log_format *out);
+void cli_log(skl_log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* An error for the user: "skiplock: CMD: message" on stderr, one line. */
+void cli_error(const cli_common *cc, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* The library's log callback: forwards to cli_log. */
+void cli_log_sink(void *ctx, skl_log_level level, const char *msg);
+
+/* One subcommand. */
+typedef int (*cli_cmd_fn)(int argc, char **argv);
+int cmd_init(int argc, char **argv);
+
+#endif

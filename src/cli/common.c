@@ -1,0 +1,132 @@
+/*
+ * common.c — the options every command shares, and opening a client.
+ */
+#include <limits.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+
+const char cli_common_help[] =
+	"Connection options:\n"
+	"  --url URL              database URL or conninfo (default: $DATABASE_URL, else\n"
+	"                         libpq's PG* environment variables)\n"
+	"  --direct-url URL       the non-pooled endpoint, where one is needed\n"
+	"                         (default: $DIRECT_DATABASE_URL)\n"
+	"  --pooler MODE          auto, none, session or transaction (default: auto,\n"
+	"                         detected from the URL: a \"-pooler\" host label,\n"
+	"                         port 6432 or 6543)\n"
+	"  --connect-timeout DUR  bound on one connection attempt (default 5s)\n"
+	"  --call-timeout DUR     client-side deadline of one database call (default 30s)\n"
+	"  --retry-for DUR        bound on retrying transient failures (default 30s)\n"
+	"Output options:\n"
+	"  --log-level LEVEL      debug, info, warning or error (default info)\n"
+	"  --log-format FORMAT    text or json (default text)\n"
+	"  --help                 show this help and exit\n"
+	"Durations are written 250ms, 5s, 2m, 1h30m, 1d or as bare seconds.\n";
+
+void cli_common_init(cli_common *cc, const char *command)
+{
+	memset(cc, 0, sizeof(*cc));
+	cc->command = command;
+	skl_client_options_init(&cc->client);
+	cc->client.log = cli_log_sink;
+}
+
+bool cli_duration(const cli_common *cc, const char *name, const char *arg, int64_t *ms)
+{
+	skl_error err;
+	if (skl_duration_parse(arg, ms, &err) != SKL_OK) {
+		cli_error(cc, "%s: %s", name, err.message);
+		return false;
+	}
+	return true;
+}
+
+static int duration_int(const cli_common *cc, const char *name, const char *arg, int *out)
+{
+	int64_t ms;
+	if (!cli_duration(cc, name, arg, &ms))
+		return -1;
+	if (ms <= 0 || ms > INT_MAX) {
+		cli_error(cc, "%s: duration \"%s\" must be positive and under 24 days", name, arg);
+		return -1;
+	}
+	*out = (int)ms;
+	return 1;
+}
+
+static int log_option(cli_common *cc, int code, const char *arg)
+{
+	static skl_log_level level = SKL_LOG_INFO;
+	static cli_log_format fmt = LOG_TEXT;
+	if (code == OPT_LOG_LEVEL && !cli_log_parse_level(arg, &level)) {
+		cli_error(cc, "unknown log level \"%s\" (expected debug, info, warning or error)", arg);
+		return -1;
+	}
+	if (code == OPT_LOG_FORMAT && !cli_log_parse_format(arg, &fmt)) {
+		cli_error(cc, "unknown log format \"%s\" (expected text or json)", arg);
+		return -1;
+	}
+	cli_log_setup(level, fmt);
+	return 1;
+}
+
+int cli_common_option(cli_common *cc, int code, const char *arg)
+{
+	skl_error err;
+	switch (code) {
+	case OPT_URL: cc->client.url = arg; return 1;
+	case OPT_DIRECT_URL: cc->client.direct_url = arg; return 1;
+	case OPT_POOLER:
+		if (skl_pooler_parse(arg, &cc->client.pooler, &err) != SKL_OK) {
+			cli_error(cc, "--pooler: %s", err.message);
+			return -1;
+		}
+		return 1;
+	case OPT_CONNECT_TIMEOUT:
+		return duration_int(cc, "--connect-timeout", arg, &cc->client.connect_timeout_ms);
+	case OPT_TIMEOUT_CALL:
+		return duration_int(cc, "--call-timeout", arg, &cc->client.call_timeout_ms);
+	case OPT_RETRY_FOR:
+		return duration_int(cc, "--retry-for", arg, &cc->client.retry_max_ms);
+	case OPT_LOG_LEVEL:
+	case OPT_LOG_FORMAT: return log_option(cc, code, arg);
+	case OPT_HELP: cc->help = true; return 1;
+	default: return 0;
+	}
+}
+
+int cli_bad_option(const cli_common *cc, int code, char *const argv[])
+{
+	const char *opt = argv[optind - 1];
+	if (code == ':')
+		cli_error(cc, "option \"%s\" needs a value (see skiplock %s --help)", opt,
+		          cc->command);
+	else
+		cli_error(cc, "unknown option \"%s\" (see skiplock %s --help)", opt, cc->command);
+	return CLI_USAGE;
+}
+
+int cli_fail(const cli_common *cc, const skl_error *err)
+{
+	const char *state = err->sqlstate[0] ? err->sqlstate : NULL;
+	cli_error(cc, "%s%s%s%s%s%s", err->message, state ? " (SQLSTATE " : "", state ? state : "",
+	          state ? ")" : "", err->detail[0] ? ": " : "", err->detail);
+	switch (err->rc) {
+	case SKL_INVALID: return CLI_USAGE;
+	case SKL_UNREACHABLE: return CLI_UNREACHABLE;
+	case SKL_RETRY:
+	case SKL_INDETERMINATE:
+		return state && !skl_sqlstate_is_transient(state) ? CLI_PROBLEM : CLI_UNREACHABLE;
+	default: return CLI_PROBLEM;
+	}
+}
+
+int cli_open(const cli_common *cc, skl_client **out)
+{
+	skl_error err;
+	if (skl_client_open(&cc->client, out, &err) != SKL_OK)
+		return cli_fail(cc, &err);
+	return CLI_OK;
+}

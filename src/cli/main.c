@@ -1,0 +1,60 @@
+/*
+ * main.c — `skiplock`: dispatch to a subcommand.
+ */
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+
+static const struct command {
+	const char *name;
+	cli_cmd_fn fn;
+	const char *summary;
+} commands[] = {
+	{"init", cmd_init, "install or upgrade skiplock's schema in the database"},
+};
+
+static void usage(FILE *out)
+{
+	fprintf(out,
+	        "Usage: skiplock COMMAND [OPTIONS] [ARGS]\n"
+	        "\n"
+	        "Coordinate background work through one PostgreSQL database, correctly\n"
+	        "behind transaction-mode poolers (PgBouncer, Neon, Supabase) and on\n"
+	        "serverless Postgres.\n"
+	        "\n"
+	        "Commands:\n");
+	for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
+		fprintf(out, "  %-10s %s\n", commands[i].name, commands[i].summary);
+	fprintf(out,
+	        "\n"
+	        "Run \"skiplock COMMAND --help\" for a command's options.\n"
+	        "Connection: --url URL, else $DATABASE_URL, else libpq's PG* variables.\n"
+	        "\n"
+	        "Exit status: 0 success, 1 the command ran and found a problem, 2 bad usage\n"
+	        "or bad input, 3 database unreachable after retries.\n");
+}
+
+int main(int argc, char **argv)
+{
+	signal(SIGPIPE, SIG_IGN);
+	if (argc < 2) {
+		usage(stderr);
+		return CLI_USAGE;
+	}
+	const char *name = argv[1];
+	if (strcmp(name, "--help") == 0 || strcmp(name, "-h") == 0 || strcmp(name, "help") == 0) {
+		usage(stdout);
+		return CLI_OK;
+	}
+	if (strcmp(name, "--version") == 0 || strcmp(name, "version") == 0) {
+		printf("skiplock %s (schema version %d)\n", skl_version(), skl_schema_latest());
+		return CLI_OK;
+	}
+	for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
+		if (strcmp(name, commands[i].name) == 0)
+			return commands[i].fn(argc - 1, argv + 1);
+	fprintf(stderr, "skiplock: unknown command \"%s\" (see skiplock --help)\n", name);
+	return CLI_USAGE;
+}
