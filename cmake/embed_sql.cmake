@@ -1,5 +1,6 @@
 # Turns sql/NNNN_name.sql files into a C array of schema steps.
 # Invoked as: cmake -DOUT=file.c -DFILES="a.sql;b.sql" -P embed_sql.cmake
+string(REPLACE "|" ";" FILES "${FILES}")
 set(body "/* generated from sql/NNNN_name.sql by cmake/embed_sql.cmake; do not edit */\n")
 string(APPEND body "#include \"schema_steps.h\"\n\n")
 set(table "const skl_schema_step skl_schema_steps[] = {\n")

@@ -77,6 +77,12 @@ void cli_log(skl_log_level level, const char *fmt, ...)
 	va_start(ap, fmt);
 	vsnprintf(buf, sizeof(buf), fmt, ap);
 	va_end(ap);
+	size_t n = strlen(buf);
+	while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == ' '))
+		buf[--n] = '\0';
+	for (char *p = buf; *p; p++)
+		if (*p == '\n')
+			*p = ' ';
 	emit(level, buf);
 }
 

@@ -186,6 +186,15 @@ static PGconn *start_connect(const skl_client *c)
 	return PQconnectStartParams(kw, val, 1);
 }
 
+/* Server notices go to the log callback, never to stderr. */
+static void on_notice(void *arg, const char *message)
+{
+	skl_client *c = arg;
+	size_t n = strlen(message);
+	skl__log(c, SKL_LOG_DEBUG, "server: %.*s", (int)(n && message[n - 1] == '\n' ? n - 1 : n),
+	         message);
+}
+
 skl_rc skl__connect(skl_client *c, skl_error *err)
 {
 	if (c->conn && PQstatus(c->conn) == CONNECTION_OK)
@@ -215,6 +224,7 @@ skl_rc skl__connect(skl_client *c, skl_error *err)
 	}
 	if (PQsetnonblocking(pc, 1) != 0)
 		return connect_fail(c, pc, NULL, err);
+	PQsetNoticeProcessor(pc, on_notice, c);
 	c->conn = pc;
 	c->tx = SKL_TX_NONE;
 	c->server_version = PQserverVersion(pc);

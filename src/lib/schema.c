@@ -81,9 +81,18 @@ static skl_rc apply_step(skl_client *c, void *ctx, skl_error *err)
 	return rc;
 }
 
+/* Reads the installed versions into a bitmap (versions 1..SKL_MAX_STEPS). */
+#define SKL_MAX_STEPS 1024
+
+typedef struct installed {
+	unsigned char have[SKL_MAX_STEPS / 8];
+	int max;
+} installed;
+
 static skl_rc installed_fn(skl_client *c, void *ctx, skl_error *err)
 {
-	int *out = ctx;
+	installed *in = ctx;
+	memset(in, 0, sizeof(*in));
 	PGresult *res = NULL;
 	skl_rc rc = skl__exec(c, "SELECT to_regclass('skiplock.schema_version') IS NOT NULL", 0,
 	                      NULL, &res, err);
@@ -91,22 +100,34 @@ static skl_rc installed_fn(skl_client *c, void *ctx, skl_error *err)
 		return rc;
 	bool exists = PQgetvalue(res, 0, 0)[0] == 't';
 	PQclear(res);
-	*out = 0;
 	if (!exists)
 		return SKL_OK;
-	rc = skl__exec(c, "SELECT coalesce(max(version), 0) FROM skiplock.schema_version", 0, NULL,
-	               &res, err);
-	if (rc == SKL_OK)
-		*out = atoi(PQgetvalue(res, 0, 0));
+	rc = skl__exec(c, "SELECT version FROM skiplock.schema_version", 0, NULL, &res, err);
+	for (int i = 0; rc == SKL_OK && i < PQntuples(res); i++) {
+		int v = atoi(PQgetvalue(res, i, 0));
+		if (v > 0 && v < SKL_MAX_STEPS)
+			in->have[v / 8] |= (unsigned char)(1u << (v % 8));
+		if (v > in->max)
+			in->max = v;
+	}
 	PQclear(res);
 	return rc;
+}
+
+static bool has_version(const installed *in, int v)
+{
+	return v > 0 && v < SKL_MAX_STEPS && (in->have[v / 8] & (1u << (v % 8)));
 }
 
 skl_rc skl_schema_installed(skl_client *c, int *out, skl_error *err)
 {
 	static const skl_txn_opts o = {.idempotent = 1};
+	installed in;
 	*out = 0;
-	return skl__run(c, &o, installed_fn, out, err);
+	skl_rc rc = skl__run(c, &o, installed_fn, &in, err);
+	if (rc == SKL_OK)
+		*out = in.max;
+	return rc;
 }
 
 int skl_schema_latest(void)
@@ -118,12 +139,15 @@ skl_rc skl_schema_install(skl_client *c, int *applied, skl_error *err)
 {
 	/* Idempotent: the version check runs under the lock in every attempt. */
 	static const skl_txn_opts o = {.txn = 1, .idempotent = 1, .lock_timeout_ms = 10000};
-	int have = 0, n = 0;
+	static const skl_txn_opts ro = {.idempotent = 1};
+	installed have;
+	int n = 0;
 	if (applied)
 		*applied = 0;
-	skl_rc rc = skl_schema_installed(c, &have, err);
+	/* Every missing step is applied, not only those above the newest. */
+	skl_rc rc = skl__run(c, &ro, installed_fn, &have, err);
 	for (int i = 0; rc == SKL_OK && i < skl_schema_nsteps; i++) {
-		if (skl_schema_steps[i].version <= have)
+		if (has_version(&have, skl_schema_steps[i].version))
 			continue;
 		rc = skl__run(c, &o, apply_step, (void *)&skl_schema_steps[i], err);
 		if (rc == SKL_OK) {

@@ -1,0 +1,62 @@
+# lib.sh — helpers for command-line tests.  Sourced by tests/cli/test_*.sh,
+# which run under tests/harness/with-cluster with MODE "direct" or "pooled".
+# Each test gets a fresh database; it is dropped on exit.
+set -u
+
+MODE=${1:?usage: test_x.sh direct|pooled}
+: "${SKL_BIN:?run under CTest}" "${SKL_TEST_PGPORT:?run under tests/harness/with-cluster}"
+TEST_NAME=$(basename "$0" .sh)
+DB="c_${TEST_NAME#test_}_${MODE}_$$"
+DIRECT_URL="postgresql://$SKL_TEST_DBUSER@$SKL_TEST_PGHOST:$SKL_TEST_PGPORT/$DB"
+POOLED_URL="postgresql://$SKL_TEST_DBUSER@$SKL_TEST_PGHOST:$SKL_TEST_BOUNCER_PORT/$DB"
+if [ "$MODE" = pooled ]; then URL=$POOLED_URL; else URL=$DIRECT_URL; fi
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/skl-cli.XXXXXX")
+FAILS=0
+CHECKS=0
+
+admin() { psql -X -q -At -v ON_ERROR_STOP=1 "postgresql://$SKL_TEST_DBUSER@$SKL_TEST_PGHOST:$SKL_TEST_PGPORT/postgres" "$@"; }
+q() { psql -X -q -At -v ON_ERROR_STOP=1 "$DIRECT_URL" -c "$1"; }
+
+cleanup() {
+	local pids
+	pids=$(jobs -p)
+	[ -n "$pids" ] && kill $pids 2>/dev/null
+	admin -c "DROP DATABASE IF EXISTS \"$DB\" WITH (FORCE)" >/dev/null 2>&1
+	rm -rf "$TMP"
+}
+trap cleanup EXIT
+admin -c "CREATE DATABASE \"$DB\"" >/dev/null
+
+pass() { CHECKS=$((CHECKS + 1)); echo "ok   $*"; }
+fail() { CHECKS=$((CHECKS + 1)); FAILS=$((FAILS + 1)); echo "FAIL $*"; }
+check_eq() { # name got want
+	if [ "$2" = "$3" ]; then pass "$1"; else fail "$1: got '$2', want '$3'"; fi
+}
+# expect_usage NAME EXPECTED_EXIT PATTERN -- CMD...: exit code, exactly one
+# stderr line matching PATTERN, nothing on stdout.
+expect_exit() {
+	local name=$1 want=$2 pattern=$3
+	shift 4
+	"$@" >"$TMP/out" 2>"$TMP/err"
+	local rc=$? lines
+	lines=$(wc -l <"$TMP/err")
+	if [ "$rc" != "$want" ]; then
+		fail "$name: exit $rc, want $want; stderr: $(head -c 400 "$TMP/err")"
+	elif [ "$lines" != 1 ]; then
+		fail "$name: $lines lines on stderr, want 1: $(head -c 400 "$TMP/err")"
+	elif ! grep -qE -- "$pattern" "$TMP/err"; then
+		fail "$name: stderr '$(cat "$TMP/err")' does not match /$pattern/"
+	elif [ -s "$TMP/out" ]; then
+		fail "$name: unexpected stdout: $(head -c 200 "$TMP/out")"
+	else
+		pass "$name (exit $rc: $(cat "$TMP/err"))"
+	fi
+}
+no_leftovers() {
+	check_eq "no advisory locks left" "$(q "SELECT count(*) FROM pg_locks l JOIN pg_database d ON d.oid = l.database WHERE locktype = 'advisory' AND d.datname = current_database()")" 0
+	check_eq "no idle-in-transaction sessions" "$(q "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND state LIKE 'idle in transaction%' AND pid <> pg_backend_pid()")" 0
+}
+finish() {
+	echo "$TEST_NAME [$MODE]: $((CHECKS - FAILS)) of $CHECKS checks passed"
+	[ "$FAILS" = 0 ]
+}

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# `skiplock init`: 8 concurrent processes install the schema exactly once,
+# leave no lock or open transaction behind, and a rerun changes nothing.
+. "$(dirname "$0")/lib.sh"
+
+pids=()
+for i in $(seq 1 8); do
+	"$SKL_BIN" init --url "$URL" >"$TMP/init.$i.out" 2>"$TMP/init.$i.err" &
+	pids+=($!)
+done
+ok=0
+for i in "${!pids[@]}"; do
+	if wait "${pids[$i]}"; then ok=$((ok + 1)); else echo "init $((i + 1)) failed: $(cat "$TMP/init.$((i + 1)).err")"; fi
+done
+check_eq "8 concurrent init processes exit 0" "$ok" 8
+latest=$("$SKL_BIN" --version | sed -n 's/.*schema version \([0-9]*\).*/\1/p')
+check_eq "each schema step recorded once" \
+	"$(q "SELECT count(*) || ' ' || count(DISTINCT version) || ' ' || max(version) FROM skiplock.schema_version")" \
+	"$latest $latest $latest"
+check_eq "installed_version() answers" "$(q "SELECT skiplock.installed_version()")" "$latest"
+installed=$(cat "$TMP"/init.*.out | grep -c "schema installed")
+check_eq "exactly one process reports installing" "$installed" 1
+no_leftovers
+
+out=$("$SKL_BIN" init --url "$URL" 2>&1)
+check_eq "rerun exits 0" "$?" 0
+case "$out" in *"is current"*) pass "rerun reports current" ;; *) fail "rerun said: $out" ;; esac
+check_eq "rerun adds no rows" "$(q "SELECT count(*) FROM skiplock.schema_version")" "$latest"
+
+DATABASE_URL=$URL "$SKL_BIN" init >/dev/null 2>&1
+check_eq "DATABASE_URL is honoured" "$?" 0
+finish

@@ -1,0 +1,230 @@
+/*
+ * itest.c — the integration-test runner: fork per case, timeout, a fresh
+ * database per case, assertions that print both sides.
+ */
+#include "itest.h"
+
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+static const char *current_case = "?";
+
+void itest_fail(const char *file, int line, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	fprintf(stderr, "FAIL %s at %s:%d: ", current_case, file, line);
+	vfprintf(stderr, fmt, ap);
+	fprintf(stderr, "\n");
+	va_end(ap);
+	fflush(stderr);
+	_exit(1);
+}
+
+int64_t itest_now_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static const char *env(const char *name)
+{
+	const char *v = getenv(name);
+	if (v == NULL || *v == '\0') {
+		fprintf(stderr, "itest: %s is not set; run the suite under tests/harness/with-cluster\n",
+		        name);
+		exit(1);
+	}
+	return v;
+}
+
+const char *itest_bin(void)
+{
+	return env("SKL_BIN");
+}
+
+PGconn *itest_connect(const char *url, const char *appname)
+{
+	const char *kw[] = {"dbname", "application_name", "connect_timeout", NULL};
+	const char *val[] = {url, appname, "10", NULL};
+	PGconn *c = PQconnectdbParams(kw, val, 1);
+	if (PQstatus(c) != CONNECTION_OK)
+		itest_fail(__FILE__, __LINE__, "connect %s: %s", url, PQerrorMessage(c));
+	return c;
+}
+
+static PGresult *vsql(PGconn *conn, const char *fmt, va_list ap)
+{
+	char sql[8192];
+	vsnprintf(sql, sizeof(sql), fmt, ap);
+	PGresult *r = PQexec(conn, sql);
+	ExecStatusType st = PQresultStatus(r);
+	if (st != PGRES_COMMAND_OK && st != PGRES_TUPLES_OK)
+		itest_fail(__FILE__, __LINE__, "SQL failed: %s\n  %s", sql, PQerrorMessage(conn));
+	return r;
+}
+
+PGresult *itest_sql(PGconn *conn, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	PGresult *r = vsql(conn, fmt, ap);
+	va_end(ap);
+	return r;
+}
+
+long long itest_int(PGconn *conn, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	PGresult *r = vsql(conn, fmt, ap);
+	va_end(ap);
+	if (PQntuples(r) < 1 || PQgetisnull(r, 0, 0))
+		itest_fail(__FILE__, __LINE__, "query returned no value");
+	long long v = atoll(PQgetvalue(r, 0, 0));
+	PQclear(r);
+	return v;
+}
+
+int itest_sh(const char *fmt, ...)
+{
+	char cmd[8192];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(cmd, sizeof(cmd), fmt, ap);
+	va_end(ap);
+	int st = system(cmd);
+	if (st == -1)
+		return 127;
+	if (WIFSIGNALED(st))
+		return 128 + WTERMSIG(st);
+	return WEXITSTATUS(st);
+}
+
+void itest_ctl(const char *args)
+{
+	int rc = itest_sh("%s/tests/harness/ctl %s", env("SKL_SOURCE_DIR"), args);
+	if (rc != 0)
+		itest_fail(__FILE__, __LINE__, "tests/harness/ctl %s exited %d", args, rc);
+}
+
+void itest_no_leftovers(itest_ctx *t)
+{
+	long long adv = itest_int(t->admin,
+	                          "SELECT count(*) FROM pg_locks l JOIN pg_database d ON d.oid = "
+	                          "l.database WHERE l.locktype = 'advisory' AND d.datname = "
+	                          "current_database()");
+	long long iit = itest_int(t->admin,
+	                          "SELECT count(*) FROM pg_stat_activity WHERE datname = "
+	                          "current_database() AND state LIKE 'idle in transaction%%' "
+	                          "AND pid <> pg_backend_pid()");
+	CHECK_EQ(adv, 0);
+	CHECK_EQ(iit, 0);
+}
+
+static void make_url(char *out, size_t cap, const char *port, const char *db)
+{
+	snprintf(out, cap, "postgresql://%s@%s:%s/%s", env("SKL_TEST_DBUSER"),
+	         env("SKL_TEST_PGHOST"), port, db);
+}
+
+static void setup_db(itest_ctx *t, const char *suite, const char *name)
+{
+	char admin_url[512];
+	snprintf(t->dbname, sizeof(t->dbname), "t_%.16s_%.20s_%s_%d", suite, name,
+	         t->pooled ? "p" : "d", (int)getpid());
+	for (char *p = t->dbname; *p; p++)
+		if (*p == '-')
+			*p = '_';
+	make_url(admin_url, sizeof(admin_url), env("SKL_TEST_PGPORT"), "postgres");
+	PGconn *a = itest_connect(admin_url, "itest-admin");
+	PQclear(itest_sql(a, "CREATE DATABASE \"%s\"", t->dbname));
+	PQfinish(a);
+	make_url(t->direct_url, sizeof(t->direct_url), env("SKL_TEST_PGPORT"), t->dbname);
+	make_url(t->pooled_url, sizeof(t->pooled_url), env("SKL_TEST_BOUNCER_PORT"), t->dbname);
+	snprintf(t->url, sizeof(t->url), "%s", t->pooled ? t->pooled_url : t->direct_url);
+	t->admin = itest_connect(t->direct_url, "itest-observer");
+}
+
+static void drop_db(const char *dbname)
+{
+	char admin_url[512];
+	make_url(admin_url, sizeof(admin_url), env("SKL_TEST_PGPORT"), "postgres");
+	PGconn *a = itest_connect(admin_url, "itest-admin");
+	PGresult *r = PQexec(a, "SELECT 1");
+	PQclear(r);
+	char sql[256];
+	snprintf(sql, sizeof(sql), "DROP DATABASE IF EXISTS \"%s\" WITH (FORCE)", dbname);
+	r = PQexec(a, sql);
+	PQclear(r);
+	PQfinish(a);
+}
+
+static int run_case(const char *suite, const char *mode, const itest_case *c)
+{
+	itest_ctx t = {.mode = mode, .pooled = strcmp(mode, "pooled") == 0};
+	int64_t start = itest_now_ms();
+	pid_t pid = fork();
+	if (pid == 0) {
+		current_case = c->name;
+		setpgid(0, 0);
+		alarm((unsigned)(c->timeout_s > 0 ? c->timeout_s : 60));
+		setup_db(&t, suite, c->name);
+		c->fn(&t);
+		PQfinish(t.admin);
+		fflush(stdout);
+		_exit(0);
+	}
+	int st = 0;
+	waitpid(pid, &st, 0);
+	kill(-pid, SIGKILL); /* anything the case left running */
+	char dbname[64];
+	snprintf(dbname, sizeof(dbname), "t_%.16s_%.20s_%s_%d", suite, c->name,
+	         t.pooled ? "p" : "d", (int)pid);
+	for (char *p = dbname; *p; p++)
+		if (*p == '-')
+			*p = '_';
+	drop_db(dbname);
+	bool ok = WIFEXITED(st) && WEXITSTATUS(st) == 0;
+	printf("%s %s [%s] (%lld ms)%s\n", ok ? "ok  " : "FAIL", c->name, mode,
+	       (long long)(itest_now_ms() - start),
+	       WIFSIGNALED(st) ? (WTERMSIG(st) == SIGALRM ? " timed out" : " killed by a signal")
+	                       : "");
+	fflush(stdout);
+	return ok ? 0 : 1;
+}
+
+int itest_main(int argc, char **argv, const itest_case *cases, int ncases)
+{
+	const char *mode = NULL, *suite = strrchr(argv[0], '/');
+	suite = suite ? suite + 1 : argv[0];
+	int first = 1;
+	if (argc > 2 && strcmp(argv[1], "--mode") == 0) {
+		mode = argv[2];
+		first = 3;
+	}
+	if (mode == NULL || (strcmp(mode, "direct") != 0 && strcmp(mode, "pooled") != 0)) {
+		fprintf(stderr, "usage: %s --mode direct|pooled [CASE…]\n", argv[0]);
+		return 2;
+	}
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	int failed = 0, ran = 0;
+	for (int i = 0; i < ncases; i++) {
+		bool selected = first >= argc;
+		for (int a = first; a < argc; a++)
+			selected |= strcmp(argv[a], cases[i].name) == 0;
+		if (!selected)
+			continue;
+		failed += run_case(suite, mode, &cases[i]);
+		ran++;
+	}
+	printf("%s [%s]: %d of %d cases passed\n", suite, mode, ran - failed, ran);
+	return failed || ran == 0 ? 1 : 0;
+}

@@ -1,0 +1,80 @@
+/*
+ * itest.h — a small runner for integration tests against the harness's
+ * PostgreSQL and PgBouncer (tests/harness/with-cluster).
+ *
+ * A suite is one binary of named cases: `suite --mode direct|pooled [CASE…]`.
+ * Each case runs in its own process with a timeout, on a fresh database of
+ * its own (created directly, reachable through the pooler by name), which
+ * is dropped afterwards.  Assertions print both operands and the location.
+ */
+#ifndef SKL_ITEST_H
+#define SKL_ITEST_H
+
+#include <libpq-fe.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+typedef struct itest_ctx {
+	const char *mode;        /* "direct" or "pooled" */
+	bool pooled;
+	char dbname[64];
+	char url[512];           /* the test database in this run's mode */
+	char direct_url[512];    /* the same database, direct */
+	char pooled_url[512];    /* the same database, through PgBouncer */
+	PGconn *admin;           /* direct observer connection to the database */
+} itest_ctx;
+
+typedef void (*itest_fn)(itest_ctx *t);
+
+typedef struct itest_case {
+	const char *name;
+	itest_fn fn;
+	int timeout_s;           /* 0: 60 */
+} itest_case;
+
+int itest_main(int argc, char **argv, const itest_case *cases, int ncases);
+
+/* Failing ends the case's process with status 1 after printing why. */
+void itest_fail(const char *file, int line, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4), noreturn));
+
+#define CHECK(cond)                                                                 \
+	do {                                                                            \
+		if (!(cond))                                                                \
+			itest_fail(__FILE__, __LINE__, "CHECK(%s) failed", #cond);              \
+	} while (0)
+#define CHECK_INT(op, a, b)                                                         \
+	do {                                                                            \
+		long long a_ = (long long)(a), b_ = (long long)(b);                         \
+		if (!(a_ op b_))                                                            \
+			itest_fail(__FILE__, __LINE__, "CHECK(%s %s %s): %lld vs %lld", #a, #op, \
+			           #b, a_, b_);                                                 \
+	} while (0)
+#define CHECK_EQ(a, b) CHECK_INT(==, a, b)
+#define CHECK_STR(a, b)                                                             \
+	do {                                                                            \
+		const char *a_ = (a), *b_ = (b);                                            \
+		if (a_ == NULL || b_ == NULL || strcmp(a_, b_) != 0)                        \
+			itest_fail(__FILE__, __LINE__, "CHECK_STR(%s, %s): \"%s\" vs \"%s\"", #a, \
+			           #b, a_ ? a_ : "(null)", b_ ? b_ : "(null)");                 \
+	} while (0)
+
+/* Runs SQL on conn; fails the case on error.  Returns the result (PQclear). */
+PGresult *itest_sql(PGconn *conn, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Runs SQL and returns the first column of the first row as an integer. */
+long long itest_int(PGconn *conn, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Opens a blocking libpq connection (fails the case on error). */
+PGconn *itest_connect(const char *url, const char *appname);
+/* Runs a shell command; returns its exit status (or 128+signal). */
+int itest_sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* Runs tests/harness/ctl ARGS (fault helpers); fails the case on error. */
+void itest_ctl(const char *args);
+/* Milliseconds on the monotonic clock. */
+int64_t itest_now_ms(void);
+/* Asserts the database has no advisory lock and no idle-in-transaction
+ * session left (other than the observer). */
+void itest_no_leftovers(itest_ctx *t);
+/* Path of the built skiplock binary ($SKL_BIN). */
+const char *itest_bin(void);
+
+#endif
