@@ -16,9 +16,13 @@
 #include "skiplock/error.h"
 #include "skiplock/client.h"
 #include "skiplock/schema.h"
+#include "skiplock/queue.h"
+#include "skiplock/worker.h"
 
 #define SKL_HAS_CLIENT 1
 #define SKL_HAS_SCHEMA 1
+#define SKL_HAS_QUEUE 1
+#define SKL_HAS_WORKER 1
 
 #ifdef __cplusplus
 extern "C" {

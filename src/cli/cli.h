@@ -57,6 +57,18 @@ int cli_bad_option(const cli_common *cc, int code, char *const argv[]);
  * bad input.  `name` is the option as written ("--ttl"). */
 bool cli_duration(const cli_common *cc, const char *name, const char *arg, int64_t *ms);
 
+/* Parses an integer option in [min, max]; prints and returns false on bad
+ * input. */
+bool cli_int(const cli_common *cc, const char *name, const char *arg, long long min,
+             long long max, long long *out);
+
+/* Parses the common options and the command's own: calls own(code, arg,
+ * ctx) for every option that is not common.  Returns CLI_OK, or an exit
+ * code after printing.  On CLI_OK, optind is the first operand. */
+typedef int (*cli_opt_fn)(int code, const char *arg, void *ctx);
+int cli_parse(cli_common *cc, int argc, char **argv, const char *shortopts,
+              const struct option *opts, cli_opt_fn own, void *ctx);
+
 /* Opens a client from the common options; on failure prints one line and
  * returns the exit code (2 for a bad URL), else CLI_OK. */
 int cli_open(const cli_common *cc, skl_client **out);
@@ -78,5 +90,10 @@ void cli_log_sink(void *ctx, skl_log_level level, const char *msg);
 /* One subcommand. */
 typedef int (*cli_cmd_fn)(int argc, char **argv);
 int cmd_init(int argc, char **argv);
+int cmd_enqueue(int argc, char **argv);
+int cmd_worker(int argc, char **argv);
+int cmd_jobs(int argc, char **argv);
+int cmd_status(int argc, char **argv);
+int cmd_demo(int argc, char **argv);
 
 #endif

@@ -1,7 +1,9 @@
 /*
  * common.c — the options every command shares, and opening a client.
  */
+#include <errno.h>
 #include <limits.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -113,6 +115,9 @@ int cli_fail(const cli_common *cc, const skl_error *err)
 	const char *state = err->sqlstate[0] ? err->sqlstate : NULL;
 	cli_error(cc, "%s%s%s%s%s%s", err->message, state ? " (SQLSTATE " : "", state ? state : "",
 	          state ? ")" : "", err->detail[0] ? ": " : "", err->detail);
+	/* data exceptions and constraint violations: the input was bad */
+	if (state && (strncmp(state, "22", 2) == 0 || strncmp(state, "23", 2) == 0))
+		return CLI_USAGE;
 	switch (err->rc) {
 	case SKL_INVALID: return CLI_USAGE;
 	case SKL_UNREACHABLE: return CLI_UNREACHABLE;
@@ -128,5 +133,37 @@ int cli_open(const cli_common *cc, skl_client **out)
 	skl_error err;
 	if (skl_client_open(&cc->client, out, &err) != SKL_OK)
 		return cli_fail(cc, &err);
+	return CLI_OK;
+}
+
+bool cli_int(const cli_common *cc, const char *name, const char *arg, long long min,
+             long long max, long long *out)
+{
+	char *end = NULL;
+	errno = 0;
+	long long v = strtoll(arg, &end, 10);
+	if (errno || end == arg || *end != '\0' || v < min || v > max) {
+		cli_error(cc, "%s: \"%s\" is not an integer from %lld to %lld", name, arg, min, max);
+		return false;
+	}
+	*out = v;
+	return true;
+}
+
+int cli_parse(cli_common *cc, int argc, char **argv, const char *shortopts,
+              const struct option *opts, cli_opt_fn own, void *ctx)
+{
+	int code;
+	opterr = 0;
+	optind = 1;
+	while ((code = getopt_long(argc, argv, shortopts, opts, NULL)) != -1) {
+		if (code == '?' || code == ':')
+			return cli_bad_option(cc, code, argv);
+		int r = cli_common_option(cc, code, optarg);
+		if (r < 0)
+			return CLI_USAGE;
+		if (r == 0 && (own == NULL || own(code, optarg, ctx) != CLI_OK))
+			return own ? CLI_USAGE : cli_bad_option(cc, code, argv);
+	}
 	return CLI_OK;
 }

@@ -1,0 +1,150 @@
+/*
+ * skiplock/queue.h — the job queue: enqueue, claim, outcomes, heartbeat,
+ * rescue, and operator actions.
+ *
+ * Ownership of a claimed job is a row, not a session: a claim sets the job
+ * running with a lease (expiry by the database clock) and adds 1 to its
+ * fencing token.  Every call that ends or extends a claim is conditional on
+ * (id, fencing, state = running); a caller whose lease was lost is told so
+ * (accepted = false) and must drop its outcome.
+ *
+ * Memory: strings passed in are copied or used only during the call.
+ * Arrays of skl_job returned by skl_claim belong to the caller and are
+ * freed with skl_jobs_free.  Thread-safety: as skl_client (one thread at a
+ * time per client).
+ */
+#ifndef SKIPLOCK_QUEUE_H
+#define SKIPLOCK_QUEUE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "skiplock/client.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define SKL_KIND_MAX 128          /* bytes in a kind or queue name */
+#define SKL_UNIQUE_KEY_MAX 512    /* bytes in a unique key */
+#define SKL_PAYLOAD_MAX_DEFAULT (1024 * 1024) /* bytes of JSON payload */
+
+typedef struct skl_enqueue_opts {
+	const char *queue;        /* NULL: "default" */
+	int priority;             /* higher runs first; default 0 */
+	const char *run_at;       /* timestamptz text ("2026-12-01 08:00Z"); NULL: now */
+	int64_t delay_ms;         /* when run_at is NULL: run at now() + delay */
+	const char *unique_key;   /* at most one unfinished job per key; NULL: none */
+	int max_attempts;         /* 0: 25 */
+	int64_t timeout_ms;       /* handler timeout; 0: the worker's default */
+	int64_t backoff_base_ms;  /* retry backoff for this job; 0: the worker's */
+	int64_t backoff_cap_ms;
+} skl_enqueue_opts;
+
+void skl_enqueue_opts_init(skl_enqueue_opts *o);
+
+typedef struct skl_job_spec {
+	const char *kind;         /* 1..128 bytes */
+	const char *payload;      /* JSON text; NULL: {} */
+	skl_enqueue_opts opts;
+} skl_job_spec;
+
+/* Enqueues one job; *id receives its id, or the id of the unfinished job
+ * already holding opts->unique_key (then nothing is inserted).  Retry-safe:
+ * a retry after a lost COMMIT answer returns the same id and inserts
+ * nothing (a client-generated token is written with the job).  Blocks up
+ * to the client's retry bound. */
+SKL_API skl_rc skl_enqueue(skl_client *c, const char *kind, const char *payload,
+                           const skl_enqueue_opts *opts, int64_t *id, skl_error *err);
+
+/* Enqueues n jobs in one transaction, all or nothing, in a few round trips
+ * whatever n is.  ids[i] (caller-allocated, n entries) receives the id for
+ * jobs[i], with the same unique-key and retry rules as skl_enqueue. */
+SKL_API skl_rc skl_enqueue_bulk(skl_client *c, const skl_job_spec *jobs, size_t n,
+                                int64_t *ids, skl_error *err);
+
+/* A claimed job.  Strings stay valid until skl_jobs_free. */
+typedef struct skl_job {
+	int64_t id;
+	const char *queue;
+	const char *kind;
+	const char *payload;      /* JSON text */
+	int attempt;              /* 1 on the first run */
+	int max_attempts;
+	int64_t fencing;          /* the token of this claim */
+	int priority;
+	int64_t timeout_ms;       /* 0: not set on the job */
+	int64_t backoff_base_ms;  /* 0: not set on the job */
+	int64_t backoff_cap_ms;
+	void *internal;           /* owned by the library */
+} skl_job;
+
+typedef struct skl_claim_opts {
+	const char *const *queues;  /* NULL or empty: every queue */
+	size_t nqueues;
+	const char *const *kinds;   /* the kinds the caller can run; required */
+	size_t nkinds;
+	size_t limit;               /* at most this many jobs */
+	int64_t lease_ms;           /* lease length */
+	const char *owner;          /* written as lease_owner */
+} skl_claim_opts;
+
+/* Claims up to limit due, available jobs of the given queues and kinds in
+ * one statement (FOR UPDATE SKIP LOCKED; priority, then run_at, then id).
+ * SKL_EMPTY with *n = 0 when none is due.  *jobs is NULL when none. */
+SKL_API skl_rc skl_claim(skl_client *c, const skl_claim_opts *o, skl_job **jobs, size_t *n,
+                         skl_error *err);
+
+SKL_API void skl_jobs_free(skl_job *jobs, size_t n);
+
+typedef enum skl_outcome_kind {
+	SKL_OUTCOME_COMPLETE = 0,  /* done; result kept */
+	SKL_OUTCOME_RETRY = 1,     /* failed attempt: retried after retry_delay_ms
+	                            * unless attempts are exhausted (then discarded) */
+	SKL_OUTCOME_DISCARD = 2    /* failed for good, no retry */
+} skl_outcome_kind;
+
+typedef struct skl_outcome {
+	int64_t id;
+	int64_t fencing;
+	skl_outcome_kind kind;
+	const char *result;        /* JSON text or NULL (complete only) */
+	const char *error;         /* text kept in the error history, or NULL */
+	int64_t retry_delay_ms;    /* retry only */
+} skl_outcome;
+
+/* Records n outcomes in one fenced statement.  accepted[i] (caller-owned,
+ * may be NULL) is false when outcome i was refused because the claim was
+ * lost (lease expired and rescued, cancelled, or claimed again). */
+SKL_API skl_rc skl_record(skl_client *c, const skl_outcome *outs, size_t n, bool *accepted,
+                          skl_error *err);
+
+/* Extends the leases of n running claims to now() + lease_ms in one fenced
+ * statement.  alive[i] is false for a claim that was lost. */
+SKL_API skl_rc skl_heartbeat(skl_client *c, const int64_t *ids, const int64_t *fencings,
+                             size_t n, int64_t lease_ms, bool *alive, skl_error *err);
+
+/* Returns up to limit running jobs whose lease expired to available (or to
+ * discarded when attempts are exhausted), skipping rows others hold.  The
+ * counts may be NULL. */
+SKL_API skl_rc skl_rescue(skl_client *c, int limit, int *rescued, int *discarded,
+                          skl_error *err);
+
+/* Operator actions.  retry: a discarded, cancelled or available job becomes
+ * available now (with one more attempt allowed when exhausted); cancel: an
+ * available or running job becomes cancelled (a running handler's outcome
+ * is then refused).  SKL_EMPTY when no such job, SKL_CONFLICT when its state
+ * does not allow the action. */
+SKL_API skl_rc skl_job_retry(skl_client *c, int64_t id, skl_error *err);
+SKL_API skl_rc skl_job_cancel(skl_client *c, int64_t id, skl_error *err);
+
+/* Deletes finished jobs older than older_than_ms in batches of batch rows
+ * (each its own transaction); *deleted (may be NULL) gets the total. */
+SKL_API skl_rc skl_jobs_prune(skl_client *c, int64_t older_than_ms, int batch,
+                              int64_t *deleted, skl_error *err);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

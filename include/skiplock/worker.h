@@ -1,0 +1,102 @@
+/*
+ * skiplock/worker.h — a process that runs jobs.
+ *
+ * A worker claims only kinds it has a handler for, runs up to `concurrency`
+ * jobs at once on its own threads, and talks to the database through one
+ * connection whatever the concurrency (claims, batched fenced outcomes,
+ * heartbeats, rescue of expired leases).  No transaction or row lock is
+ * held while a handler runs.
+ *
+ * Handlers:
+ *  - C: int fn(const skl_job *job, void *ctx), run on a worker thread;
+ *    returns SKL_JOB_OK (0), SKL_JOB_RETRY (75), SKL_JOB_DISCARD (65), or
+ *    anything else for a failed attempt.  skl_job_set_result /
+ *    skl_job_set_error may be called from the handler.
+ *  - command: /bin/sh -c COMMAND with the payload on stdin and
+ *    SKIPLOCK_JOB_ID, SKIPLOCK_JOB_KIND, SKIPLOCK_QUEUE, SKIPLOCK_ATTEMPT,
+ *    SKIPLOCK_FENCING in its environment; exit 0 completed (stdout kept as
+ *    the result when it is JSON, up to 64 KiB), 75 retry, 65 discard, any
+ *    other exit, a signal or the timeout a failed attempt; the last 4 KiB of
+ *    stderr is kept as the attempt's error.  On timeout or a lost lease the
+ *    command's process group gets SIGTERM, then SIGKILL after a grace.
+ *
+ * Thread-safety: skl_worker_stop may be called from any thread or a signal
+ * handler; every other call from one thread.
+ */
+#ifndef SKIPLOCK_WORKER_H
+#define SKIPLOCK_WORKER_H
+
+#include "skiplock/queue.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+enum { SKL_JOB_OK = 0, SKL_JOB_DISCARD = 65, SKL_JOB_RETRY = 75 };
+
+typedef int (*skl_handler_fn)(const skl_job *job, void *ctx);
+
+typedef struct skl_worker skl_worker;
+
+typedef struct skl_worker_options {
+	const char *const *queues;   /* NULL: every queue */
+	size_t nqueues;
+	int concurrency;             /* jobs at once; default 8 */
+	int64_t lease_ms;            /* default 30000; heartbeat every lease/3 */
+	int64_t poll_ms;             /* first poll interval when idle; default 200 */
+	int64_t poll_max_ms;         /* idle polling backs off up to this; default 5000 */
+	int64_t shutdown_timeout_ms; /* drain bound after stop; default 30000 */
+	int64_t job_timeout_ms;      /* default handler timeout; default 300000 */
+	int64_t kill_grace_ms;       /* SIGTERM to SIGKILL; default 5000 */
+	int64_t backoff_base_ms;     /* retry backoff (full jitter); default 1000 */
+	int64_t backoff_cap_ms;      /* default 3600000 */
+	int64_t rescue_every_ms;     /* default 5000 */
+	const char *owner;           /* lease owner name; default host:pid */
+	skl_log_fn log;              /* optional; called from the worker's threads */
+	void *log_ctx;
+} skl_worker_options;
+
+SKL_API void skl_worker_options_init(skl_worker_options *o);
+
+/* Creates a worker that will connect with client options co.  Copies both
+ * option structs and their strings.  Does not connect. */
+SKL_API skl_rc skl_worker_new(const skl_client_options *co, const skl_worker_options *wo,
+                              skl_worker **out, skl_error *err);
+
+/* Registers a C handler or a shell command for a kind (1..128 bytes).
+ * SKL_CONFLICT when the kind already has a handler. */
+SKL_API skl_rc skl_worker_handle(skl_worker *w, const char *kind, skl_handler_fn fn, void *ctx,
+                                 skl_error *err);
+SKL_API skl_rc skl_worker_handle_command(skl_worker *w, const char *kind, const char *command,
+                                         skl_error *err);
+
+/* Runs until skl_worker_stop, then drains: no new claims, running jobs get
+ * shutdown_timeout_ms to finish, then commands are killed and their
+ * attempts recorded as failed (retried at once).  Returns SKL_OK after a
+ * clean drain; SKL_UNREACHABLE when the database stayed unreachable past
+ * the client's retry bound.  Blocks. */
+SKL_API skl_rc skl_worker_run(skl_worker *w, skl_error *err);
+
+/* Asks a running worker to drain and stop.  Async-signal-safe. */
+SKL_API void skl_worker_stop(skl_worker *w);
+
+SKL_API void skl_worker_free(skl_worker *w);
+
+typedef struct skl_worker_stats {
+	uint64_t claimed, completed, retried, discarded, fenced_out, rescued, heartbeats;
+} skl_worker_stats;
+
+/* Counters since skl_worker_run started.  Any thread. */
+SKL_API void skl_worker_get_stats(skl_worker *w, skl_worker_stats *out);
+
+/* From inside a C handler: keep JSON text as the job's result, or text as
+ * the attempt's error (copied, at most 64 KiB / 4 KiB). */
+SKL_API void skl_job_set_result(const skl_job *job, const char *json);
+SKL_API void skl_job_set_error(const skl_job *job, const char *text);
+/* True once the job's lease was lost (the handler should stop). */
+SKL_API bool skl_job_lost(const skl_job *job);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

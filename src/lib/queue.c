@@ -1,0 +1,562 @@
+/*
+ * queue.c — enqueue, claim, fenced outcomes, heartbeat, rescue, operator
+ * actions and retention for skiplock.jobs (sql/0002_jobs.sql).
+ *
+ * Fencing invariant: a claim adds 1 to fencing; every statement here that
+ * ends or extends a claim matches (id, fencing, state = 'running'), so the
+ * holder of an old token — a frozen worker that woke up, a worker whose job
+ * was rescued or cancelled — changes nothing and is told so.
+ *
+ * Every statement is a single autocommit statement (no transaction is held
+ * open between round trips) and goes through skl__run for retries.
+ */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "buf.h"
+#include "internal.h"
+
+void skl_enqueue_opts_init(skl_enqueue_opts *o)
+{
+	memset(o, 0, sizeof(*o));
+}
+
+/* ---- enqueue ---- */
+
+static const char *const enqueue_sql =
+	"SELECT unnest(skiplock.enqueue_many($1, $2::text[], $3::jsonb[], $4::text[], "
+	"$5::timestamptz[], $6::bigint[], $7::int[], $8::text[], $9::int[], $10::int[], "
+	"$11::int[], $12::int[]))";
+
+enum { EQ_KIND, EQ_PAYLOAD, EQ_QUEUE, EQ_RUN_AT, EQ_DELAY, EQ_PRIO, EQ_UKEY, EQ_MAX, EQ_TMO, EQ_BB,
+       EQ_BC, EQ_NCOLS };
+
+typedef struct enqueue_call {
+	char token[33];
+	skl_buf cols[EQ_NCOLS];
+	size_t n;
+	int64_t *ids;
+} enqueue_call;
+
+static void add_int(skl_buf *b, int64_t v, bool null_if_zero)
+{
+	if (null_if_zero && v == 0)
+		skl_buf_adds(b, "NULL");
+	else
+		skl_buf_printf(b, "%" PRId64, v);
+}
+
+static skl_rc build_columns(enqueue_call *e, const skl_job_spec *jobs, size_t n, skl_error *err)
+{
+	for (int c = 0; c < EQ_NCOLS; c++)
+		skl_buf_adds(&e->cols[c], "{");
+	for (size_t i = 0; i < n; i++) {
+		const skl_job_spec *j = &jobs[i];
+		const skl_enqueue_opts *o = &j->opts;
+		if (i > 0)
+			for (int c = 0; c < EQ_NCOLS; c++)
+				skl_buf_adds(&e->cols[c], ",");
+		skl_buf_array_elem(&e->cols[EQ_KIND], j->kind ? j->kind : "");
+		skl_buf_array_elem(&e->cols[EQ_PAYLOAD], j->payload ? j->payload : "{}");
+		skl_buf_array_elem(&e->cols[EQ_QUEUE], o->queue ? o->queue : "default");
+		skl_buf_array_elem(&e->cols[EQ_RUN_AT], o->run_at);
+		/* a delay is added to the database clock, never the client's */
+		add_int(&e->cols[EQ_DELAY], o->delay_ms, true);
+		add_int(&e->cols[EQ_PRIO], o->priority, false);
+		skl_buf_array_elem(&e->cols[EQ_UKEY], o->unique_key);
+		add_int(&e->cols[EQ_MAX], o->max_attempts > 0 ? o->max_attempts : 25, false);
+		add_int(&e->cols[EQ_TMO], o->timeout_ms, true);
+		add_int(&e->cols[EQ_BB], o->backoff_base_ms, true);
+		add_int(&e->cols[EQ_BC], o->backoff_cap_ms, true);
+	}
+	for (int c = 0; c < EQ_NCOLS; c++)
+		if (!skl_buf_adds(&e->cols[c], "}"))
+			return skl__seterr(err, SKL_INVALID, "batch too large (over 64 MiB in one column)");
+	return SKL_OK;
+}
+
+static skl_rc enqueue_fn(skl_client *c, void *ctx, skl_error *err)
+{
+	enqueue_call *e = ctx;
+	const char *vals[1 + EQ_NCOLS];
+	vals[0] = e->token;
+	for (int i = 0; i < EQ_NCOLS; i++)
+		vals[1 + i] = skl_buf_str(&e->cols[i]);
+	PGresult *res = NULL;
+	skl_rc rc = skl__exec(c, enqueue_sql, 1 + EQ_NCOLS, vals, &res, err);
+	if (rc != SKL_OK)
+		return rc;
+	if ((size_t)PQntuples(res) != e->n) {
+		PQclear(res);
+		return skl__seterr(err, SKL_DB, "enqueue returned %d ids for %zu jobs",
+		                   PQntuples(res), e->n);
+	}
+	for (size_t i = 0; i < e->n; i++)
+		e->ids[i] = strtoll(PQgetvalue(res, (int)i, 0), NULL, 10);
+	PQclear(res);
+	return SKL_OK;
+}
+
+static skl_rc validate_spec(const skl_job_spec *j, size_t i, skl_error *err)
+{
+	size_t kl = j->kind ? strlen(j->kind) : 0;
+	if (kl == 0 || kl > SKL_KIND_MAX)
+		return skl__seterr(err, SKL_INVALID, "job %zu: kind must be 1 to %d bytes", i + 1,
+		                   SKL_KIND_MAX);
+	size_t ql = j->opts.queue ? strlen(j->opts.queue) : 1;
+	if (ql == 0 || ql > SKL_KIND_MAX)
+		return skl__seterr(err, SKL_INVALID, "job %zu: queue name must be 1 to %d bytes",
+		                   i + 1, SKL_KIND_MAX);
+	size_t ul = j->opts.unique_key ? strlen(j->opts.unique_key) : 1;
+	if (ul == 0 || ul > SKL_UNIQUE_KEY_MAX)
+		return skl__seterr(err, SKL_INVALID, "job %zu: unique key must be 1 to %d bytes",
+		                   i + 1, SKL_UNIQUE_KEY_MAX);
+	if (j->opts.max_attempts < 0 || j->opts.timeout_ms < 0 || j->opts.delay_ms < 0 ||
+	    j->opts.backoff_base_ms < 0 || j->opts.backoff_cap_ms < 0)
+		return skl__seterr(err, SKL_INVALID, "job %zu: negative attempts or duration", i + 1);
+	return SKL_OK;
+}
+
+skl_rc skl_enqueue_bulk(skl_client *c, const skl_job_spec *jobs, size_t n, int64_t *ids,
+                        skl_error *err)
+{
+	if (n == 0)
+		return SKL_OK;
+	if (jobs == NULL || ids == NULL)
+		return skl__seterr(err, SKL_MISUSE, "jobs and ids must not be NULL");
+	for (size_t i = 0; i < n; i++)
+		if (validate_spec(&jobs[i], i, err) != SKL_OK)
+			return SKL_INVALID;
+	enqueue_call e = {.n = n, .ids = ids};
+	snprintf(e.token, sizeof(e.token), "%016" PRIx64 "%016" PRIx64, skl__rand(&c->rng),
+	         skl__rand(&c->rng));
+	skl_rc rc = build_columns(&e, jobs, n, err);
+	/* Idempotent: the token makes a retry after a lost answer return the
+	 * first call's ids. */
+	static const skl_txn_opts o = {.idempotent = 1};
+	if (rc == SKL_OK)
+		rc = skl__run(c, &o, enqueue_fn, &e, err);
+	for (int i = 0; i < EQ_NCOLS; i++)
+		skl_buf_free(&e.cols[i]);
+	return rc;
+}
+
+skl_rc skl_enqueue(skl_client *c, const char *kind, const char *payload,
+                   const skl_enqueue_opts *opts, int64_t *id, skl_error *err)
+{
+	skl_job_spec spec = {.kind = kind, .payload = payload};
+	if (opts)
+		spec.opts = *opts;
+	return skl_enqueue_bulk(c, &spec, 1, id, err);
+}
+
+/* ---- claim ---- */
+
+static const char *const claim_sql =
+	"WITH c AS ("
+	"  SELECT id FROM skiplock.jobs"
+	"   WHERE state = 'available' AND run_at <= now()"
+	"     AND ($1::text[] IS NULL OR queue = ANY ($1::text[]))"
+	"     AND kind = ANY ($2::text[])"
+	"   ORDER BY priority DESC, run_at, id"
+	"   LIMIT $3"
+	"   FOR UPDATE SKIP LOCKED)"
+	" UPDATE skiplock.jobs j"
+	"    SET state = 'running', attempt = j.attempt + 1, fencing = j.fencing + 1,"
+	"        lease_owner = $4, lease_expires_at = now() + $5 * interval '1 millisecond',"
+	"        attempted_at = now()"
+	"   FROM c WHERE j.id = c.id"
+	" RETURNING j.id, j.queue, j.kind, j.payload, j.attempt, j.max_attempts, j.fencing,"
+	"           j.priority, coalesce(j.timeout_ms, 0), coalesce(j.backoff_base_ms, 0),"
+	"           coalesce(j.backoff_cap_ms, 0)";
+
+static char *text_array(const char *const *v, size_t n)
+{
+	skl_buf b;
+	skl_buf_init(&b, 0);
+	skl_buf_adds(&b, "{");
+	for (size_t i = 0; i < n; i++) {
+		if (i)
+			skl_buf_adds(&b, ",");
+		skl_buf_array_elem(&b, v[i]);
+	}
+	skl_buf_adds(&b, "}");
+	return skl_buf_take(&b);
+}
+
+typedef struct claim_call {
+	const char *params[5];
+	skl_job *jobs;
+	size_t n;
+} claim_call;
+
+/* One allocation per job holds its strings: internal points at it. */
+static bool fill_job(skl_job *j, const PGresult *r, int row)
+{
+	size_t lq = strlen(PQgetvalue(r, row, 1)) + 1, lk = strlen(PQgetvalue(r, row, 2)) + 1,
+	       lp = strlen(PQgetvalue(r, row, 3)) + 1;
+	char *mem = malloc(lq + lk + lp);
+	if (mem == NULL)
+		return false;
+	memcpy(mem, PQgetvalue(r, row, 1), lq);
+	memcpy(mem + lq, PQgetvalue(r, row, 2), lk);
+	memcpy(mem + lq + lk, PQgetvalue(r, row, 3), lp);
+	*j = (skl_job){
+		.id = strtoll(PQgetvalue(r, row, 0), NULL, 10),
+		.queue = mem,
+		.kind = mem + lq,
+		.payload = mem + lq + lk,
+		.attempt = atoi(PQgetvalue(r, row, 4)),
+		.max_attempts = atoi(PQgetvalue(r, row, 5)),
+		.fencing = strtoll(PQgetvalue(r, row, 6), NULL, 10),
+		.priority = atoi(PQgetvalue(r, row, 7)),
+		.timeout_ms = strtoll(PQgetvalue(r, row, 8), NULL, 10),
+		.backoff_base_ms = strtoll(PQgetvalue(r, row, 9), NULL, 10),
+		.backoff_cap_ms = strtoll(PQgetvalue(r, row, 10), NULL, 10),
+		.internal = mem,
+	};
+	return true;
+}
+
+static skl_rc claim_fn(skl_client *c, void *ctx, skl_error *err)
+{
+	claim_call *cc = ctx;
+	PGresult *res = NULL;
+	skl_rc rc = skl__exec(c, claim_sql, 5, cc->params, &res, err);
+	if (rc != SKL_OK)
+		return rc;
+	int n = PQntuples(res);
+	cc->jobs = n ? calloc((size_t)n, sizeof(skl_job)) : NULL;
+	if (n && cc->jobs == NULL) {
+		PQclear(res);
+		return skl__seterr(err, SKL_NOMEM, "out of memory");
+	}
+	for (int i = 0; i < n; i++, cc->n++)
+		if (!fill_job(&cc->jobs[i], res, i)) {
+			PQclear(res);
+			return skl__seterr(err, SKL_NOMEM, "out of memory");
+		}
+	PQclear(res);
+	return n ? SKL_OK : SKL_EMPTY;
+}
+
+skl_rc skl_claim(skl_client *c, const skl_claim_opts *o, skl_job **jobs, size_t *n,
+                 skl_error *err)
+{
+	*jobs = NULL;
+	*n = 0;
+	if (o == NULL || o->nkinds == 0 || o->limit == 0 || o->lease_ms <= 0)
+		return skl__seterr(err, SKL_MISUSE, "claim needs kinds, a limit and a lease");
+	char limit[24], lease[24];
+	snprintf(limit, sizeof(limit), "%zu", o->limit);
+	snprintf(lease, sizeof(lease), "%" PRId64, o->lease_ms);
+	char *queues = o->nqueues ? text_array(o->queues, o->nqueues) : NULL;
+	char *kinds = text_array(o->kinds, o->nkinds);
+	claim_call cc = {.params = {queues, kinds, limit, o->owner ? o->owner : "skiplock", lease}};
+	skl_rc rc = SKL_NOMEM;
+	/* Not idempotent: after an indeterminate claim the jobs, if claimed, are
+	 * rescued when their lease expires. */
+	static const skl_txn_opts opts = {0};
+	if (kinds && (queues || o->nqueues == 0))
+		rc = skl__run(c, &opts, claim_fn, &cc, err);
+	else
+		skl__seterr(err, rc, "out of memory");
+	free(queues);
+	free(kinds);
+	if (rc != SKL_OK) {
+		skl_jobs_free(cc.jobs, cc.n);
+		return rc;
+	}
+	*jobs = cc.jobs;
+	*n = cc.n;
+	return SKL_OK;
+}
+
+void skl_jobs_free(skl_job *jobs, size_t n)
+{
+	for (size_t i = 0; jobs && i < n; i++)
+		free(jobs[i].internal);
+	free(jobs);
+}
+
+/* ---- outcomes and heartbeats ---- */
+
+/* The error history keeps the newest 20 attempts. */
+#define SKL_ERRORS_APPEND(expr)                                                           \
+	"(CASE WHEN jsonb_array_length(j.errors) >= 20 THEN j.errors - 0 ELSE j.errors END)" \
+	" || jsonb_build_array(jsonb_build_object('attempt', j.attempt, 'at', now(),"       \
+	" 'error', " expr "))"
+
+static const char *const record_sql =
+	"WITH v AS (SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::int[], $4::jsonb[],"
+	"                                $5::text[], $6::bigint[]) AS v(id, fencing, o, res, err, delay))"
+	" UPDATE skiplock.jobs j SET"
+	"   state = CASE WHEN v.o = 0 THEN 'completed'"
+	"                WHEN v.o = 2 OR j.attempt >= j.max_attempts THEN 'discarded'"
+	"                ELSE 'available' END,"
+	"   result = CASE WHEN v.o = 0 THEN v.res ELSE j.result END,"
+	"   errors = CASE WHEN v.err IS NULL THEN j.errors ELSE " SKL_ERRORS_APPEND("v.err") " END,"
+	"   run_at = CASE WHEN v.o = 1 AND j.attempt < j.max_attempts"
+	"                 THEN now() + v.delay * interval '1 millisecond' ELSE j.run_at END,"
+	"   finished_at = CASE WHEN v.o <> 1 OR j.attempt >= j.max_attempts THEN now() END,"
+	"   lease_owner = NULL, lease_expires_at = NULL"
+	"  FROM v WHERE j.id = v.id AND j.fencing = v.fencing AND j.state = 'running'"
+	" RETURNING j.id";
+
+typedef struct fenced_call {
+	const char *sql;
+	int nparams;
+	const char *params[6];
+	const int64_t *ids;
+	size_t n;
+	bool *ok;
+} fenced_call;
+
+/* Runs a fenced statement and marks ok[i] for each returned id. */
+static skl_rc fenced_fn(skl_client *c, void *ctx, skl_error *err)
+{
+	fenced_call *f = ctx;
+	PGresult *res = NULL;
+	skl_rc rc = skl__exec(c, f->sql, f->nparams, f->params, &res, err);
+	if (rc != SKL_OK)
+		return rc;
+	for (size_t i = 0; f->ok && i < f->n; i++)
+		f->ok[i] = false;
+	for (int r = 0; f->ok && r < PQntuples(res); r++) {
+		int64_t id = strtoll(PQgetvalue(res, r, 0), NULL, 10);
+		for (size_t i = 0; i < f->n; i++)
+			if (f->ids[i] == id)
+				f->ok[i] = true;
+	}
+	PQclear(res);
+	return SKL_OK;
+}
+
+static void int_array(skl_buf *b, const int64_t *v, size_t n, size_t stride)
+{
+	skl_buf_adds(b, "{");
+	for (size_t i = 0; i < n; i++)
+		skl_buf_printf(b, i ? ",%" PRId64 : "%" PRId64,
+		               *(const int64_t *)((const char *)v + i * stride));
+	skl_buf_adds(b, "}");
+}
+
+static void outcome_columns(skl_buf *cols, const skl_outcome *outs, size_t n)
+{
+	int_array(&cols[0], &outs[0].id, n, sizeof(skl_outcome));
+	int_array(&cols[1], &outs[0].fencing, n, sizeof(skl_outcome));
+	int_array(&cols[5], &outs[0].retry_delay_ms, n, sizeof(skl_outcome));
+	for (int k = 2; k < 5; k++)
+		skl_buf_adds(&cols[k], "{");
+	for (size_t i = 0; i < n; i++) {
+		const char *sep = i ? "," : "";
+		skl_buf_printf(&cols[2], "%s%d", sep, (int)outs[i].kind);
+		skl_buf_adds(&cols[3], sep);
+		skl_buf_array_elem(&cols[3], outs[i].kind == SKL_OUTCOME_COMPLETE ? outs[i].result : NULL);
+		skl_buf_adds(&cols[4], sep);
+		skl_buf_array_elem(&cols[4], outs[i].error);
+	}
+	for (int k = 2; k < 5; k++)
+		skl_buf_adds(&cols[k], "}");
+}
+
+skl_rc skl_record(skl_client *c, const skl_outcome *outs, size_t n, bool *accepted,
+                  skl_error *err)
+{
+	if (n == 0)
+		return SKL_OK;
+	skl_buf cols[6];
+	for (int k = 0; k < 6; k++)
+		skl_buf_init(&cols[k], 0);
+	outcome_columns(cols, outs, n);
+	int64_t *ids = malloc(n * sizeof(int64_t));
+	skl_rc rc = SKL_NOMEM;
+	fenced_call f = {.sql = record_sql, .nparams = 6, .ids = ids, .n = n, .ok = accepted};
+	for (int k = 0; k < 6; k++)
+		f.params[k] = skl_buf_str(&cols[k]);
+	bool failed = ids == NULL;
+	for (int k = 0; k < 6; k++)
+		failed |= skl_buf_failed(&cols[k]);
+	if (!failed) {
+		for (size_t i = 0; i < n; i++)
+			ids[i] = outs[i].id;
+		/* Fenced: a retry after an indeterminate answer cannot apply twice
+		 * (the first application ended the claim); it is then reported as
+		 * not accepted. */
+		static const skl_txn_opts o = {.idempotent = 1};
+		rc = skl__run(c, &o, fenced_fn, &f, err);
+	} else {
+		skl__seterr(err, SKL_NOMEM, "out of memory building outcomes");
+	}
+	free(ids);
+	for (int k = 0; k < 6; k++)
+		skl_buf_free(&cols[k]);
+	return rc;
+}
+
+static const char *const heartbeat_sql =
+	"UPDATE skiplock.jobs j SET lease_expires_at = now() + $3 * interval '1 millisecond'"
+	"  FROM unnest($1::bigint[], $2::bigint[]) AS v(id, fencing)"
+	" WHERE j.id = v.id AND j.fencing = v.fencing AND j.state = 'running'"
+	" RETURNING j.id";
+
+skl_rc skl_heartbeat(skl_client *c, const int64_t *ids, const int64_t *fencings, size_t n,
+                     int64_t lease_ms, bool *alive, skl_error *err)
+{
+	if (n == 0)
+		return SKL_OK;
+	skl_buf a, b;
+	skl_buf_init(&a, 0);
+	skl_buf_init(&b, 0);
+	int_array(&a, ids, n, sizeof(int64_t));
+	int_array(&b, fencings, n, sizeof(int64_t));
+	char lease[24];
+	snprintf(lease, sizeof(lease), "%" PRId64, lease_ms);
+	fenced_call f = {.sql = heartbeat_sql, .nparams = 3,
+	                 .params = {skl_buf_str(&a), skl_buf_str(&b), lease},
+	                 .ids = ids, .n = n, .ok = alive};
+	static const skl_txn_opts o = {.idempotent = 1};
+	skl_rc rc = skl_buf_failed(&a) || skl_buf_failed(&b)
+	                ? skl__seterr(err, SKL_NOMEM, "out of memory")
+	                : skl__run(c, &o, fenced_fn, &f, err);
+	skl_buf_free(&a);
+	skl_buf_free(&b);
+	return rc;
+}
+
+/* ---- rescue, operator actions, retention ---- */
+
+static const char *const rescue_sql =
+	"WITH r AS ("
+	"  SELECT id FROM skiplock.jobs"
+	"   WHERE state = 'running' AND lease_expires_at < now()"
+	"   ORDER BY lease_expires_at LIMIT $1 FOR UPDATE SKIP LOCKED)"
+	" UPDATE skiplock.jobs j SET"
+	"   state = CASE WHEN j.attempt >= j.max_attempts THEN 'discarded' ELSE 'available' END,"
+	"   finished_at = CASE WHEN j.attempt >= j.max_attempts THEN now() END,"
+	"   run_at = now(), lease_owner = NULL, lease_expires_at = NULL,"
+	"   errors = " SKL_ERRORS_APPEND("'lease expired: ' || coalesce(j.lease_owner, '?') ||"
+	                                 " ' stopped renewing it'")
+	"  FROM r WHERE j.id = r.id"
+	" RETURNING j.state";
+
+typedef struct count_call {
+	const char *sql;
+	int nparams;
+	const char *params[3];
+	int64_t rows;
+	int64_t discarded;
+} count_call;
+
+static skl_rc count_fn(skl_client *c, void *ctx, skl_error *err)
+{
+	count_call *cc = ctx;
+	PGresult *res = NULL;
+	skl_rc rc = skl__exec(c, cc->sql, cc->nparams, cc->params, &res, err);
+	if (rc != SKL_OK)
+		return rc;
+	cc->rows = PQntuples(res) ? PQntuples(res) : strtoll(PQcmdTuples(res), NULL, 10);
+	cc->discarded = 0;
+	for (int i = 0; i < PQntuples(res); i++)
+		cc->discarded += strcmp(PQgetvalue(res, i, 0), "discarded") == 0;
+	PQclear(res);
+	return SKL_OK;
+}
+
+skl_rc skl_rescue(skl_client *c, int limit, int *rescued, int *discarded, skl_error *err)
+{
+	char lim[16];
+	snprintf(lim, sizeof(lim), "%d", limit > 0 ? limit : 1000);
+	count_call cc = {.sql = rescue_sql, .nparams = 1, .params = {lim}};
+	static const skl_txn_opts o = {.idempotent = 1};
+	skl_rc rc = skl__run(c, &o, count_fn, &cc, err);
+	if (rescued)
+		*rescued = rc == SKL_OK ? (int)(cc.rows - cc.discarded) : 0;
+	if (discarded)
+		*discarded = rc == SKL_OK ? (int)cc.discarded : 0;
+	return rc;
+}
+
+static const char *const retry_sql =
+	"UPDATE skiplock.jobs SET state = 'available', run_at = now(), finished_at = NULL,"
+	"       max_attempts = greatest(max_attempts, attempt + 1)"
+	" WHERE id = $1 AND state IN ('available', 'discarded', 'cancelled') RETURNING id";
+
+static const char *const cancel_sql =
+	"UPDATE skiplock.jobs SET state = 'cancelled', finished_at = now(),"
+	"       lease_owner = NULL, lease_expires_at = NULL"
+	" WHERE id = $1 AND state IN ('available', 'running') RETURNING id";
+
+static const char *const exists_sql = "SELECT state FROM skiplock.jobs WHERE id = $1";
+
+static skl_rc job_action(skl_client *c, const char *sql, int64_t id, const char *verb,
+                         skl_error *err)
+{
+	char ids[24];
+	snprintf(ids, sizeof(ids), "%" PRId64, id);
+	count_call cc = {.sql = sql, .nparams = 1, .params = {ids}};
+	static const skl_txn_opts o = {.idempotent = 1};
+	skl_rc rc = skl__run(c, &o, count_fn, &cc, err);
+	if (rc == SKL_DB && err && strcmp(err->sqlstate, "23505") == 0)
+		return skl__seterr(err, SKL_CONFLICT,
+		                   "cannot %s job %" PRId64 ": another unfinished job holds its unique key",
+		                   verb, id);
+	if (rc != SKL_OK || cc.rows > 0)
+		return rc;
+	cc = (count_call){.sql = exists_sql, .nparams = 1, .params = {ids}};
+	rc = skl__run(c, &o, count_fn, &cc, err);
+	if (rc != SKL_OK)
+		return rc;
+	if (cc.rows == 0)
+		return skl__seterr(err, SKL_EMPTY, "no job %" PRId64, id);
+	return skl__seterr(err, SKL_CONFLICT, "cannot %s job %" PRId64 " in its current state",
+	                   verb, id);
+}
+
+skl_rc skl_job_retry(skl_client *c, int64_t id, skl_error *err)
+{
+	return job_action(c, retry_sql, id, "retry", err);
+}
+
+skl_rc skl_job_cancel(skl_client *c, int64_t id, skl_error *err)
+{
+	return job_action(c, cancel_sql, id, "cancel", err);
+}
+
+static const char *const prune_sql =
+	"DELETE FROM skiplock.jobs WHERE id IN ("
+	"  SELECT id FROM skiplock.jobs"
+	"   WHERE state IN ('completed', 'discarded', 'cancelled')"
+	"     AND finished_at < now() - $1 * interval '1 millisecond'"
+	"   ORDER BY finished_at LIMIT $2 FOR UPDATE SKIP LOCKED)";
+
+static const char *const prune_tokens_sql =
+	"DELETE FROM skiplock.enqueue_tokens WHERE token IN ("
+	"  SELECT token FROM skiplock.enqueue_tokens"
+	"   WHERE created_at < now() - greatest($1, 86400000) * interval '1 millisecond'"
+	"   LIMIT $2)";
+
+skl_rc skl_jobs_prune(skl_client *c, int64_t older_than_ms, int batch, int64_t *deleted,
+                      skl_error *err)
+{
+	char age[24], lim[16];
+	snprintf(age, sizeof(age), "%" PRId64, older_than_ms);
+	snprintf(lim, sizeof(lim), "%d", batch > 0 ? batch : 1000);
+	static const skl_txn_opts o = {.idempotent = 1};
+	int64_t total = 0;
+	skl_rc rc = SKL_OK;
+	for (int pass = 0; pass < 2 && rc == SKL_OK; pass++) {
+		count_call cc = {.sql = pass ? prune_tokens_sql : prune_sql, .nparams = 2,
+		                 .params = {age, lim}};
+		do {
+			rc = skl__run(c, &o, count_fn, &cc, err);
+			if (pass == 0 && rc == SKL_OK)
+				total += cc.rows;
+		} while (rc == SKL_OK && cc.rows >= (batch > 0 ? batch : 1000));
+	}
+	if (deleted)
+		*deleted = total;
+	return rc;
+}

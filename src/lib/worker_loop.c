@@ -1,0 +1,466 @@
+/*
+ * worker_loop.c — the worker's run loop and its handler threads.
+ *
+ * Database calls happen on the main thread only, so a worker holds one
+ * connection whatever its concurrency.  No transaction is open while a
+ * handler runs: the claim, the heartbeats and the outcomes are separate
+ * autocommit statements.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <jansson.h>
+
+#include "command.h"
+#include "worker_int.h"
+
+static void wake(skl_worker *w)
+{
+	ssize_t ignored = write(w->wake[1], "d", 1);
+	(void)ignored;
+}
+
+static int64_t retry_delay(skl_worker *w, const skl_job *j)
+{
+	int64_t base = j->backoff_base_ms > 0 ? j->backoff_base_ms : w->wo.backoff_base_ms;
+	int64_t cap = j->backoff_cap_ms > 0 ? j->backoff_cap_ms : w->wo.backoff_cap_ms;
+	pthread_mutex_lock(&w->mu);
+	int64_t d = skl__backoff_full(j->attempt - 1, base, cap, &w->rng);
+	pthread_mutex_unlock(&w->mu);
+	return d;
+}
+
+static bool is_json(const char *s)
+{
+	json_error_t e;
+	json_t *v = json_loads(s, JSON_DECODE_ANY, &e);
+	json_decref(v);
+	return v != NULL;
+}
+
+static void set_text(char **dst, const char *text)
+{
+	free(*dst);
+	*dst = text ? strdup(text) : NULL;
+}
+
+static int run_command(skl_worker *w, slot *s)
+{
+	skl_cmd_result *r = malloc(sizeof(*r));
+	if (r == NULL) {
+		set_text(&s->error, "out of memory running the command");
+		return 1;
+	}
+	int64_t timeout = s->job.timeout_ms > 0 ? s->job.timeout_ms : w->wo.job_timeout_ms;
+	skl__command_run(s->h->command, &s->job, timeout, w->wo.kill_grace_ms, &s->lost, r);
+	int code = 1;
+	char why[160] = "";
+	switch (r->end) {
+	case SKL_CMD_EXITED: code = r->code; break;
+	case SKL_CMD_SIGNALED: snprintf(why, sizeof(why), "killed by signal %d", r->code); break;
+	case SKL_CMD_TIMEOUT: snprintf(why, sizeof(why), "timed out after %" PRId64 " ms", timeout); break;
+	case SKL_CMD_STOPPED: snprintf(why, sizeof(why), "stopped: lease lost or worker shutting down"); break;
+	case SKL_CMD_SPAWN: snprintf(why, sizeof(why), "cannot start /bin/sh: %s", strerror(r->code)); break;
+	}
+	if (code == 0 && r->out_len > 0 && !r->out_truncated && is_json(r->out))
+		set_text(&s->result, r->out);
+	if (code != 0) {
+		char *msg = malloc(r->err_len + sizeof(why) + 32);
+		if (msg) {
+			if (why[0])
+				sprintf(msg, "%s%s%s", why, r->err_len ? "; stderr: " : "", r->err);
+			else
+				sprintf(msg, "exit status %d%s%s", code, r->err_len ? "; stderr: " : "", r->err);
+		}
+		free(s->error);
+		s->error = msg;
+	}
+	free(r);
+	return code;
+}
+
+static void run_slot(skl_worker *w, slot *s)
+{
+	int code = s->h->command ? run_command(w, s) : s->h->fn(&s->job, s->h->ctx);
+	if (code == SKL_JOB_OK) {
+		s->outcome = SKL_OUTCOME_COMPLETE;
+		return;
+	}
+	if (s->error == NULL) {
+		char msg[64];
+		snprintf(msg, sizeof(msg), "handler returned %d", code);
+		set_text(&s->error, msg);
+	}
+	s->outcome = code == SKL_JOB_DISCARD ? SKL_OUTCOME_DISCARD : SKL_OUTCOME_RETRY;
+	if (s->outcome == SKL_OUTCOME_RETRY)
+		s->retry_delay_ms = retry_delay(w, &s->job);
+}
+
+static void *thread_main(void *arg)
+{
+	skl_worker *w = arg;
+	/* A command that does not read its payload must not kill the process
+	 * with SIGPIPE: writes to its stdin fail with EPIPE instead. */
+	sigset_t pipe_set;
+	sigemptyset(&pipe_set);
+	sigaddset(&pipe_set, SIGPIPE);
+	pthread_sigmask(SIG_BLOCK, &pipe_set, NULL);
+	for (;;) {
+		pthread_mutex_lock(&w->mu);
+		while (w->queued == NULL && !w->threads_exit)
+			pthread_cond_wait(&w->work, &w->mu);
+		slot *s = w->queued;
+		if (s == NULL) {
+			pthread_mutex_unlock(&w->mu);
+			return NULL;
+		}
+		w->queued = s->next;
+		if (w->queued == NULL)
+			w->queued_tail = NULL;
+		pthread_mutex_unlock(&w->mu);
+		run_slot(w, s);
+		pthread_mutex_lock(&w->mu);
+		s->next = w->done;
+		w->done = s;
+		pthread_mutex_unlock(&w->mu);
+		wake(w);
+	}
+}
+
+static void free_slot(slot *s)
+{
+	free(s->job.internal);
+	free(s->result);
+	free(s->error);
+	free(s);
+}
+
+static void forget_running(skl_worker *w, slot *s)
+{
+	for (size_t i = 0; i < w->nrunning; i++)
+		if (w->running[i] == s) {
+			w->running[i] = w->running[--w->nrunning];
+			return;
+		}
+}
+
+/* Records every finished slot in one fenced statement.  On a database
+ * failure the slots stay on the done list and are tried again. */
+static void record_done(skl_worker *w)
+{
+	pthread_mutex_lock(&w->mu);
+	slot *list = w->done;
+	w->done = NULL;
+	pthread_mutex_unlock(&w->mu);
+	size_t n = 0;
+	for (slot *s = list; s; s = s->next)
+		n++;
+	if (n == 0)
+		return;
+	skl_outcome *outs = calloc(n, sizeof(*outs));
+	bool *ok = calloc(n, sizeof(*ok));
+	size_t i = 0;
+	for (slot *s = list; outs && s; s = s->next, i++)
+		outs[i] = (skl_outcome){.id = s->job.id, .fencing = s->job.fencing,
+		                        .kind = s->outcome, .result = s->result, .error = s->error,
+		                        .retry_delay_ms = s->retry_delay_ms};
+	skl_error err;
+	skl_rc rc = outs && ok ? skl_record(w->db, outs, n, ok, &err) : SKL_NOMEM;
+	if (rc != SKL_OK) {
+		skl__wlog(w, SKL_LOG_WARNING, "recording %zu outcome(s) failed, will retry: %s", n,
+		          rc == SKL_NOMEM ? "out of memory" : err.message);
+		pthread_mutex_lock(&w->mu);
+		slot *tail = list;
+		while (tail->next)
+			tail = tail->next;
+		tail->next = w->done;
+		w->done = list;
+		pthread_mutex_unlock(&w->mu);
+	} else {
+		i = 0;
+		for (slot *s = list, *next; s; s = next, i++) {
+			next = s->next;
+			if (!ok[i]) {
+				w->st_fenced++;
+				skl__wlog(w, SKL_LOG_WARNING,
+				          "job=%" PRId64 " kind=%s attempt=%d fencing=%" PRId64
+				          ": lease lost, outcome dropped", s->job.id, s->job.kind,
+				          s->job.attempt, s->job.fencing);
+			} else if (s->outcome == SKL_OUTCOME_COMPLETE) {
+				w->st_completed++;
+			} else if (s->outcome == SKL_OUTCOME_DISCARD ||
+			           s->job.attempt >= s->job.max_attempts) {
+				w->st_discarded++;
+				skl__wlog(w, SKL_LOG_WARNING, "job=%" PRId64 " kind=%s attempt=%d: discarded: %s",
+				          s->job.id, s->job.kind, s->job.attempt, s->error ? s->error : "");
+			} else {
+				w->st_retried++;
+				skl__wlog(w, SKL_LOG_INFO,
+				          "job=%" PRId64 " kind=%s attempt=%d: failed, retry in %" PRId64
+				          " ms: %s", s->job.id, s->job.kind, s->job.attempt, s->retry_delay_ms,
+				          s->error ? s->error : "");
+			}
+			forget_running(w, s);
+			free_slot(s);
+		}
+	}
+	free(outs);
+	free(ok);
+}
+
+static const handler *find_handler(const skl_worker *w, const char *kind)
+{
+	for (size_t i = 0; i < w->nhandlers; i++)
+		if (strcmp(w->handlers[i].kind, kind) == 0)
+			return &w->handlers[i];
+	return NULL;
+}
+
+/* Claims up to `free_slots` jobs; returns how many, or -1 on failure. */
+static int claim_more(skl_worker *w, size_t free_slots, const char *const *kinds)
+{
+	skl_claim_opts o = {.queues = w->wo.queues, .nqueues = w->wo.nqueues, .kinds = kinds,
+	                    .nkinds = w->nhandlers, .limit = free_slots,
+	                    .lease_ms = w->wo.lease_ms, .owner = w->wo.owner};
+	skl_job *jobs = NULL;
+	size_t n = 0;
+	skl_error err;
+	skl_rc rc = skl_claim(w->db, &o, &jobs, &n, &err);
+	if (rc == SKL_EMPTY)
+		return 0;
+	if (rc != SKL_OK) {
+		skl__wlog(w, SKL_LOG_WARNING, "claim failed: %s", err.message);
+		return -1;
+	}
+	for (size_t i = 0; i < n; i++) {
+		slot *s = calloc(1, sizeof(*s));
+		if (s == NULL) { /* leave it to the rescue: its lease will expire */
+			free(jobs[i].internal);
+			continue;
+		}
+		s->job = jobs[i];
+		s->magic = SLOT_MAGIC;
+		s->h = find_handler(w, s->job.kind);
+		w->running[w->nrunning++] = s;
+		pthread_mutex_lock(&w->mu);
+		if (w->queued_tail)
+			w->queued_tail->next = s;
+		else
+			w->queued = s;
+		w->queued_tail = s;
+		pthread_mutex_unlock(&w->mu);
+		pthread_cond_signal(&w->work);
+	}
+	free(jobs);
+	w->st_claimed += n;
+	return (int)n;
+}
+
+static void heartbeat(skl_worker *w)
+{
+	size_t n = w->nrunning;
+	if (n == 0)
+		return;
+	int64_t *ids = calloc(n, sizeof(int64_t)), *fen = calloc(n, sizeof(int64_t));
+	bool *alive = calloc(n, sizeof(bool));
+	skl_error err;
+	for (size_t i = 0; ids && fen && i < n; i++) {
+		ids[i] = w->running[i]->job.id;
+		fen[i] = w->running[i]->job.fencing;
+	}
+	skl_rc rc = ids && fen && alive
+	                ? skl_heartbeat(w->db, ids, fen, n, w->wo.lease_ms, alive, &err)
+	                : SKL_NOMEM;
+	if (rc == SKL_OK) {
+		w->st_heartbeats++;
+		for (size_t i = 0; i < n; i++)
+			if (!alive[i] && !w->running[i]->lost) {
+				w->running[i]->lost = 1;
+				skl__wlog(w, SKL_LOG_WARNING, "job=%" PRId64 " kind=%s: lease lost; stopping it",
+				          ids[i], w->running[i]->job.kind);
+			}
+	} else {
+		skl__wlog(w, SKL_LOG_WARNING, "heartbeat failed: %s",
+		          rc == SKL_NOMEM ? "out of memory" : err.message);
+	}
+	free(ids);
+	free(fen);
+	free(alive);
+}
+
+static void rescue(skl_worker *w)
+{
+	int rescued = 0, discarded = 0;
+	skl_error err;
+	if (skl_rescue(w->db, 1000, &rescued, &discarded, &err) != SKL_OK) {
+		skl__wlog(w, SKL_LOG_WARNING, "rescue failed: %s", err.message);
+		return;
+	}
+	w->st_rescued += (uint64_t)(rescued + discarded);
+	if (rescued + discarded > 0)
+		skl__wlog(w, SKL_LOG_INFO, "rescued %d job(s) with expired leases (%d discarded)",
+		          rescued, discarded);
+}
+
+static size_t pending_count(skl_worker *w)
+{
+	return w->nrunning; /* claimed and not yet recorded */
+}
+
+static void wait_wake(skl_worker *w, int64_t ms)
+{
+	struct pollfd p = {.fd = w->wake[0], .events = POLLIN};
+	if (ms > 0)
+		poll(&p, 1, ms > 1000 ? 1000 : (int)ms);
+	char buf[256];
+	while (read(w->wake[0], buf, sizeof(buf)) > 0)
+		;
+}
+
+static skl_rc start_threads(skl_worker *w, skl_error *err)
+{
+	w->running = calloc((size_t)w->wo.concurrency, sizeof(slot *));
+	w->threads = calloc((size_t)w->wo.concurrency, sizeof(pthread_t));
+	if (w->running == NULL || w->threads == NULL)
+		return skl__seterr(err, SKL_NOMEM, "out of memory");
+	pthread_attr_t at;
+	pthread_attr_init(&at);
+	pthread_attr_setstacksize(&at, 512 * 1024);
+	for (int i = 0; i < w->wo.concurrency; i++, w->nthreads++)
+		if (pthread_create(&w->threads[i], &at, thread_main, w) != 0) {
+			pthread_attr_destroy(&at);
+			return skl__seterr(err, SKL_IO, "cannot start handler thread %d", i + 1);
+		}
+	pthread_attr_destroy(&at);
+	return SKL_OK;
+}
+
+static void stop_threads(skl_worker *w)
+{
+	pthread_mutex_lock(&w->mu);
+	w->threads_exit = true;
+	pthread_mutex_unlock(&w->mu);
+	pthread_cond_broadcast(&w->work);
+	for (int i = 0; i < w->nthreads; i++)
+		pthread_join(w->threads[i], NULL);
+	w->nthreads = 0;
+}
+
+typedef struct loop_state {
+	int64_t poll, next_claim, next_hb, next_rescue, stop_at, kill_sent;
+} loop_state;
+
+static int64_t jitter(skl_worker *w, int64_t ms)
+{
+	return ms / 2 + (int64_t)(skl__rand01(&w->rng) * (double)ms);
+}
+
+/* One turn of the loop; returns false when the drain is complete. */
+static bool turn(skl_worker *w, loop_state *ls, const char *const *kinds)
+{
+	record_done(w);
+	int64_t now = skl__now_ms();
+	if (w->stop && ls->stop_at == 0) {
+		ls->stop_at = now + w->wo.shutdown_timeout_ms;
+		skl__wlog(w, SKL_LOG_INFO, "stopping: draining %zu running job(s)", pending_count(w));
+	}
+	if (w->stop && pending_count(w) == 0)
+		return false;
+	if (w->stop && now >= ls->stop_at && !ls->kill_sent) {
+		ls->kill_sent = now;
+		for (size_t i = 0; i < w->nrunning; i++)
+			w->running[i]->lost = 1; /* commands get SIGTERM, then SIGKILL */
+		skl__wlog(w, SKL_LOG_WARNING, "shutdown timeout: stopping %zu job(s)", w->nrunning);
+	}
+	if (ls->kill_sent && now - ls->kill_sent > w->wo.kill_grace_ms + 2000)
+		return false; /* C handlers that ignore skl_job_lost: leave them to the rescue */
+	size_t free_slots = (size_t)w->wo.concurrency - pending_count(w);
+	if (!w->stop && free_slots > 0 && now >= ls->next_claim) {
+		int got = claim_more(w, free_slots, kinds);
+		if (got > 0) {
+			ls->poll = w->wo.poll_ms;
+			ls->next_claim = now; /* more may be due as soon as a slot frees */
+		} else {
+			ls->next_claim = now + jitter(w, ls->poll);
+			ls->poll = ls->poll * 2 > w->wo.poll_max_ms ? w->wo.poll_max_ms : ls->poll * 2;
+		}
+	}
+	if (now >= ls->next_hb) {
+		heartbeat(w);
+		ls->next_hb = now + w->wo.lease_ms / 3;
+	}
+	if (!w->stop && now >= ls->next_rescue) {
+		rescue(w);
+		ls->next_rescue = now + jitter(w, w->wo.rescue_every_ms);
+	}
+	int64_t until = ls->next_hb;
+	if (!w->stop && pending_count(w) < (size_t)w->wo.concurrency && ls->next_claim < until)
+		until = ls->next_claim;
+	if (!w->stop && ls->next_rescue < until)
+		until = ls->next_rescue;
+	wait_wake(w, until - skl__now_ms());
+	return true;
+}
+
+skl_rc skl_worker_run(skl_worker *w, skl_error *err)
+{
+	if (w->nhandlers == 0)
+		return skl__seterr(err, SKL_MISUSE, "the worker has no handlers");
+	skl_rc rc = skl_client_ping(w->db, err);
+	if (rc != SKL_OK)
+		return rc;
+	const char **kinds = calloc(w->nhandlers, sizeof(char *));
+	if (kinds == NULL)
+		return skl__seterr(err, SKL_NOMEM, "out of memory");
+	for (size_t i = 0; i < w->nhandlers; i++)
+		kinds[i] = w->handlers[i].kind;
+	rc = start_threads(w, err);
+	int64_t now = skl__now_ms();
+	loop_state ls = {.poll = w->wo.poll_ms, .next_claim = now,
+	                 .next_hb = now + w->wo.lease_ms / 3,
+	                 .next_rescue = now + jitter(w, w->wo.rescue_every_ms)};
+	skl__wlog(w, SKL_LOG_INFO, "worker %s started: %zu kind(s), concurrency %d, lease %" PRId64
+	          " ms", w->wo.owner, w->nhandlers, w->wo.concurrency, w->wo.lease_ms);
+	while (rc == SKL_OK && turn(w, &ls, kinds))
+		;
+	stop_threads(w);
+	free(kinds);
+	if (rc == SKL_OK)
+		skl_error_clear(err);
+	return rc;
+}
+
+void skl_worker_free(skl_worker *w)
+{
+	if (w == NULL)
+		return;
+	if (w->nthreads)
+		stop_threads(w);
+	for (size_t i = 0; i < w->nrunning; i++)
+		free_slot(w->running[i]);
+	free(w->running);
+	free(w->threads);
+	for (size_t i = 0; i < w->nhandlers; i++) {
+		free(w->handlers[i].kind);
+		free(w->handlers[i].command);
+	}
+	free(w->handlers);
+	for (size_t i = 0; w->queues && w->queues[i]; i++)
+		free(w->queues[i]);
+	free(w->queues);
+	for (size_t i = 0; i < SKL_ARRAY_LEN(w->strings); i++)
+		free(w->strings[i]);
+	skl_client_close(w->db);
+	if (w->wake[0] >= 0)
+		close(w->wake[0]);
+	if (w->wake[1] >= 0)
+		close(w->wake[1]);
+	pthread_mutex_destroy(&w->mu);
+	pthread_cond_destroy(&w->work);
+	free(w);
+}
