@@ -137,6 +137,8 @@ struct pgparse {
     size_t keep_len;
     char keep[PG_KEEP];         /* tail of a Q body, head of P/B/E/C */
     bool unnamed_commit;        /* unnamed statement's text is a COMMIT */
+    const char *match;          /* also treat statements containing this
+                                   text as a COMMIT (drop-reply-matching) */
     bool portal_commit;         /* unnamed portal is bound to such a statement */
     char named[PG_NAMES][PG_NAMELEN]; /* named statements that are a COMMIT */
 };
@@ -145,7 +147,6 @@ struct pgparse {
 
 struct conn {
     uint64_t id;
-    char peer[64];
     int fd[2];
     bool connecting;            /* SRV: non-blocking connect in progress */
     int64_t connect_deadline;
@@ -188,6 +189,7 @@ struct proxy {
     enum mode mode;
     int delay_ms;
     bool armed;                 /* drop-commit-reply waits for a COMMIT */
+    char match[128];            /* drop-reply-matching: statement text */
     bool quit;
     int64_t deadline;           /* --ttl, monotonic ms */
     int64_t accept_paused_until;
@@ -491,14 +493,21 @@ static const char *keep_cstr(const struct pgparse *p, int i)
     }
 }
 
+/* True when drop-reply-matching is armed and query contains its text. */
+static bool text_matches(const struct pgparse *p, const char *query)
+{
+    return p->match && p->match[0] && strstr(query, p->match) != NULL;
+}
+
 /* Parse: name, query, ...  Bind: portal, statement, ... */
 static void on_parse(struct pgparse *p)
 {
     const char *name = keep_cstr(p, 0), *query = keep_cstr(p, 1);
 
     if (name)
-        stmt_set(p, name, query && sql_is_commit(query, strlen(query),
-                                                 false, true));
+        stmt_set(p, name, query && (sql_is_commit(query, strlen(query),
+                                                  false, true) ||
+                                    text_matches(p, query)));
 }
 
 static void on_bind(struct pgparse *p)
@@ -579,7 +588,9 @@ static void pg_end(struct pgparse *p, bool *commit)
     p->st = PG_MSG_HDR;
     switch (p->type) {
     case 'Q':
-        *commit = sql_is_commit(p->keep, p->keep_len, p->truncated, false);
+        *commit = sql_is_commit(p->keep, p->keep_len, p->truncated, false) ||
+                  (p->keep_len < PG_KEEP && memchr(p->keep, '\0', p->keep_len) &&
+                   text_matches(p, p->keep));
         break;
     case 'P': on_parse(p); break;
     case 'B': on_bind(p); break;
@@ -758,7 +769,6 @@ static void conn_new(struct proxy *px, int fd, const char *peer, int64_t now)
         return;
     }
     c->id = ++px->next_id;
-    snprintf(c->peer, sizeof c->peer, "%s", peer);
     c->fd[CLI] = fd;
     set_nodelay(fd);
     c->pg.st = PG_STARTUP_HDR;
@@ -778,9 +788,11 @@ static void scan_client(struct proxy *px, struct conn *c,
     while (off < n) {
         bool commit;
 
+        c->pg.match = px->match;
         off += pg_feed(&c->pg, d + off, n - off, &commit);
         if (commit && px->armed) {
             px->armed = false;
+            px->match[0] = '\0';
             c->commit_end = c->up_read + off;
             log_event("conn=%llu COMMIT seen; its reply will be dropped",
                       (unsigned long long)c->id);
@@ -936,6 +948,7 @@ static size_t reset_all(struct proxy *px)
     }
     px->nconns = 0;
     px->st.reset += n;
+    log_event("reset %zu connection(s)", n);
     return n;
 }
 
@@ -944,8 +957,10 @@ static size_t reset_all(struct proxy *px)
 static int split_words(char *line, char **argv, int max)
 {
     int argc = 0;
+    char *save;
 
-    for (char *tok = strtok(line, " \t\r"); tok; tok = strtok(NULL, " \t\r")) {
+    for (char *tok = strtok_r(line, " \t\r", &save); tok;
+         tok = strtok_r(NULL, " \t\r", &save)) {
         if (argc == max)
             return max + 1;
         argv[argc++] = tok;
@@ -1023,6 +1038,12 @@ static void run_command(struct proxy *px, char *line, char *r, size_t rsz)
         cmd_delay(px, argc, argv, r, rsz);
     else if (strcmp(argv[0], "drop-commit-reply") == 0)
         cmd_drop(px, argc, argv, r, rsz);
+    else if (strcmp(argv[0], "drop-reply-matching") == 0 && argc == 2) {
+        snprintf(px->match, sizeof(px->match), "%s", argv[1]);
+        px->armed = true;
+        log_event("drop-reply-matching '%s' armed", px->match);
+        snprintf(r, rsz, "ok drop-reply-matching armed");
+    }
     else if (argc != 1)
         snprintf(r, rsz, "error %s takes no argument", argv[0]);
     else if (strcmp(argv[0], "reset") == 0)
@@ -1035,7 +1056,8 @@ static void run_command(struct proxy *px, char *line, char *r, size_t rsz)
         snprintf(r, rsz, "ok bye");
     } else if (strcmp(argv[0], "help") == 0)
         snprintf(r, rsz, "ok commands: mode pass|blackhole|refuse; reset; "
-                 "delay MS; drop-commit-reply [off]; stats; quit");
+                 "delay MS; drop-commit-reply [off]; drop-reply-matching TEXT; "
+                 "stats; quit");
     else
         snprintf(r, rsz, "error unknown command '%.40s' (try help)",
                  argv[0]);
@@ -1078,7 +1100,9 @@ static bool ctl_lines(struct proxy *px, struct ctl_client *cc, bool eof)
         ctl_exec(px, cc, cc->buf);
     }
     if (!eof && cc->len == CTL_LINE - 1) {
-        send(cc->fd, "error command too long\n", 23, MSG_NOSIGNAL | MSG_DONTWAIT);
+        static const char too_long[] = "error command too long\n";
+
+        send(cc->fd, too_long, sizeof too_long - 1, MSG_NOSIGNAL | MSG_DONTWAIT);
         return false;
     }
     return !eof;
@@ -1509,7 +1533,7 @@ static int parse_args(struct proxy *px, int argc, char **argv)
         return usage_error("--listen, --upstream and --control are required");
     if (!parse_long(ttl, 1, 30L * 24 * 3600, &px->ttl_s))
         return usage_error("--ttl must be a whole number of seconds >= 1");
-    if (strlen(px->control_path) >= sizeof(((struct sockaddr_un *)0)->sun_path))
+    if (strlen(px->control_path) >= sizeof((struct sockaddr_un){0}.sun_path))
         return usage_error("--control path too long for a UNIX socket");
     if (!resolve(px->upstream_spec, false, &px->up_addr, &px->up_len))
         return usage_error("--upstream must be HOST:PORT and resolvable");
