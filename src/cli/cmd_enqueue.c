@@ -16,7 +16,8 @@ static const char usage[] =
 	"Usage: skiplock enqueue [OPTIONS] KIND [JSON]\n"
 	"       skiplock enqueue [OPTIONS] --batch FILE|-\n"
 	"\n"
-	"Add a job of KIND with the JSON payload (default {}) and print its id. With\n"
+	"Add a job of KIND with the JSON payload (default {}; - reads it from standard\n"
+	"input) and print its id. With\n"
 	"--unique-key, an unfinished job that already holds the key is not duplicated:\n"
 	"its id is printed instead. The call is retry-safe: if the answer to COMMIT is\n"
 	"lost and skiplock retries, no second job appears.\n"
@@ -116,6 +117,21 @@ static bool check_payload(const enqueue_args *a, const char *json, const char *w
 	}
 	json_decref(v);
 	return true;
+}
+
+/* Reads a payload from standard input: at most max_payload + 1 bytes, so an
+ * oversized payload is refused without reading all of it. */
+static char *read_stdin_payload(const enqueue_args *a)
+{
+	size_t cap = (size_t)a->max_payload + 2, len = 0;
+	char *buf = malloc(cap);
+	if (buf == NULL)
+		return NULL;
+	size_t r;
+	while (len < cap - 1 && (r = fread(buf + len, 1, cap - 1 - len, stdin)) > 0)
+		len += r;
+	buf[len] = '\0';
+	return buf;
 }
 
 static int run_single(enqueue_args *a, skl_client *c, const char *kind, const char *json)
@@ -365,16 +381,23 @@ int cmd_enqueue(int argc, char **argv)
 		                       : "expected KIND and an optional JSON payload (see --help)");
 		return CLI_USAGE;
 	}
+	char *from_stdin = NULL;
+	if (!a.batch && strcmp(json, "-") == 0 && (json = from_stdin = read_stdin_payload(&a)) == NULL) {
+		cli_error(&cc, "out of memory reading the payload");
+		return CLI_PROBLEM;
+	}
 	if (!a.batch && (!check_len(&cc, "job kind", kind, SKL_KIND_MAX) ||
-	                 !check_payload(&a, json, "")))
+	                 !check_payload(&a, json, ""))) {
+		free(from_stdin);
 		return CLI_USAGE;
+	}
+	skl_client *c = NULL;
 	if (!check_len(&cc, "queue name", a.opts.queue, SKL_KIND_MAX) ||
 	    !check_len(&cc, "unique key", a.opts.unique_key, SKL_UNIQUE_KEY_MAX))
-		return CLI_USAGE;
-	skl_client *c;
-	if ((rc = cli_open(&cc, &c)) != CLI_OK)
-		return rc;
-	rc = a.batch ? run_batch(&a, c) : run_single(&a, c, kind, json);
+		rc = CLI_USAGE;
+	else if ((rc = cli_open(&cc, &c)) == CLI_OK)
+		rc = a.batch ? run_batch(&a, c) : run_single(&a, c, kind, json);
 	skl_client_close(c);
+	free(from_stdin);
 	return rc;
 }

@@ -93,6 +93,18 @@ long long itest_int(PGconn *conn, const char *fmt, ...)
 	return v;
 }
 
+const char *itest_text(PGconn *conn, const char *fmt, ...)
+{
+	static char buf[16384];
+	va_list ap;
+	va_start(ap, fmt);
+	PGresult *r = vsql(conn, fmt, ap);
+	va_end(ap);
+	snprintf(buf, sizeof(buf), "%s", PQntuples(r) > 0 ? PQgetvalue(r, 0, 0) : "");
+	PQclear(r);
+	return buf;
+}
+
 int itest_sh(const char *fmt, ...)
 {
 	char cmd[8192];

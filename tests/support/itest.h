@@ -63,6 +63,9 @@ void itest_fail(const char *file, int line, const char *fmt, ...)
 PGresult *itest_sql(PGconn *conn, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Runs SQL and returns the first column of the first row as an integer. */
 long long itest_int(PGconn *conn, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Runs SQL and returns the first value as text (a static buffer, valid
+ * until the next call; "" for NULL). */
+const char *itest_text(PGconn *conn, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Opens a blocking libpq connection (fails the case on error). */
 PGconn *itest_connect(const char *url, const char *appname);
 /* Runs a shell command; returns its exit status (or 128+signal). */

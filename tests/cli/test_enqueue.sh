@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# `skiplock enqueue`: single and batch round trips, unique keys under
+# concurrency, all-or-nothing batches, and bad input that writes nothing.
+. "$(dirname "$0")/lib.sh"
+S=$SKL_BIN
+"$S" init --url "$URL" >/dev/null 2>&1 || fail "init"
+count() { q "SELECT count(*) FROM skiplock.jobs"; }
+
+id=$("$S" enqueue --url "$URL" email '{"to":"a@example.com"}' --queue mail --priority 5 \
+	--max-attempts 3 --delay 1h --timeout 30s --backoff-base 2s --backoff-cap 1m)
+check_eq "single enqueue prints the id" "$id" "$(q "SELECT max(id) FROM skiplock.jobs")"
+check_eq "options are stored" \
+	"$(q "SELECT kind||' '||queue||' '||priority||' '||max_attempts||' '||timeout_ms||' '||backoff_base_ms||' '||backoff_cap_ms||' '||payload::text||' '||(run_at > now() + interval '59 minutes') FROM skiplock.jobs WHERE id = $id")" \
+	'email mail 5 3 30000 2000 60000 {"to": "a@example.com"} true'
+id2=$("$S" enqueue --url "$URL" plain)
+check_eq "default payload and queue" "$(q "SELECT payload::text||' '||queue FROM skiplock.jobs WHERE id = $id2")" "{} default"
+
+# 16 processes, one unique key
+for i in $(seq 1 16); do
+	"$S" enqueue --url "$URL" report '{"day":"2026-11-29"}' --unique-key report:2026-11-29 >"$TMP/u.$i" 2>&1 &
+done
+wait
+check_eq "16 concurrent enqueues print one id" "$(cat "$TMP"/u.* | sort -u | wc -l)" 1
+check_eq "exactly one job holds the key" "$(q "SELECT count(*) FROM skiplock.jobs WHERE unique_key = 'report:2026-11-29'")" 1
+check_eq "the printed id is that job" "$(cat "$TMP/u.1")" "$(q "SELECT id FROM skiplock.jobs WHERE unique_key = 'report:2026-11-29'")"
+
+# batch: ids in input order
+before=$(count)
+printf '%s\n' '{"kind":"a","payload":{"n":1}}' '' '{"kind":"b","payload":[1,2],"queue":"q2","priority":2}' \
+	'{"kind":"a","unique_key":"k1"}' '{"kind":"a","unique_key":"k1","payload":{"dup":true}}' >"$TMP/batch.ndjson"
+"$S" enqueue --url "$URL" --batch "$TMP/batch.ndjson" >"$TMP/ids"
+check_eq "batch exit status" "$?" 0
+check_eq "batch prints one id per job" "$(wc -l <"$TMP/ids")" 4
+check_eq "batch inserted 3 jobs (the 4th shares a unique key)" "$(($(count) - before))" 3
+check_eq "batch ids follow input order" "$(q "SELECT string_agg(kind||':'||queue, ',' ORDER BY array_position(ARRAY[$(paste -sd, "$TMP/ids")]::bigint[], id)) FROM skiplock.jobs WHERE id IN ($(paste -sd, "$TMP/ids"))")" "a:default,b:q2,a:default"
+check_eq "duplicate unique key in a batch gets the holder's id" "$(sed -n 3p "$TMP/ids")" "$(sed -n 4p "$TMP/ids")"
+big=$(for i in $(seq 1 2000); do printf '{"kind":"bulk","payload":{"i":%d}}\n' "$i"; done)
+printf '%s\n' "$big" | "$S" enqueue --url "$URL" --batch - >"$TMP/bulk.ids"
+check_eq "2000-job batch from stdin" "$(q "SELECT count(*) FROM skiplock.jobs WHERE kind = 'bulk'")" 2000
+
+echo '{"from":"stdin"}' | "$S" enqueue --url "$URL" stdin-kind - >/dev/null
+check_eq "payload from stdin" "$(q "SELECT payload->>'from' FROM skiplock.jobs WHERE kind = 'stdin-kind'")" stdin
+
+# bad input: one line, exit 2, nothing written
+before=$(count)
+printf '%s\n' '{"kind":"a"}' '{"kind":"b"}' '{"kind":"c",' '{"kind":"d"}' >"$TMP/bad.ndjson"
+expect_exit "batch with a malformed line" 2 '^skiplock enqueue: line 3: invalid JSON' -- "$S" enqueue --url "$URL" --batch "$TMP/bad.ndjson"
+printf '%s\n' '{"kind":"a"}' '{"payload":{}}' >"$TMP/bad2.ndjson"
+expect_exit "batch line without kind" 2 'line 2: "kind" is required' -- "$S" enqueue --url "$URL" --batch "$TMP/bad2.ndjson"
+printf '%s\n' '{"kind":"a","colour":"red"}' >"$TMP/bad3.ndjson"
+expect_exit "batch line with an unknown field" 2 'line 1: unknown field "colour"' -- "$S" enqueue --url "$URL" --batch "$TMP/bad3.ndjson"
+expect_exit "batch file missing" 2 'cannot open batch file' -- "$S" enqueue --url "$URL" --batch "$TMP/nope"
+expect_exit "invalid JSON payload" 2 'invalid JSON payload at line 1, column' -- "$S" enqueue --url "$URL" k '{"a":'
+expect_exit "empty kind" 2 'job kind must be 1 to 128 bytes' -- "$S" enqueue --url "$URL" '' '{}'
+expect_exit "over-long kind" 2 'job kind must be 1 to 128 bytes \(got 129\)' -- "$S" enqueue --url "$URL" "$(printf 'k%.0s' $(seq 1 129))"
+expect_exit "payload over the limit" 2 'payload is [0-9]+ bytes, over the limit of 100' -- "$S" enqueue --url "$URL" k "{\"x\":\"$(printf 'y%.0s' $(seq 1 120))\"}" --max-payload 100
+{ printf '{"x":"'; head -c 1100000 /dev/zero | tr '\0' y; printf '"}'; } >"$TMP/huge.json"
+expect_exit "payload over the default limit (stdin)" 2 'over the limit of 1048576' -- sh -c '"$0" enqueue --url "$1" k - <"$2"' "$S" "$URL" "$TMP/huge.json"
+expect_exit "unknown option" 2 'unknown option "--colour"' -- "$S" enqueue --url "$URL" --colour red k
+expect_exit "bad priority" 2 '--priority: "high" is not an integer' -- "$S" enqueue --url "$URL" --priority high k
+expect_exit "negative delay" 2 '--delay: invalid duration "-5s"' -- "$S" enqueue --url "$URL" --delay -5s k
+expect_exit "zero max attempts" 2 '--max-attempts: "0" is not an integer from 1' -- "$S" enqueue --url "$URL" --max-attempts 0 k
+expect_exit "bad run-at" 2 'invalid input syntax for type timestamp' -- "$S" enqueue --url "$URL" --run-at 'next tuesday-ish' k
+expect_exit "missing kind" 2 'expected KIND' -- "$S" enqueue --url "$URL"
+check_eq "nothing was written by bad input" "$(count)" "$before"
+no_leftovers
+finish

@@ -1,0 +1,510 @@
+/*
+ * Integration tests of the queue library, direct and through PgBouncer:
+ * enqueue paths, unique keys, claim order, delayed jobs, fencing against
+ * stale owners, heartbeats, rescue, retries and the error history, and the
+ * claim's plan on a large table.
+ */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "internal.h"
+#include "itest.h"
+
+static skl_client *open_client(itest_ctx *t)
+{
+	skl_client_options o;
+	skl_client_options_init(&o);
+	o.url = t->url;
+	o.application_name = "itest-queue";
+	skl_client *c = NULL;
+	skl_error err;
+	if (skl_client_open(&o, &c, &err) != SKL_OK || skl_schema_install(c, NULL, &err) != SKL_OK)
+		itest_fail(__FILE__, __LINE__, "open/init: %s", err.message);
+	return c;
+}
+
+static int64_t enqueue(skl_client *c, const char *kind, const char *payload,
+                       const skl_enqueue_opts *o)
+{
+	int64_t id = 0;
+	skl_error err;
+	if (skl_enqueue(c, kind, payload, o, &id, &err) != SKL_OK)
+		itest_fail(__FILE__, __LINE__, "enqueue %s: %s", kind, err.message);
+	return id;
+}
+
+static size_t claim(skl_client *c, const char *kind, size_t limit, int64_t lease_ms,
+                    skl_job **jobs)
+{
+	const char *kinds[] = {kind};
+	skl_claim_opts o = {.kinds = kinds, .nkinds = 1, .limit = limit, .lease_ms = lease_ms,
+	                    .owner = "itest"};
+	size_t n = 0;
+	skl_error err;
+	skl_rc rc = skl_claim(c, &o, jobs, &n, &err);
+	if (rc != SKL_OK && rc != SKL_EMPTY)
+		itest_fail(__FILE__, __LINE__, "claim: %s", err.message);
+	return n;
+}
+
+static void enqueue_paths_round_trip(itest_ctx *t)
+{
+	skl_client *c = open_client(t);
+	skl_enqueue_opts o;
+	skl_enqueue_opts_init(&o);
+	o.queue = "mail";
+	o.priority = 3;
+	o.max_attempts = 7;
+	int64_t a = enqueue(c, "send", "{\"to\": \"a@example.com\"}", &o);
+	/* the SQL function, named arguments, inside the caller's transaction */
+	PGconn *app = itest_connect(t->url, "itest-app");
+	PQclear(itest_sql(app, "BEGIN"));
+	long long b = itest_int(app, "SELECT skiplock.enqueue('send', '{\"to\": \"b\"}', "
+	                             "queue => 'mail', priority => 3)");
+	PQclear(itest_sql(app, "COMMIT"));
+	/* a rolled-back enqueue leaves nothing */
+	PQclear(itest_sql(app, "BEGIN"));
+	PQclear(itest_sql(app, "SELECT skiplock.enqueue('send', '{}', 'mail')"));
+	PQclear(itest_sql(app, "ROLLBACK"));
+	PQfinish(app);
+	/* bulk: two with one unique key in the same batch, one plain */
+	skl_job_spec specs[3] = {
+		{.kind = "send", .payload = "{\"n\": 1}", .opts = {.queue = "mail", .unique_key = "k"}},
+		{.kind = "send", .payload = "{\"n\": 2}", .opts = {.queue = "mail", .unique_key = "k"}},
+		{.kind = "send", .payload = NULL, .opts = {.queue = "mail"}},
+	};
+	int64_t ids[3];
+	skl_error err;
+	CHECK_EQ(skl_enqueue_bulk(c, specs, 3, ids, &err), SKL_OK);
+	CHECK_EQ(ids[0], ids[1]);
+	CHECK(ids[2] != ids[0]);
+	CHECK_EQ(itest_int(t->admin, "SELECT count(*) FROM skiplock.jobs"), 4);
+	skl_job *jobs = NULL;
+	size_t n = claim(c, "send", 10, 30000, &jobs);
+	CHECK_EQ(n, 4);
+	CHECK_EQ(jobs[0].id, a); /* priority 3 first, then by run_at, id */
+	CHECK_EQ(jobs[1].id, b);
+	CHECK_STR(jobs[0].queue, "mail");
+	CHECK_STR(jobs[0].payload, "{\"to\": \"a@example.com\"}");
+	CHECK_EQ(jobs[0].max_attempts, 7);
+	CHECK_EQ(jobs[0].attempt, 1);
+	CHECK_EQ(jobs[0].fencing, 1);
+	skl_jobs_free(jobs, n);
+	skl_client_close(c);
+	itest_no_leftovers(t);
+}
+
+static void unique_key_returns_holder(itest_ctx *t)
+{
+	skl_client *c = open_client(t);
+	skl_enqueue_opts o;
+	skl_enqueue_opts_init(&o);
+	o.unique_key = "report:2026-11-29";
+	int64_t a = enqueue(c, "report", "{}", &o), b = enqueue(c, "report", "{\"x\": 1}", &o);
+	CHECK_EQ(a, b);
+	CHECK_EQ(itest_int(t->admin, "SELECT count(*) FROM skiplock.jobs"), 1);
+	skl_job *jobs = NULL;
+	CHECK_EQ(claim(c, "report", 1, 30000, &jobs), 1);
+	CHECK_EQ(enqueue(c, "report", "{}", &o), a); /* running still holds the key */
+	skl_outcome out = {.id = jobs[0].id, .fencing = jobs[0].fencing,
+	                   .kind = SKL_OUTCOME_COMPLETE, .result = "{\"rows\": 3}"};
+	bool ok = false;
+	skl_error err;
+	CHECK_EQ(skl_record(c, &out, 1, &ok, &err), SKL_OK);
+	CHECK(ok);
+	skl_jobs_free(jobs, 1);
+	int64_t d = enqueue(c, "report", "{}", &o); /* finished: the key is free again */
+	CHECK(d != a);
+	CHECK_STR(itest_text(t->admin, "SELECT result::text FROM skiplock.jobs WHERE id = %" PRId64,
+	                     a), "{\"rows\": 3}");
+	skl_client_close(c);
+}
+
+static void claim_order_and_delays(itest_ctx *t)
+{
+	skl_client *c = open_client(t);
+	skl_enqueue_opts o;
+	skl_enqueue_opts_init(&o);
+	int64_t low = enqueue(c, "k", "{}", &o);
+	o.priority = 10;
+	int64_t high = enqueue(c, "k", "{}", &o);
+	o.priority = 0;
+	o.run_at = "2000-01-01 00:00:00+00";
+	int64_t old = enqueue(c, "k", "{}", &o);
+	o.run_at = NULL;
+	o.delay_ms = 1500;
+	int64_t later = enqueue(c, "k", "{}", &o);
+	o.delay_ms = 0;
+	o.run_at = "2999-01-01 00:00:00+00";
+	enqueue(c, "k", "{}", &o);
+	int64_t want[] = {high, old, low};
+	for (int i = 0; i < 3; i++) {
+		skl_job *jobs = NULL;
+		CHECK_EQ(claim(c, "k", 1, 30000, &jobs), 1);
+		CHECK_EQ(jobs[0].id, want[i]);
+		skl_jobs_free(jobs, 1);
+	}
+	skl_job *jobs = NULL;
+	CHECK_EQ(claim(c, "k", 5, 30000, &jobs), 0); /* the delayed job is not due yet */
+	CHECK(jobs == NULL);
+	usleep(1600 * 1000);
+	CHECK_EQ(claim(c, "k", 5, 30000, &jobs), 1);
+	CHECK_EQ(jobs[0].id, later);
+	skl_jobs_free(jobs, 1);
+	CHECK_EQ(claim(c, "other-kind", 5, 30000, &jobs), 0);
+	skl_client_close(c);
+}
+
+static bool record1(skl_client *c, const skl_job *j, skl_outcome_kind k, const char *error,
+                    int64_t delay)
+{
+	skl_outcome out = {.id = j->id, .fencing = j->fencing, .kind = k, .error = error,
+	                   .retry_delay_ms = delay};
+	bool ok = false;
+	skl_error err;
+	if (skl_record(c, &out, 1, &ok, &err) != SKL_OK)
+		itest_fail(__FILE__, __LINE__, "record: %s", err.message);
+	return ok;
+}
+
+/* A stale owner (its lease expired and the job was rescued and claimed
+ * again) can neither complete, fail nor extend the new claim. */
+static void stale_owner_is_fenced_out(itest_ctx *t)
+{
+	skl_client *c = open_client(t);
+	enqueue(c, "k", "{}", NULL);
+	skl_job *first = NULL, *second = NULL;
+	CHECK_EQ(claim(c, "k", 1, 300, &first), 1);
+	bool alive = false;
+	skl_error err;
+	CHECK_EQ(skl_heartbeat(c, &first->id, &first->fencing, 1, 300, &alive, &err), SKL_OK);
+	CHECK(alive);
+	usleep(700 * 1000);
+	int rescued = 0, discarded = 0;
+	CHECK_EQ(skl_rescue(c, 100, &rescued, &discarded, &err), SKL_OK);
+	CHECK_EQ(rescued, 1);
+	CHECK_EQ(discarded, 0);
+	CHECK_EQ(claim(c, "k", 1, 30000, &second), 1);
+	CHECK_EQ(second->id, first->id);
+	CHECK_EQ(second->fencing, first->fencing + 1);
+	CHECK_EQ(second->attempt, 2);
+	CHECK(!record1(c, first, SKL_OUTCOME_COMPLETE, NULL, 0));
+	CHECK(!record1(c, first, SKL_OUTCOME_RETRY, "late failure", 0));
+	CHECK_EQ(skl_heartbeat(c, &first->id, &first->fencing, 1, 30000, &alive, &err), SKL_OK);
+	CHECK(!alive);
+	CHECK_STR(itest_text(t->admin, "SELECT state FROM skiplock.jobs"), "running");
+	CHECK(record1(c, second, SKL_OUTCOME_COMPLETE, NULL, 0));
+	CHECK_STR(itest_text(t->admin, "SELECT state || ' ' || fencing || ' ' || "
+	                               "jsonb_array_length(errors) FROM skiplock.jobs"),
+	          "completed 2 1");
+	CHECK(strstr(itest_text(t->admin, "SELECT errors->0->>'error' FROM skiplock.jobs"),
+	             "lease expired") != NULL);
+	skl_jobs_free(first, 1);
+	skl_jobs_free(second, 1);
+	skl_client_close(c);
+}
+
+static void retries_then_discard_with_history(itest_ctx *t)
+{
+	skl_client *c = open_client(t);
+	skl_enqueue_opts o;
+	skl_enqueue_opts_init(&o);
+	o.max_attempts = 3;
+	int64_t id = enqueue(c, "k", "{}", &o);
+	for (int attempt = 1; attempt <= 3; attempt++) {
+		skl_job *j = NULL;
+		CHECK_EQ(claim(c, "k", 1, 30000, &j), 1);
+		CHECK_EQ(j->attempt, attempt);
+		char msg[32];
+		snprintf(msg, sizeof(msg), "boom %d", attempt);
+		CHECK(record1(c, j, SKL_OUTCOME_RETRY, msg, 0));
+		skl_jobs_free(j, 1);
+	}
+	CHECK_STR(itest_text(t->admin, "SELECT state || ' ' || attempt FROM skiplock.jobs"),
+	          "discarded 3");
+	CHECK_STR(itest_text(t->admin, "SELECT string_agg(e->>'attempt' || ':' || (e->>'error'), "
+	                               "',') FROM skiplock.jobs, jsonb_array_elements(errors) e"),
+	          "1:boom 1,2:boom 2,3:boom 3");
+	/* a retry delay is applied by the database clock */
+	int64_t id2 = enqueue(c, "k", "{}", NULL);
+	skl_job *j = NULL;
+	CHECK_EQ(claim(c, "k", 1, 30000, &j), 1);
+	CHECK(record1(c, j, SKL_OUTCOME_RETRY, "later", 60000));
+	skl_jobs_free(j, 1);
+	CHECK_INT(>, itest_int(t->admin, "SELECT extract(epoch FROM run_at - now())::int FROM "
+	                                 "skiplock.jobs WHERE id = %" PRId64, id2), 55);
+	/* discard at once; operator retry brings it back with one more attempt */
+	int64_t id3 = enqueue(c, "d", "{}", NULL);
+	CHECK_EQ(claim(c, "d", 1, 30000, &j), 1);
+	CHECK(record1(c, j, SKL_OUTCOME_DISCARD, "bad payload", 0));
+	skl_jobs_free(j, 1);
+	skl_error err;
+	CHECK_EQ(skl_job_retry(c, id3, &err), SKL_OK);
+	CHECK_STR(itest_text(t->admin, "SELECT state FROM skiplock.jobs WHERE id = %" PRId64, id3),
+	          "available");
+	CHECK_EQ(skl_job_cancel(c, id3, &err), SKL_OK);
+	CHECK_EQ(skl_job_cancel(c, id3, &err), SKL_CONFLICT);
+	CHECK_EQ(skl_job_retry(c, 999999, &err), SKL_EMPTY);
+	(void)id;
+	skl_client_close(c);
+}
+
+/* The error history keeps the newest 20 attempts. */
+static void error_history_is_bounded(itest_ctx *t)
+{
+	skl_client *c = open_client(t);
+	skl_enqueue_opts o;
+	skl_enqueue_opts_init(&o);
+	o.max_attempts = 30;
+	enqueue(c, "k", "{}", &o);
+	for (int i = 0; i < 25; i++) {
+		skl_job *j = NULL;
+		CHECK_EQ(claim(c, "k", 1, 30000, &j), 1);
+		CHECK(record1(c, j, SKL_OUTCOME_RETRY, "again", 0));
+		skl_jobs_free(j, 1);
+	}
+	CHECK_STR(itest_text(t->admin, "SELECT jsonb_array_length(errors) || ' ' || "
+	                               "(errors->0->>'attempt') || ' ' || (errors->-1->>'attempt') "
+	                               "FROM skiplock.jobs"), "20 6 25");
+	skl_client_close(c);
+}
+
+/* The claim reads the partial index, not the table, when almost every job
+ * has finished. */
+static void claim_plan_uses_partial_index(itest_ctx *t)
+{
+	skl_client *c = open_client(t);
+	PQclear(itest_sql(t->admin,
+	                  "INSERT INTO skiplock.jobs (kind, state, finished_at) "
+	                  "SELECT 'k', CASE WHEN g %% 100 = 0 THEN 'available' ELSE 'completed' END,"
+	                  " CASE WHEN g %% 100 = 0 THEN NULL ELSE now() END "
+	                  "FROM generate_series(1, 200000) g; ANALYZE skiplock.jobs"));
+	PGresult *r = itest_sql(t->admin,
+	                        "EXPLAIN SELECT id FROM skiplock.jobs WHERE state = 'available' "
+	                        "AND run_at <= now() AND kind = ANY ('{k}'::text[]) ORDER BY "
+	                        "priority DESC, run_at, id LIMIT 100 FOR UPDATE SKIP LOCKED");
+	char plan[8192] = "";
+	for (int i = 0; i < PQntuples(r); i++) {
+		strncat(plan, PQgetvalue(r, i, 0), sizeof(plan) - strlen(plan) - 2);
+		strcat(plan, "\n");
+	}
+	PQclear(r);
+	printf("%s", plan);
+	CHECK(strstr(plan, "jobs_claim_idx") != NULL);
+	CHECK(strstr(plan, "Seq Scan") == NULL);
+	skl_job *jobs = NULL;
+	int64_t start = itest_now_ms();
+	CHECK_EQ(claim(c, "k", 100, 30000, &jobs), 100);
+	printf("  claim of 100 from 200000 rows: %lld ms\n", (long long)(itest_now_ms() - start));
+	skl_jobs_free(jobs, 100);
+	skl_client_close(c);
+}
+
+/* ---- several worker processes over a fenced ledger ---- */
+
+static __thread PGconn *ledger_conn;
+static const char *ledger_url;
+
+/* The handler's effect: one ledger row, written only while the claim is
+ * current (a fenced insert). */
+static int ledger_handler(const skl_job *job, void *ctx)
+{
+	(void)ctx;
+	if (ledger_conn == NULL)
+		ledger_conn = itest_connect(ledger_url, "itest-ledger");
+	char id[24], fencing[24];
+	snprintf(id, sizeof(id), "%" PRId64, job->id);
+	snprintf(fencing, sizeof(fencing), "%" PRId64, job->fencing);
+	const char *vals[] = {id, fencing};
+	PGresult *r = PQexecParams(ledger_conn,
+	                           "INSERT INTO ledger (job_id, fencing) SELECT $1, $2 WHERE EXISTS "
+	                           "(SELECT 1 FROM skiplock.jobs WHERE id = $1 AND fencing = $2 "
+	                           "AND state = 'running')",
+	                           2, NULL, vals, NULL, NULL, 0);
+	int rc = PQresultStatus(r) == PGRES_COMMAND_OK ? SKL_JOB_OK : 1;
+	if (rc != SKL_JOB_OK) {
+		skl_job_set_error(job, PQerrorMessage(ledger_conn));
+		PQfinish(ledger_conn);
+		ledger_conn = NULL;
+	}
+	PQclear(r);
+	return rc;
+}
+
+static skl_worker *stop_me;
+
+static void on_term(int sig)
+{
+	(void)sig;
+	skl_worker_stop(stop_me);
+}
+
+static pid_t start_worker(itest_ctx *t, int n)
+{
+	pid_t pid = fork();
+	if (pid != 0)
+		return pid;
+	ledger_url = t->url;
+	skl_client_options co;
+	skl_client_options_init(&co);
+	co.url = t->url;
+	skl_worker_options wo;
+	skl_worker_options_init(&wo);
+	wo.concurrency = 8;
+	wo.lease_ms = 2000;
+	wo.poll_ms = 50;
+	wo.poll_max_ms = 200;
+	wo.rescue_every_ms = 500;
+	char owner[32];
+	snprintf(owner, sizeof(owner), "itest-w%d", n);
+	wo.owner = owner;
+	skl_worker *w = NULL;
+	skl_error err;
+	if (skl_worker_new(&co, &wo, &w, &err) != SKL_OK ||
+	    skl_worker_handle(w, "ledger", ledger_handler, NULL, &err) != SKL_OK)
+		_exit(3);
+	stop_me = w;
+	signal(SIGTERM, on_term);
+	skl_rc rc = skl_worker_run(w, &err);
+	skl_worker_free(w);
+	_exit(rc == SKL_OK ? 0 : 4);
+}
+
+static void many_workers_fenced_ledger(itest_ctx *t)
+{
+	enum { JOBS = 10000, WORKERS = 3 };
+	skl_client *c = open_client(t);
+	PQclear(itest_sql(t->admin, "CREATE TABLE ledger (job_id bigint, fencing bigint)"));
+	skl_job_spec *specs = calloc(JOBS, sizeof(*specs));
+	int64_t *ids = calloc(JOBS, sizeof(*ids));
+	for (int i = 0; i < JOBS; i++)
+		specs[i] = (skl_job_spec){.kind = "ledger", .payload = "{}"};
+	skl_error err;
+	CHECK_EQ(skl_enqueue_bulk(c, specs, JOBS, ids, &err), SKL_OK);
+	free(specs);
+	free(ids);
+	int64_t start = itest_now_ms();
+	pid_t pids[WORKERS + 1];
+	for (int i = 0; i < WORKERS; i++)
+		pids[i] = start_worker(t, i);
+	/* kill one worker mid-run; a replacement joins */
+	while (itest_int(t->admin, "SELECT count(*) FROM ledger") < JOBS / 3)
+		usleep(50000);
+	kill(pids[0], SIGKILL);
+	waitpid(pids[0], NULL, 0);
+	pids[WORKERS] = start_worker(t, WORKERS);
+	for (int i = 0; i < 1200 && itest_int(t->admin, "SELECT count(*) FROM skiplock.jobs WHERE "
+	                                                "state <> 'completed'") > 0; i++)
+		usleep(100000);
+	int64_t took = itest_now_ms() - start;
+	for (int i = 1; i <= WORKERS; i++) {
+		int st = 0;
+		kill(pids[i], SIGTERM);
+		waitpid(pids[i], &st, 0);
+		CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	}
+	CHECK_EQ(itest_int(t->admin, "SELECT count(*) FROM skiplock.jobs WHERE state = 'completed'"),
+	         JOBS);
+	/* at-least-once execution, exactly one accepted effect: a claim (job,
+	 * fencing) never wrote twice, and exactly one row per job carries the
+	 * token of the claim that completed it */
+	CHECK_EQ(itest_int(t->admin, "SELECT count(*) FROM (SELECT job_id FROM ledger GROUP BY "
+	                             "job_id, fencing HAVING count(*) > 1) d"), 0);
+	CHECK_EQ(itest_int(t->admin, "SELECT count(DISTINCT job_id) FROM ledger"), JOBS);
+	CHECK_EQ(itest_int(t->admin, "SELECT count(*) FROM skiplock.jobs j JOIN ledger l ON "
+	                             "l.job_id = j.id AND l.fencing = j.fencing"), JOBS);
+	long long rescued = itest_int(t->admin, "SELECT count(*) FROM skiplock.jobs WHERE errors::text "
+	                                        "LIKE '%%lease expired%%'");
+	long long stale = itest_int(t->admin, "SELECT count(*) FROM ledger l JOIN skiplock.jobs j ON "
+	                                      "j.id = l.job_id WHERE l.fencing <> j.fencing");
+	printf("  %d jobs, %d workers (one SIGKILLed: %lld jobs rescued, %lld stale executions): "
+	       "%lld ms, %.0f jobs/s\n", JOBS, WORKERS, rescued, stale, (long long)took,
+	       JOBS * 1000.0 / (double)took);
+	itest_no_leftovers(t);
+	skl_client_close(c);
+}
+
+/* ---- a lost answer to a committed enqueue ---- */
+
+static pid_t start_proxy(itest_ctx *t, char *dir, char *proxy_url, size_t cap)
+{
+	const char *bin = getenv("SKL_CUTPROXY");
+	CHECK(bin != NULL);
+	snprintf(dir, 64, "/tmp/skl-proxy.%d", (int)getpid());
+	CHECK_EQ(itest_sh("mkdir -p %s", dir), 0);
+	const char *port = strrchr(t->url, ':') + 1; /* "PORT/db" */
+	pid_t pid = fork();
+	if (pid == 0) {
+		char listen[] = "127.0.0.1:0", up[64], ctl[96], pf[96];
+		snprintf(up, sizeof(up), "127.0.0.1:%d", atoi(port));
+		snprintf(ctl, sizeof(ctl), "%s/ctl", dir);
+		snprintf(pf, sizeof(pf), "%s/port", dir);
+		execl(bin, "cutproxy", "--listen", listen, "--upstream", up, "--control", ctl,
+		      "--port-file", pf, "--ttl", "120", (char *)NULL);
+		_exit(127);
+	}
+	int proxy_port = 0;
+	for (int i = 0; i < 100 && proxy_port == 0; i++) {
+		char pf[96];
+		snprintf(pf, sizeof(pf), "%s/port", dir);
+		FILE *f = fopen(pf, "r");
+		if (f == NULL || fscanf(f, "%d", &proxy_port) != 1)
+			usleep(50000);
+		if (f)
+			fclose(f);
+	}
+	CHECK(proxy_port > 0);
+	snprintf(proxy_url, cap, "postgresql://%s@127.0.0.1:%d/%s", getenv("SKL_TEST_DBUSER"),
+	         proxy_port, t->dbname);
+	return pid;
+}
+
+static void enqueue_retried_after_lost_answer(itest_ctx *t)
+{
+	skl_client *setup = open_client(t);
+	skl_client_close(setup);
+	char dir[64], url[512];
+	pid_t proxy = start_proxy(t, dir, url, sizeof(url));
+	skl_client_options o;
+	skl_client_options_init(&o);
+	o.url = url;
+	o.application_name = "itest-lost-answer";
+	skl_client *c = NULL;
+	skl_error err;
+	CHECK_EQ(skl_client_open(&o, &c, &err), SKL_OK);
+	CHECK_EQ(skl_client_ping(c, &err), SKL_OK);
+	CHECK_EQ(itest_sh("%s ctl %s/ctl drop-reply-matching enqueue_many >/dev/null",
+	                  getenv("SKL_CUTPROXY"), dir), 0);
+	int64_t id = 0;
+	CHECK_EQ(skl_enqueue(c, "charge", "{\"amount\": 100}", NULL, &id, &err), SKL_OK);
+	CHECK_EQ(skl_client_connects(c), 2); /* the answer was lost; it reconnected */
+	CHECK_EQ(itest_int(t->admin, "SELECT count(*) FROM skiplock.jobs"), 1);
+	CHECK_EQ(itest_int(t->admin, "SELECT id FROM skiplock.jobs"), id);
+	CHECK_EQ(itest_sh("%s ctl %s/ctl stats | grep -q 'commit_drops=1'", getenv("SKL_CUTPROXY"),
+	                  dir), 0);
+	skl_client_close(c);
+	kill(proxy, SIGTERM);
+	waitpid(proxy, NULL, 0);
+	itest_sh("rm -rf %s", dir);
+}
+
+int main(int argc, char **argv)
+{
+	static const itest_case cases[] = {
+		{"enqueue_paths_round_trip", enqueue_paths_round_trip, 30},
+		{"unique_key_returns_holder", unique_key_returns_holder, 30},
+		{"claim_order_and_delays", claim_order_and_delays, 30},
+		{"stale_owner_is_fenced_out", stale_owner_is_fenced_out, 30},
+		{"retries_then_discard_with_history", retries_then_discard_with_history, 30},
+		{"error_history_is_bounded", error_history_is_bounded, 30},
+		{"claim_plan_uses_partial_index", claim_plan_uses_partial_index, 60},
+		{"many_workers_fenced_ledger", many_workers_fenced_ledger, 180},
+		{"enqueue_retried_after_lost_answer", enqueue_retried_after_lost_answer, 60},
+	};
+	return itest_main(argc, argv, cases, (int)(sizeof(cases) / sizeof(cases[0])));
+}
