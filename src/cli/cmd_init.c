@@ -26,15 +26,9 @@ int cmd_init(int argc, char **argv)
 	static const struct option opts[] = {CLI_COMMON_LONGOPTS, {0}};
 	cli_common cc;
 	cli_common_init(&cc, "init");
-	int code;
-	opterr = 0;
-	while ((code = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
-		int r = cli_common_option(&cc, code, optarg);
-		if (r < 0)
-			return CLI_USAGE;
-		if (r == 0)
-			return cli_bad_option(&cc, code, argv);
-	}
+	int rc = cli_parse(&cc, argc, argv, ":", opts, NULL, NULL);
+	if (rc != CLI_OK)
+		return rc;
 	if (cc.help) {
 		printf("%s%s%s", usage, cli_common_help, exit_help);
 		return CLI_OK;
@@ -44,7 +38,7 @@ int cmd_init(int argc, char **argv)
 		return CLI_USAGE;
 	}
 	skl_client *c;
-	int rc = cli_open(&cc, &c);
+	rc = cli_open(&cc, &c);
 	if (rc != CLI_OK)
 		return rc;
 	skl_error err;

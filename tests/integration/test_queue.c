@@ -14,6 +14,7 @@
 
 #include "internal.h"
 #include "itest.h"
+#include "ledger.h"
 
 static skl_client *open_client(itest_ctx *t)
 {
@@ -307,117 +308,25 @@ static void claim_plan_uses_partial_index(itest_ctx *t)
 
 /* ---- several worker processes over a fenced ledger ---- */
 
-static __thread PGconn *ledger_conn;
-static const char *ledger_url;
-
-/* The handler's effect: one ledger row, written only while the claim is
- * current (a fenced insert). */
-static int ledger_handler(const skl_job *job, void *ctx)
-{
-	(void)ctx;
-	if (ledger_conn == NULL)
-		ledger_conn = itest_connect(ledger_url, "itest-ledger");
-	char id[24], fencing[24];
-	snprintf(id, sizeof(id), "%" PRId64, job->id);
-	snprintf(fencing, sizeof(fencing), "%" PRId64, job->fencing);
-	const char *vals[] = {id, fencing};
-	PGresult *r = PQexecParams(ledger_conn,
-	                           "INSERT INTO ledger (job_id, fencing) SELECT $1, $2 WHERE EXISTS "
-	                           "(SELECT 1 FROM skiplock.jobs WHERE id = $1 AND fencing = $2 "
-	                           "AND state = 'running')",
-	                           2, NULL, vals, NULL, NULL, 0);
-	int rc = PQresultStatus(r) == PGRES_COMMAND_OK ? SKL_JOB_OK : 1;
-	if (rc != SKL_JOB_OK) {
-		skl_job_set_error(job, PQerrorMessage(ledger_conn));
-		PQfinish(ledger_conn);
-		ledger_conn = NULL;
-	}
-	PQclear(r);
-	return rc;
-}
-
-static skl_worker *stop_me;
-
-static void on_term(int sig)
-{
-	(void)sig;
-	skl_worker_stop(stop_me);
-}
-
-static pid_t start_worker(itest_ctx *t, int n)
-{
-	pid_t pid = fork();
-	if (pid != 0)
-		return pid;
-	ledger_url = t->url;
-	skl_client_options co;
-	skl_client_options_init(&co);
-	co.url = t->url;
-	skl_worker_options wo;
-	skl_worker_options_init(&wo);
-	wo.concurrency = 8;
-	wo.lease_ms = 2000;
-	wo.poll_ms = 50;
-	wo.poll_max_ms = 200;
-	wo.rescue_every_ms = 500;
-	char owner[32];
-	snprintf(owner, sizeof(owner), "itest-w%d", n);
-	wo.owner = owner;
-	skl_worker *w = NULL;
-	skl_error err;
-	if (skl_worker_new(&co, &wo, &w, &err) != SKL_OK ||
-	    skl_worker_handle(w, "ledger", ledger_handler, NULL, &err) != SKL_OK)
-		_exit(3);
-	stop_me = w;
-	signal(SIGTERM, on_term);
-	skl_rc rc = skl_worker_run(w, &err);
-	skl_worker_free(w);
-	_exit(rc == SKL_OK ? 0 : 4);
-}
-
 static void many_workers_fenced_ledger(itest_ctx *t)
 {
 	enum { JOBS = 10000, WORKERS = 3 };
 	skl_client *c = open_client(t);
-	PQclear(itest_sql(t->admin, "CREATE TABLE ledger (job_id bigint, fencing bigint)"));
-	skl_job_spec *specs = calloc(JOBS, sizeof(*specs));
-	int64_t *ids = calloc(JOBS, sizeof(*ids));
-	for (int i = 0; i < JOBS; i++)
-		specs[i] = (skl_job_spec){.kind = "ledger", .payload = "{}"};
-	skl_error err;
-	CHECK_EQ(skl_enqueue_bulk(c, specs, JOBS, ids, &err), SKL_OK);
-	free(specs);
-	free(ids);
+	ledger_setup(t, c, JOBS);
 	int64_t start = itest_now_ms();
 	pid_t pids[WORKERS + 1];
 	for (int i = 0; i < WORKERS; i++)
-		pids[i] = start_worker(t, i);
+		pids[i] = ledger_worker_start(t->url, i, 2000);
 	/* kill one worker mid-run; a replacement joins */
 	while (itest_int(t->admin, "SELECT count(*) FROM ledger") < JOBS / 3)
 		usleep(50000);
 	kill(pids[0], SIGKILL);
 	waitpid(pids[0], NULL, 0);
-	pids[WORKERS] = start_worker(t, WORKERS);
-	for (int i = 0; i < 1200 && itest_int(t->admin, "SELECT count(*) FROM skiplock.jobs WHERE "
-	                                                "state <> 'completed'") > 0; i++)
-		usleep(100000);
+	pids[WORKERS] = ledger_worker_start(t->url, WORKERS, 2000);
+	ledger_wait(t, 120);
 	int64_t took = itest_now_ms() - start;
-	for (int i = 1; i <= WORKERS; i++) {
-		int st = 0;
-		kill(pids[i], SIGTERM);
-		waitpid(pids[i], &st, 0);
-		CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
-	}
-	CHECK_EQ(itest_int(t->admin, "SELECT count(*) FROM skiplock.jobs WHERE state = 'completed'"),
-	         JOBS);
-	/* at-least-once execution, exactly one accepted effect: a claim (job,
-	 * fencing) never wrote twice, and exactly one row per job carries the
-	 * token of the claim that completed it */
-	CHECK_EQ(itest_int(t->admin, "SELECT count(*) FROM (SELECT job_id FROM ledger GROUP BY "
-	                             "job_id, fencing HAVING count(*) > 1) d"), 0);
-	CHECK_EQ(itest_int(t->admin, "SELECT count(DISTINCT job_id) FROM ledger"), JOBS);
-	CHECK_EQ(itest_int(t->admin, "SELECT count(*) FROM skiplock.jobs j JOIN ledger l ON "
-	                             "l.job_id = j.id AND l.fencing = j.fencing"), JOBS);
+	ledger_stop(pids + 1, WORKERS);
+	ledger_check(t, JOBS);
 	long long rescued = itest_int(t->admin, "SELECT count(*) FROM skiplock.jobs WHERE errors::text "
 	                                        "LIKE '%%lease expired%%'");
 	long long stale = itest_int(t->admin, "SELECT count(*) FROM ledger l JOIN skiplock.jobs j ON "
@@ -425,7 +334,6 @@ static void many_workers_fenced_ledger(itest_ctx *t)
 	printf("  %d jobs, %d workers (one SIGKILLed: %lld jobs rescued, %lld stale executions): "
 	       "%lld ms, %.0f jobs/s\n", JOBS, WORKERS, rescued, stale, (long long)took,
 	       JOBS * 1000.0 / (double)took);
-	itest_no_leftovers(t);
 	skl_client_close(c);
 }
 
