@@ -18,6 +18,7 @@
 #include "skiplock/schema.h"
 #include "skiplock/queue.h"
 #include "skiplock/worker.h"
+#include "skiplock/inspect.h"
 
 #define SKL_HAS_CLIENT 1
 #define SKL_HAS_SCHEMA 1

@@ -1,0 +1,153 @@
+/*
+ * skiplock/inspect.h — reading the job queue: list jobs, show one job with
+ * its error history, and per queue and kind status.
+ *
+ * Every call here is one read-only statement, retried on transient
+ * failures like any other (reading twice changes nothing).  The operator
+ * actions that change jobs (retry, cancel, prune) are in skiplock/queue.h.
+ *
+ * Times are returned as text, ISO 8601 in UTC with milliseconds
+ * ("2026-05-01T08:00:00.000Z"), read from the database clock; durations
+ * relative to "now" are computed by the database too, so a client's clock
+ * never matters.
+ *
+ * Memory: arrays returned here belong to the caller and are freed with the
+ * matching *_free call, which frees every string they point to.  Pointers
+ * into them stay valid until then.  Out-parameters are set to NULL / 0
+ * first and assigned only on success.
+ *
+ * Thread-safety: as skl_client (one thread at a time per client); the
+ * returned arrays are plain data and may be read from any thread.
+ */
+#ifndef SKIPLOCK_INSPECT_H
+#define SKIPLOCK_INSPECT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "skiplock/client.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* True when s names a job state: available, running, completed, discarded
+ * or cancelled (sql/0002_jobs.sql describes each).  Thread-safe. */
+SKL_API bool skl_job_state_valid(const char *s);
+
+/* One entry of a job's error history: attempt number as recorded (0 when
+ * the entry carries none), when it was recorded, and the error text. */
+typedef struct skl_job_error {
+	int attempt;
+	const char *at;            /* timestamp text; "" when not recorded */
+	const char *error;         /* "" when empty */
+} skl_job_error;
+
+/* A job as stored.  Strings that may be absent are NULL when absent. */
+typedef struct skl_job_info {
+	int64_t id;
+	const char *queue;
+	const char *kind;
+	const char *state;
+	int priority;
+	int attempt;               /* attempts started so far */
+	int max_attempts;
+	int64_t fencing;           /* the token of the latest claim */
+	const char *run_at;        /* when it is (or was) due */
+	const char *created_at;
+	const char *attempted_at;  /* latest claim; NULL before the first */
+	const char *finished_at;   /* NULL unless finished */
+	const char *lease_owner;   /* running only, else NULL */
+	const char *lease_expires_at;
+	int64_t lease_expires_in_ms; /* lease_expires_at - now(): negative when the
+	                              * lease already expired; 0 when no lease */
+	const char *unique_key;
+	int64_t timeout_ms;        /* 0: not set on the job */
+	int64_t backoff_base_ms;   /* 0: not set on the job */
+	int64_t backoff_cap_ms;    /* 0: not set on the job */
+	const char *last_error;    /* newest entry of the error history, or NULL */
+	/* Filled by skl_job_get only; NULL and 0 in a list. */
+	const char *payload;       /* JSON text */
+	const char *result;        /* JSON text, or NULL */
+	skl_job_error *errors;     /* oldest first (the newest 20 are kept) */
+	size_t nerrors;
+	void *internal;            /* owned by the library */
+} skl_job_info;
+
+typedef struct skl_list_opts {
+	const char *queue;         /* NULL: every queue */
+	const char *kind;          /* NULL: every kind */
+	const char *state;         /* NULL: every state; else one skl_job_state_valid accepts */
+	int limit;                 /* at most this many jobs; 0: 50 */
+} skl_list_opts;
+
+/* Lists jobs matching every filter in o (o may be NULL: no filter), newest
+ * (highest id) first.  *jobs (free with skl_job_info_free) is NULL and *n 0
+ * when none matches; that is SKL_OK, not SKL_EMPTY.  SKL_INVALID for an
+ * unknown state or a negative limit.  Blocks up to the client's retry
+ * bound. */
+SKL_API skl_rc skl_jobs_list(skl_client *c, const skl_list_opts *o, skl_job_info **jobs,
+                             size_t *n, skl_error *err);
+
+/* Reads job id with its payload, result and full error history into *job
+ * (free with skl_job_info_free(*job, 1)).  SKL_EMPTY when there is no such
+ * job.  Blocks up to the client's retry bound. */
+SKL_API skl_rc skl_job_get(skl_client *c, int64_t id, skl_job_info **job, skl_error *err);
+
+/* Frees n jobs returned by skl_jobs_list or skl_job_get.  Accepts NULL. */
+SKL_API void skl_job_info_free(skl_job_info *jobs, size_t n);
+
+/* Status of one (queue, kind) pair.
+ *
+ * Counters, by formula over skiplock.jobs at the time of the call:
+ *   due          state = available and run_at <= now()
+ *   scheduled    state = available and run_at >  now()  (delayed or
+ *                waiting for a retry)
+ *   running      state = running; lease_expired: of those, lease_expires_at
+ *                < now() (waiting to be rescued)
+ *   completed, discarded, cancelled: jobs in that state (until pruned)
+ *   recent_errors     entries of the error history recorded in the last
+ *                     window_ms (failed attempts, timeouts, expired leases)
+ *   recent_completed  jobs completed in the last window_ms
+ *   failure_rate      recent_errors / (recent_errors + recent_completed),
+ *                     -1 when both are 0
+ */
+typedef struct skl_queue_status {
+	const char *queue;
+	const char *kind;
+	int64_t due;
+	int64_t scheduled;
+	int64_t running;
+	int64_t lease_expired;
+	int64_t completed;
+	int64_t discarded;
+	int64_t cancelled;
+	int64_t oldest_due_age_ms;    /* now() - run_at of the due job that has
+	                               * waited longest; -1 when none is due */
+	const char *next_lease_expiry; /* earliest lease_expires_at of a running
+	                                * job; NULL when none runs */
+	int64_t next_lease_expiry_in_ms; /* it minus now(): negative when already
+	                                  * expired; 0 when none runs */
+	int64_t recent_errors;
+	int64_t recent_completed;
+	double failure_rate;
+	void *internal;               /* owned by the library */
+} skl_queue_status;
+
+/* Reads the status of every (queue, kind) pair that has jobs, ordered by
+ * queue then kind, with a failure window of window_ms (0: 5 minutes).
+ * Counting by state reads the whole jobs table; recent errors are read
+ * only from unfinished jobs and jobs finished within the window.  *rows
+ * (free with skl_queue_status_free) is NULL and *n 0 when there are no
+ * jobs.  Blocks up to the client's retry bound. */
+SKL_API skl_rc skl_queue_status_get(skl_client *c, int64_t window_ms, skl_queue_status **rows,
+                                    size_t *n, skl_error *err);
+
+/* Frees n rows returned by skl_queue_status_get.  Accepts NULL. */
+SKL_API void skl_queue_status_free(skl_queue_status *rows, size_t n);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
