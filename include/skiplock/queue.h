@@ -42,7 +42,7 @@ typedef struct skl_enqueue_opts {
 	int64_t backoff_cap_ms;
 } skl_enqueue_opts;
 
-void skl_enqueue_opts_init(skl_enqueue_opts *o);
+SKL_API void skl_enqueue_opts_init(skl_enqueue_opts *o);
 
 typedef struct skl_job_spec {
 	const char *kind;         /* 1..128 bytes */
@@ -119,6 +119,16 @@ typedef struct skl_outcome {
  * lost (lease expired and rescued, cancelled, or claimed again). */
 SKL_API skl_rc skl_record(skl_client *c, const skl_outcome *outs, size_t n, bool *accepted,
                           skl_error *err);
+
+/* skl_record followed by skl_claim, in one statement and one round trip
+ * (the claim cannot pick a job the record just changed).  Outcomes are
+ * applied and jobs claimed together or not at all; on SKL_EMPTY the
+ * outcomes were applied and no job was due.  Not retried after an
+ * indeterminate answer: the caller may record the outcomes again (fenced)
+ * and the jobs, if claimed, are rescued when their leases expire. */
+SKL_API skl_rc skl_record_and_claim(skl_client *c, const skl_outcome *outs, size_t nouts,
+                                   bool *accepted, const skl_claim_opts *o, skl_job **jobs,
+                                   size_t *n, skl_error *err);
 
 /* Extends the leases of n running claims to now() + lease_ms in one fenced
  * statement.  alive[i] is false for a claim that was lost. */

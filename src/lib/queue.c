@@ -154,23 +154,28 @@ skl_rc skl_enqueue(skl_client *c, const char *kind, const char *payload,
 
 /* ---- claim ---- */
 
-static const char *const claim_sql =
-	"WITH c AS ("
-	"  SELECT id FROM skiplock.jobs"
-	"   WHERE state = 'available' AND run_at <= now()"
-	"     AND ($1::text[] IS NULL OR queue = ANY ($1::text[]))"
-	"     AND kind = ANY ($2::text[])"
-	"   ORDER BY priority DESC, run_at, id"
-	"   LIMIT $3"
+/* The claim, in pieces shared with the combined record-and-claim:
+ * $1 queues (NULL: all), $2 kinds, $3 limit, $4 owner, $5 lease in ms. */
+#define SKL_CLAIM_PICK                                                       \
+	"c AS ("                                                                 \
+	"  SELECT id FROM skiplock.jobs"                                         \
+	"   WHERE state = 'available' AND run_at <= now()"                       \
+	"     AND ($1::text[] IS NULL OR queue = ANY ($1::text[]))"              \
+	"     AND kind = ANY ($2::text[])"                                       \
+	"   ORDER BY priority DESC, run_at, id"                                  \
+	"   LIMIT $3"                                                            \
 	"   FOR UPDATE SKIP LOCKED)"
-	" UPDATE skiplock.jobs j"
-	"    SET state = 'running', attempt = j.attempt + 1, fencing = j.fencing + 1,"
-	"        lease_owner = $4, lease_expires_at = now() + $5 * interval '1 millisecond',"
-	"        attempted_at = now()"
-	"   FROM c WHERE j.id = c.id"
-	" RETURNING j.id, j.queue, j.kind, j.payload, j.attempt, j.max_attempts, j.fencing,"
-	"           j.priority, coalesce(j.timeout_ms, 0), coalesce(j.backoff_base_ms, 0),"
-	"           coalesce(j.backoff_cap_ms, 0)";
+#define SKL_CLAIM_UPDATE                                                     \
+	"UPDATE skiplock.jobs j"                                                 \
+	"   SET state = 'running', attempt = j.attempt + 1, fencing = j.fencing + 1," \
+	"       lease_owner = $4, lease_expires_at = now() + $5 * interval '1 millisecond'," \
+	"       attempted_at = now()"                                            \
+	"  FROM c WHERE j.id = c.id"                                             \
+	" RETURNING j.id, j.queue, j.kind, j.payload, j.attempt, j.max_attempts, j.fencing," \
+	"           j.priority, coalesce(j.timeout_ms, 0), coalesce(j.backoff_base_ms, 0)," \
+	"           coalesce(j.backoff_cap_ms, 0)"
+
+static const char *const claim_sql = "WITH " SKL_CLAIM_PICK " " SKL_CLAIM_UPDATE;
 
 static char *text_array(const char *const *v, size_t n)
 {
@@ -187,9 +192,14 @@ static char *text_array(const char *const *v, size_t n)
 }
 
 typedef struct claim_call {
-	const char *params[5];
+	const char *sql;
+	int nparams;
+	const char *params[11];  /* $1..$5 the claim, $6..$11 outcomes */
 	skl_job *jobs;
 	size_t n;
+	const skl_outcome *outs; /* with outcomes: which were accepted */
+	size_t nouts;
+	bool *accepted;
 } claim_call;
 
 /* One allocation per job holds its strings: internal points at it. */
@@ -220,26 +230,92 @@ static bool fill_job(skl_job *j, const PGresult *r, int row)
 	return true;
 }
 
+/* Marks accepted[i] for the outcome whose id a 'd' row names. */
+static void mark_accepted(claim_call *cc, const PGresult *res, int row)
+{
+	int64_t id = strtoll(PQgetvalue(res, row, 0), NULL, 10);
+	for (size_t i = 0; cc->accepted && i < cc->nouts; i++)
+		if (cc->outs[i].id == id)
+			cc->accepted[i] = true;
+}
+
 static skl_rc claim_fn(skl_client *c, void *ctx, skl_error *err)
 {
 	claim_call *cc = ctx;
 	PGresult *res = NULL;
-	skl_rc rc = skl__exec(c, claim_sql, 5, cc->params, &res, err);
+	skl_rc rc = skl__exec(c, cc->sql, cc->nparams, cc->params, &res, err);
 	if (rc != SKL_OK)
 		return rc;
-	int n = PQntuples(res);
-	cc->jobs = n ? calloc((size_t)n, sizeof(skl_job)) : NULL;
-	if (n && cc->jobs == NULL) {
+	int rows = PQntuples(res);
+	cc->jobs = rows ? calloc((size_t)rows, sizeof(skl_job)) : NULL;
+	if (rows && cc->jobs == NULL) {
 		PQclear(res);
 		return skl__seterr(err, SKL_NOMEM, "out of memory");
 	}
-	for (int i = 0; i < n; i++, cc->n++)
-		if (!fill_job(&cc->jobs[i], res, i)) {
+	for (size_t i = 0; cc->accepted && i < cc->nouts; i++)
+		cc->accepted[i] = false;
+	bool tagged = PQnfields(res) > 11;
+	for (int i = 0; i < rows; i++) {
+		if (tagged && PQgetvalue(res, i, 11)[0] == 'd') {
+			mark_accepted(cc, res, i);
+		} else if (fill_job(&cc->jobs[cc->n], res, i)) {
+			cc->n++;
+		} else {
 			PQclear(res);
 			return skl__seterr(err, SKL_NOMEM, "out of memory");
 		}
+	}
 	PQclear(res);
-	return n ? SKL_OK : SKL_EMPTY;
+	return cc->n ? SKL_OK : SKL_EMPTY;
+}
+
+/* The claim's parameters $1..$5 as text; queues and kinds are allocated. */
+typedef struct claim_params {
+	char *queues, *kinds;
+	char limit[24], lease[24];
+} claim_params;
+
+static skl_rc claim_params_make(claim_params *p, const skl_claim_opts *o, claim_call *cc,
+                                skl_error *err)
+{
+	memset(p, 0, sizeof(*p));
+	if (o == NULL || o->nkinds == 0 || o->limit == 0 || o->lease_ms <= 0)
+		return skl__seterr(err, SKL_MISUSE, "claim needs kinds, a limit and a lease");
+	snprintf(p->limit, sizeof(p->limit), "%zu", o->limit);
+	snprintf(p->lease, sizeof(p->lease), "%" PRId64, o->lease_ms);
+	p->queues = o->nqueues ? text_array(o->queues, o->nqueues) : NULL;
+	p->kinds = text_array(o->kinds, o->nkinds);
+	if (p->kinds == NULL || (o->nqueues && p->queues == NULL))
+		return skl__seterr(err, SKL_NOMEM, "out of memory");
+	const char *v[5] = {p->queues, p->kinds, p->limit, o->owner ? o->owner : "skiplock",
+	                    p->lease};
+	memcpy(cc->params, v, sizeof(v));
+	return SKL_OK;
+}
+
+static void claim_params_free(claim_params *p)
+{
+	free(p->queues);
+	free(p->kinds);
+}
+
+/* Runs a claim call; hands over the jobs on SKL_OK. */
+static skl_rc run_claim(skl_client *c, claim_call *cc, skl_job **jobs, size_t *n,
+                        skl_error *err)
+{
+	/* Not idempotent: after an indeterminate claim the jobs, if claimed, are
+	 * rescued when their lease expires. */
+	static const skl_txn_opts opts = {0};
+	skl_rc rc = skl__run(c, &opts, claim_fn, cc, err);
+	if (rc != SKL_OK && rc != SKL_EMPTY) {
+		skl_jobs_free(cc->jobs, cc->n);
+		return rc;
+	}
+	*jobs = cc->n ? cc->jobs : NULL;
+	*n = cc->n;
+	if (cc->n == 0)
+		free(cc->jobs);
+	return rc;
 }
 
 skl_rc skl_claim(skl_client *c, const skl_claim_opts *o, skl_job **jobs, size_t *n,
@@ -247,31 +323,13 @@ skl_rc skl_claim(skl_client *c, const skl_claim_opts *o, skl_job **jobs, size_t 
 {
 	*jobs = NULL;
 	*n = 0;
-	if (o == NULL || o->nkinds == 0 || o->limit == 0 || o->lease_ms <= 0)
-		return skl__seterr(err, SKL_MISUSE, "claim needs kinds, a limit and a lease");
-	char limit[24], lease[24];
-	snprintf(limit, sizeof(limit), "%zu", o->limit);
-	snprintf(lease, sizeof(lease), "%" PRId64, o->lease_ms);
-	char *queues = o->nqueues ? text_array(o->queues, o->nqueues) : NULL;
-	char *kinds = text_array(o->kinds, o->nkinds);
-	claim_call cc = {.params = {queues, kinds, limit, o->owner ? o->owner : "skiplock", lease}};
-	skl_rc rc = SKL_NOMEM;
-	/* Not idempotent: after an indeterminate claim the jobs, if claimed, are
-	 * rescued when their lease expires. */
-	static const skl_txn_opts opts = {0};
-	if (kinds && (queues || o->nqueues == 0))
-		rc = skl__run(c, &opts, claim_fn, &cc, err);
-	else
-		skl__seterr(err, rc, "out of memory");
-	free(queues);
-	free(kinds);
-	if (rc != SKL_OK) {
-		skl_jobs_free(cc.jobs, cc.n);
-		return rc;
-	}
-	*jobs = cc.jobs;
-	*n = cc.n;
-	return SKL_OK;
+	claim_call cc = {.sql = claim_sql, .nparams = 5};
+	claim_params p;
+	skl_rc rc = claim_params_make(&p, o, &cc, err);
+	if (rc == SKL_OK)
+		rc = run_claim(c, &cc, jobs, n, err);
+	claim_params_free(&p);
+	return rc;
 }
 
 void skl_jobs_free(skl_job *jobs, size_t n)
@@ -289,21 +347,39 @@ void skl_jobs_free(skl_job *jobs, size_t n)
 	" || jsonb_build_array(jsonb_build_object('attempt', j.attempt, 'at', now(),"       \
 	" 'error', " expr "))"
 
+/* Outcomes as arrays: ids, fencings, kinds, results, errors, retry delays;
+ * P(n) names the n-th of them. */
+#define SKL_RECORD_INPUT(a, b, c, d, e, f)                                   \
+	"v AS (SELECT * FROM unnest(" a "::bigint[], " b "::bigint[], " c "::int[], " \
+	d "::jsonb[], " e "::text[], " f "::bigint[]) AS v(id, fencing, o, res, err, delay))"
+#define SKL_RECORD_UPDATE                                                    \
+	"UPDATE skiplock.jobs j SET"                                             \
+	"   state = CASE WHEN v.o = 0 THEN 'completed'"                          \
+	"                WHEN v.o = 2 OR j.attempt >= j.max_attempts THEN 'discarded'" \
+	"                ELSE 'available' END,"                                  \
+	"   result = CASE WHEN v.o = 0 THEN v.res ELSE j.result END,"            \
+	"   errors = CASE WHEN v.err IS NULL THEN j.errors ELSE " SKL_ERRORS_APPEND("v.err") " END," \
+	"   run_at = CASE WHEN v.o = 1 AND j.attempt < j.max_attempts"           \
+	"                 THEN now() + v.delay * interval '1 millisecond' ELSE j.run_at END," \
+	"   finished_at = CASE WHEN v.o <> 1 OR j.attempt >= j.max_attempts THEN now() END," \
+	"   lease_owner = NULL, lease_expires_at = NULL"                         \
+	"  FROM v WHERE j.id = v.id AND j.fencing = v.fencing AND j.state = 'running'" \
+	" RETURNING j.id"
+
 static const char *const record_sql =
-	"WITH v AS (SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::int[], $4::jsonb[],"
-	"                                $5::text[], $6::bigint[]) AS v(id, fencing, o, res, err, delay))"
-	" UPDATE skiplock.jobs j SET"
-	"   state = CASE WHEN v.o = 0 THEN 'completed'"
-	"                WHEN v.o = 2 OR j.attempt >= j.max_attempts THEN 'discarded'"
-	"                ELSE 'available' END,"
-	"   result = CASE WHEN v.o = 0 THEN v.res ELSE j.result END,"
-	"   errors = CASE WHEN v.err IS NULL THEN j.errors ELSE " SKL_ERRORS_APPEND("v.err") " END,"
-	"   run_at = CASE WHEN v.o = 1 AND j.attempt < j.max_attempts"
-	"                 THEN now() + v.delay * interval '1 millisecond' ELSE j.run_at END,"
-	"   finished_at = CASE WHEN v.o <> 1 OR j.attempt >= j.max_attempts THEN now() END,"
-	"   lease_owner = NULL, lease_expires_at = NULL"
-	"  FROM v WHERE j.id = v.id AND j.fencing = v.fencing AND j.state = 'running'"
-	" RETURNING j.id";
+	"WITH " SKL_RECORD_INPUT("$1", "$2", "$3", "$4", "$5", "$6") " " SKL_RECORD_UPDATE;
+
+/* Both in one round trip.  The claim cannot pick a row the record just
+ * changed: they share a snapshot, in which recorded rows were running.
+ * Rows: claimed jobs with t = 'c', then accepted outcomes with t = 'd'. */
+static const char *const record_claim_sql =
+	"WITH " SKL_RECORD_INPUT("$6", "$7", "$8", "$9", "$10", "$11") ","
+	" done AS (" SKL_RECORD_UPDATE "),"
+	" " SKL_CLAIM_PICK ","
+	" claimed AS (" SKL_CLAIM_UPDATE ")"
+	" SELECT claimed.*, 'c' AS t FROM claimed"
+	" UNION ALL SELECT id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, 'd'"
+	"   FROM done";
 
 typedef struct fenced_call {
 	const char *sql;
@@ -393,6 +469,35 @@ skl_rc skl_record(skl_client *c, const skl_outcome *outs, size_t n, bool *accept
 	free(ids);
 	for (int k = 0; k < 6; k++)
 		skl_buf_free(&cols[k]);
+	return rc;
+}
+
+skl_rc skl_record_and_claim(skl_client *c, const skl_outcome *outs, size_t nouts,
+                           bool *accepted, const skl_claim_opts *o, skl_job **jobs,
+                           size_t *n, skl_error *err)
+{
+	*jobs = NULL;
+	*n = 0;
+	if (nouts == 0)
+		return skl_claim(c, o, jobs, n, err);
+	claim_call cc = {.sql = record_claim_sql, .nparams = 11, .outs = outs, .nouts = nouts,
+	                 .accepted = accepted};
+	claim_params p;
+	skl_rc rc = claim_params_make(&p, o, &cc, err);
+	skl_buf cols[6];
+	for (int k = 0; k < 6; k++)
+		skl_buf_init(&cols[k], 0);
+	outcome_columns(cols, outs, nouts);
+	for (int k = 0; k < 6; k++) {
+		cc.params[5 + k] = skl_buf_str(&cols[k]);
+		if (rc == SKL_OK && skl_buf_failed(&cols[k]))
+			rc = skl__seterr(err, SKL_NOMEM, "out of memory building outcomes");
+	}
+	if (rc == SKL_OK)
+		rc = run_claim(c, &cc, jobs, n, err);
+	for (int k = 0; k < 6; k++)
+		skl_buf_free(&cols[k]);
+	claim_params_free(&p);
 	return rc;
 }
 

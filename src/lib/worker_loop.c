@@ -149,68 +149,77 @@ static void forget_running(skl_worker *w, slot *s)
 		}
 }
 
-/* Records every finished slot in one fenced statement.  On a database
- * failure the slots stay on the done list and are tried again. */
-static void record_done(skl_worker *w)
+/* Takes the done list; *n receives its length. */
+static slot *take_done(skl_worker *w, size_t *n)
 {
 	pthread_mutex_lock(&w->mu);
 	slot *list = w->done;
 	w->done = NULL;
 	pthread_mutex_unlock(&w->mu);
-	size_t n = 0;
+	*n = 0;
 	for (slot *s = list; s; s = s->next)
-		n++;
-	if (n == 0)
+		(*n)++;
+	return list;
+}
+
+/* Puts slots back on the done list after a failed record. */
+static void give_back(skl_worker *w, slot *list)
+{
+	if (list == NULL)
 		return;
-	skl_outcome *outs = calloc(n, sizeof(*outs));
-	bool *ok = calloc(n, sizeof(*ok));
+	pthread_mutex_lock(&w->mu);
+	slot *tail = list;
+	while (tail->next)
+		tail = tail->next;
+	tail->next = w->done;
+	w->done = list;
+	pthread_mutex_unlock(&w->mu);
+}
+
+static void log_outcome(skl_worker *w, const slot *s, bool accepted)
+{
+	if (!accepted) {
+		w->st_fenced++;
+		skl__wlog(w, SKL_LOG_WARNING,
+		          "job=%" PRId64 " kind=%s attempt=%d fencing=%" PRId64
+		          ": lease lost, outcome dropped", s->job.id, s->job.kind, s->job.attempt,
+		          s->job.fencing);
+	} else if (s->outcome == SKL_OUTCOME_COMPLETE) {
+		w->st_completed++;
+	} else if (s->outcome == SKL_OUTCOME_DISCARD || s->job.attempt >= s->job.max_attempts) {
+		w->st_discarded++;
+		skl__wlog(w, SKL_LOG_WARNING, "job=%" PRId64 " kind=%s attempt=%d: discarded: %s",
+		          s->job.id, s->job.kind, s->job.attempt, s->error ? s->error : "");
+	} else {
+		w->st_retried++;
+		skl__wlog(w, SKL_LOG_INFO,
+		          "job=%" PRId64 " kind=%s attempt=%d: failed, retry in %" PRId64 " ms: %s",
+		          s->job.id, s->job.kind, s->job.attempt, s->retry_delay_ms,
+		          s->error ? s->error : "");
+	}
+}
+
+/* Logs, counts and frees recorded slots. */
+static void settle(skl_worker *w, slot *list, const bool *ok)
+{
+	size_t i = 0;
+	for (slot *s = list, *next; s; s = next, i++) {
+		next = s->next;
+		log_outcome(w, s, ok[i]);
+		forget_running(w, s);
+		free_slot(s);
+	}
+}
+
+static skl_outcome *outcomes_of(slot *list, size_t n)
+{
+	skl_outcome *outs = calloc(n ? n : 1, sizeof(*outs));
 	size_t i = 0;
 	for (slot *s = list; outs && s; s = s->next, i++)
 		outs[i] = (skl_outcome){.id = s->job.id, .fencing = s->job.fencing,
 		                        .kind = s->outcome, .result = s->result, .error = s->error,
 		                        .retry_delay_ms = s->retry_delay_ms};
-	skl_error err;
-	skl_rc rc = outs && ok ? skl_record(w->db, outs, n, ok, &err) : SKL_NOMEM;
-	if (rc != SKL_OK) {
-		skl__wlog(w, SKL_LOG_WARNING, "recording %zu outcome(s) failed, will retry: %s", n,
-		          rc == SKL_NOMEM ? "out of memory" : err.message);
-		pthread_mutex_lock(&w->mu);
-		slot *tail = list;
-		while (tail->next)
-			tail = tail->next;
-		tail->next = w->done;
-		w->done = list;
-		pthread_mutex_unlock(&w->mu);
-	} else {
-		i = 0;
-		for (slot *s = list, *next; s; s = next, i++) {
-			next = s->next;
-			if (!ok[i]) {
-				w->st_fenced++;
-				skl__wlog(w, SKL_LOG_WARNING,
-				          "job=%" PRId64 " kind=%s attempt=%d fencing=%" PRId64
-				          ": lease lost, outcome dropped", s->job.id, s->job.kind,
-				          s->job.attempt, s->job.fencing);
-			} else if (s->outcome == SKL_OUTCOME_COMPLETE) {
-				w->st_completed++;
-			} else if (s->outcome == SKL_OUTCOME_DISCARD ||
-			           s->job.attempt >= s->job.max_attempts) {
-				w->st_discarded++;
-				skl__wlog(w, SKL_LOG_WARNING, "job=%" PRId64 " kind=%s attempt=%d: discarded: %s",
-				          s->job.id, s->job.kind, s->job.attempt, s->error ? s->error : "");
-			} else {
-				w->st_retried++;
-				skl__wlog(w, SKL_LOG_INFO,
-				          "job=%" PRId64 " kind=%s attempt=%d: failed, retry in %" PRId64
-				          " ms: %s", s->job.id, s->job.kind, s->job.attempt, s->retry_delay_ms,
-				          s->error ? s->error : "");
-			}
-			forget_running(w, s);
-			free_slot(s);
-		}
-	}
-	free(outs);
-	free(ok);
+	return outs;
 }
 
 static const handler *find_handler(const skl_worker *w, const char *kind)
@@ -221,22 +230,9 @@ static const handler *find_handler(const skl_worker *w, const char *kind)
 	return NULL;
 }
 
-/* Claims up to `free_slots` jobs; returns how many, or -1 on failure. */
-static int claim_more(skl_worker *w, size_t free_slots, const char *const *kinds)
+/* Hands claimed jobs to the handler threads. */
+static void dispatch(skl_worker *w, skl_job *jobs, size_t n)
 {
-	skl_claim_opts o = {.queues = w->wo.queues, .nqueues = w->wo.nqueues, .kinds = kinds,
-	                    .nkinds = w->nhandlers, .limit = free_slots,
-	                    .lease_ms = w->wo.lease_ms, .owner = w->wo.owner};
-	skl_job *jobs = NULL;
-	size_t n = 0;
-	skl_error err;
-	skl_rc rc = skl_claim(w->db, &o, &jobs, &n, &err);
-	if (rc == SKL_EMPTY)
-		return 0;
-	if (rc != SKL_OK) {
-		skl__wlog(w, SKL_LOG_WARNING, "claim failed: %s", err.message);
-		return -1;
-	}
 	for (size_t i = 0; i < n; i++) {
 		slot *s = calloc(1, sizeof(*s));
 		if (s == NULL) { /* leave it to the rescue: its lease will expire */
@@ -258,7 +254,41 @@ static int claim_more(skl_worker *w, size_t free_slots, const char *const *kinds
 	}
 	free(jobs);
 	w->st_claimed += n;
-	return (int)n;
+}
+
+/* Records finished outcomes and, when `claim` slots are wanted, claims in
+ * the same statement.  Returns the number of jobs claimed, or -1 when the
+ * database call failed (the outcomes are kept and tried again). */
+static int exchange(skl_worker *w, size_t claim, const char *const *kinds)
+{
+	size_t ndone;
+	slot *list = take_done(w, &ndone);
+	if (ndone == 0 && claim == 0)
+		return 0;
+	skl_outcome *outs = outcomes_of(list, ndone);
+	bool *ok = calloc(ndone ? ndone : 1, sizeof(bool));
+	skl_claim_opts o = {.queues = w->wo.queues, .nqueues = w->wo.nqueues, .kinds = kinds,
+	                    .nkinds = w->nhandlers, .limit = claim, .lease_ms = w->wo.lease_ms,
+	                    .owner = w->wo.owner};
+	skl_job *jobs = NULL;
+	size_t n = 0;
+	skl_error err;
+	skl_rc rc = SKL_NOMEM;
+	if (outs && ok)
+		rc = claim ? skl_record_and_claim(w->db, outs, ndone, ok, &o, &jobs, &n, &err)
+		           : skl_record(w->db, outs, ndone, ok, &err);
+	if (rc == SKL_OK || rc == SKL_EMPTY) {
+		settle(w, list, ok);
+		dispatch(w, jobs, n);
+	} else {
+		skl__wlog(w, SKL_LOG_WARNING, "%s failed, will retry: %s",
+		          ndone ? "recording outcomes" : "claim",
+		          rc == SKL_NOMEM ? "out of memory" : err.message);
+		give_back(w, list);
+	}
+	free(outs);
+	free(ok);
+	return rc == SKL_OK || rc == SKL_EMPTY ? (int)n : -1;
 }
 
 static void heartbeat(skl_worker *w)
@@ -312,6 +342,16 @@ static size_t pending_count(skl_worker *w)
 	return w->nrunning; /* claimed and not yet recorded */
 }
 
+static size_t done_count(skl_worker *w)
+{
+	size_t n = 0;
+	pthread_mutex_lock(&w->mu);
+	for (slot *s = w->done; s; s = s->next)
+		n++;
+	pthread_mutex_unlock(&w->mu);
+	return n;
+}
+
 static void wait_wake(skl_worker *w, int64_t ms)
 {
 	struct pollfd p = {.fd = w->wake[0], .events = POLLIN};
@@ -355,15 +395,18 @@ typedef struct loop_state {
 	int64_t poll, next_claim, next_hb, next_rescue, stop_at, kill_sent;
 } loop_state;
 
+/* Uniform in [ms/2, 3ms/2). The generator is shared with handler threads. */
 static int64_t jitter(skl_worker *w, int64_t ms)
 {
-	return ms / 2 + (int64_t)(skl__rand01(&w->rng) * (double)ms);
+	pthread_mutex_lock(&w->mu);
+	double r = skl__rand01(&w->rng);
+	pthread_mutex_unlock(&w->mu);
+	return ms / 2 + (int64_t)(r * (double)ms);
 }
 
 /* One turn of the loop; returns false when the drain is complete. */
 static bool turn(skl_worker *w, loop_state *ls, const char *const *kinds)
 {
-	record_done(w);
 	int64_t now = skl__now_ms();
 	if (w->stop && ls->stop_at == 0) {
 		ls->stop_at = now + w->wo.shutdown_timeout_ms;
@@ -379,9 +422,13 @@ static bool turn(skl_worker *w, loop_state *ls, const char *const *kinds)
 	}
 	if (ls->kill_sent && now - ls->kill_sent > w->wo.kill_grace_ms + 2000)
 		return false; /* C handlers that ignore skl_job_lost: leave them to the rescue */
-	size_t free_slots = (size_t)w->wo.concurrency - pending_count(w);
-	if (!w->stop && free_slots > 0 && now >= ls->next_claim) {
-		int got = claim_more(w, free_slots, kinds);
+	size_t ndone = done_count(w);
+	size_t free_slots = (size_t)w->wo.concurrency - pending_count(w) + ndone;
+	bool want = !w->stop && free_slots > 0 && (now >= ls->next_claim || ndone > 0);
+	if (!want) {
+		exchange(w, 0, kinds); /* outcomes only */
+	} else {
+		int got = exchange(w, free_slots, kinds);
 		if (got > 0) {
 			ls->poll = w->wo.poll_ms;
 			ls->next_claim = now; /* more may be due as soon as a slot frees */
