@@ -69,6 +69,13 @@ typedef int (*cli_opt_fn)(int code, const char *arg, void *ctx);
 int cli_parse(cli_common *cc, int argc, char **argv, const char *shortopts,
               const struct option *opts, cli_opt_fn own, void *ctx);
 
+/* cli_parse, then --help (usage, the common options, exit_help on stdout)
+ * and, when max_operands >= 0, a check of the operand count.  *done is set
+ * when the command should return the result at once. */
+int cli_start(cli_common *cc, int argc, char **argv, const struct option *opts,
+              cli_opt_fn own, void *ctx, const char *usage, const char *exit_help,
+              int max_operands, bool *done);
+
 /* Opens a client from the common options; on failure prints one line and
  * returns the exit code (2 for a bad URL), else CLI_OK. */
 int cli_open(const cli_common *cc, skl_client **out);

@@ -836,17 +836,10 @@ int cmd_demo(int argc, char **argv)
 	d.limit_ms = 120000;
 	d.victim = -1;
 	d.pg.lock_fd = -1;
-	int rc = cli_parse(&cc, argc, argv, ":", opts, own_option, &d);
-	if (rc != CLI_OK)
+	bool done;
+	int rc = cli_start(&cc, argc, argv, opts, own_option, &d, usage, exit_help, 0, &done);
+	if (done)
 		return rc;
-	if (cc.help) {
-		printf("%s%s%s", usage, cli_common_help, exit_help);
-		return CLI_OK;
-	}
-	if (optind < argc) {
-		cli_error(&cc, "unexpected argument \"%s\"", argv[optind]);
-		return CLI_USAGE;
-	}
 	d.tty = isatty(STDERR_FILENO);
 	srand((unsigned)getpid());
 	struct sigaction sa = {.sa_handler = on_signal};

@@ -366,13 +366,10 @@ int cmd_enqueue(int argc, char **argv)
 	cli_common_init(&cc, "enqueue");
 	enqueue_args a = {.cc = &cc, .max_payload = SKL_PAYLOAD_MAX_DEFAULT};
 	skl_enqueue_opts_init(&a.opts);
-	int rc = cli_parse(&cc, argc, argv, ":", opts, own_option, &a);
-	if (rc != CLI_OK)
+	bool done;
+	int rc = cli_start(&cc, argc, argv, opts, own_option, &a, usage, exit_help, -1, &done);
+	if (done)
 		return rc;
-	if (cc.help) {
-		printf("%s%s%s", usage, cli_common_help, exit_help);
-		return CLI_OK;
-	}
 	int nargs = argc - optind;
 	const char *kind = nargs > 0 ? argv[optind] : NULL;
 	const char *json = nargs > 1 ? argv[optind + 1] : "{}";

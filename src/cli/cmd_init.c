@@ -26,17 +26,10 @@ int cmd_init(int argc, char **argv)
 	static const struct option opts[] = {CLI_COMMON_LONGOPTS, {0}};
 	cli_common cc;
 	cli_common_init(&cc, "init");
-	int rc = cli_parse(&cc, argc, argv, ":", opts, NULL, NULL);
-	if (rc != CLI_OK)
+	bool done;
+	int rc = cli_start(&cc, argc, argv, opts, NULL, NULL, usage, exit_help, 0, &done);
+	if (done)
 		return rc;
-	if (cc.help) {
-		printf("%s%s%s", usage, cli_common_help, exit_help);
-		return CLI_OK;
-	}
-	if (optind < argc) {
-		cli_error(&cc, "unexpected argument \"%s\"", argv[optind]);
-		return CLI_USAGE;
-	}
 	skl_client *c;
 	rc = cli_open(&cc, &c);
 	if (rc != CLI_OK)

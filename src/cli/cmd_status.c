@@ -166,17 +166,10 @@ int cmd_status(int argc, char **argv)
 	cli_common cc;
 	cli_common_init(&cc, "status");
 	status_args a = {.cc = &cc, .window_ms = 300000};
-	int rc = cli_parse(&cc, argc, argv, ":", opts, own_option, &a);
-	if (rc != CLI_OK)
+	bool done;
+	int rc = cli_start(&cc, argc, argv, opts, own_option, &a, usage, exit_help, 0, &done);
+	if (done)
 		return rc;
-	if (cc.help) {
-		printf("%s%s%s", usage, cli_common_help, exit_help);
-		return CLI_OK;
-	}
-	if (optind < argc) {
-		cli_error(&cc, "unexpected argument \"%s\"", argv[optind]);
-		return CLI_USAGE;
-	}
 	skl_client *c;
 	if ((rc = cli_open(&cc, &c)) != CLI_OK)
 		return rc;

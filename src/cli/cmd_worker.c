@@ -195,17 +195,10 @@ int cmd_worker(int argc, char **argv)
 	cli_common_init(&cc, "worker");
 	worker_args a = {.cc = &cc};
 	skl_worker_options_init(&a.wo);
-	int rc = cli_parse(&cc, argc, argv, ":", opts, own_option, &a);
-	if (rc != CLI_OK)
+	bool done;
+	int rc = cli_start(&cc, argc, argv, opts, own_option, &a, usage, exit_help, 0, &done);
+	if (done)
 		return rc;
-	if (cc.help) {
-		printf("%s%s%s", usage, cli_common_help, exit_help);
-		return CLI_OK;
-	}
-	if (optind < argc) {
-		cli_error(&cc, "unexpected argument \"%s\"", argv[optind]);
-		return CLI_USAGE;
-	}
 	if (a.nhandlers == 0) {
 		cli_error(&cc, "no handlers: give at least one --handler KIND=COMMAND");
 		return CLI_USAGE;

@@ -167,3 +167,23 @@ int cli_parse(cli_common *cc, int argc, char **argv, const char *shortopts,
 	}
 	return CLI_OK;
 }
+
+int cli_start(cli_common *cc, int argc, char **argv, const struct option *opts,
+              cli_opt_fn own, void *ctx, const char *usage, const char *exit_help,
+              int max_operands, bool *done)
+{
+	*done = true;
+	int rc = cli_parse(cc, argc, argv, ":", opts, own, ctx);
+	if (rc != CLI_OK)
+		return rc;
+	if (cc->help) {
+		printf("%s%s%s", usage, cli_common_help, exit_help);
+		return CLI_OK;
+	}
+	if (max_operands >= 0 && argc - optind > max_operands) {
+		cli_error(cc, "unexpected argument \"%s\"", argv[optind + max_operands]);
+		return CLI_USAGE;
+	}
+	*done = false;
+	return CLI_OK;
+}
