@@ -77,7 +77,7 @@ SKL_API void skl_cron_format_utc(int64_t t, char *buf);
  * into buf (SKL_CRON_LOCAL_LEN).  SKL_INVALID for an unknown zone. */
 SKL_API skl_rc skl_cron_format_local(int64_t t, const char *zone, char *buf, skl_error *err);
 
-/* ---- catch-up policies ---- */
+/* ---- schedules ---- */
 
 /* What a tick does when it finds it is behind (see skl_cron_tick_opts). */
 typedef enum skl_catch_up {
@@ -89,6 +89,101 @@ typedef enum skl_catch_up {
 /* "latest", "none", "all". */
 SKL_API skl_rc skl_catch_up_parse(const char *s, skl_catch_up *out, skl_error *err);
 SKL_API const char *skl_catch_up_name(skl_catch_up c);
+
+typedef struct skl_schedule_spec {
+	const char *name;         /* 1..128 bytes, no control characters */
+	const char *expression;   /* as skl_cron_parse accepts */
+	const char *zone;         /* IANA zone; NULL: "UTC" */
+	const char *kind;         /* job kind, 1..128 bytes */
+	const char *payload;      /* JSON text; NULL: {} */
+	const char *queue;        /* NULL: "default" */
+	int priority;
+	int max_attempts;         /* 0: 25 */
+	skl_catch_up catch_up;
+} skl_schedule_spec;
+
+/* Adds a schedule that fires after `at` (NULL: now() by the database
+ * clock; otherwise timestamptz text, for tests and simulations).
+ * Everything is checked before anything is written: SKL_INVALID for a bad
+ * name, expression, zone, kind or queue, SKL_CONFLICT when a schedule of
+ * that name exists.  *next_fire (may be NULL) receives its first fire
+ * time.  Retry-safe. */
+SKL_API skl_rc skl_cron_add(skl_client *c, const skl_schedule_spec *s, const char *at,
+                            int64_t *next_fire, skl_error *err);
+
+/* Deletes a schedule (jobs it already enqueued stay).  SKL_EMPTY when
+ * there is none of that name. */
+SKL_API skl_rc skl_cron_remove(skl_client *c, const char *name, skl_error *err);
+
+/* Pausing stops a schedule from firing.  Resuming skips every fire time
+ * that passed before `at` (NULL: now()), so a pause never causes a burst.
+ * SKL_EMPTY when there is no schedule of that name; pausing a paused or
+ * resuming an enabled schedule changes nothing. */
+SKL_API skl_rc skl_cron_pause(skl_client *c, const char *name, skl_error *err);
+SKL_API skl_rc skl_cron_resume(skl_client *c, const char *name, const char *at,
+                               skl_error *err);
+
+typedef struct skl_schedule_info {
+	const char *name;
+	const char *expression;
+	const char *zone;
+	const char *kind;
+	const char *payload;      /* JSON text */
+	const char *queue;
+	int priority;
+	int max_attempts;
+	skl_catch_up catch_up;
+	bool enabled;
+	int64_t created_at;       /* fire times after this instant count */
+	bool has_last_fire;
+	int64_t last_fire;        /* the newest fire time handled (enqueued or
+	                           * skipped by the catch-up policy) */
+	bool has_next_fire;
+	int64_t next_fire;        /* the next fire time to handle; in the past
+	                           * when no worker has run it yet */
+	void *internal;           /* owned by the library */
+} skl_schedule_info;
+
+/* Reads every schedule, ordered by name.  *out is NULL and *n 0 when there
+ * are none (SKL_OK).  Free with skl_schedule_info_free. */
+SKL_API skl_rc skl_cron_list(skl_client *c, skl_schedule_info **out, size_t *n,
+                             skl_error *err);
+SKL_API void skl_schedule_info_free(skl_schedule_info *s, size_t n);
+
+/* ---- the scheduler ---- */
+
+typedef struct skl_cron_tick_opts {
+	const char *at;           /* NULL: the database's now(); otherwise
+	                           * timestamptz text: evaluate at that instant */
+	int catch_up_bound;       /* catch-up "all" enqueues at most this many fire
+	                           * times of one schedule in one tick (the newest);
+	                           * 0: 100 */
+	int64_t grace_ms;         /* a schedule is behind when its oldest due fire
+	                           * time is older than this: workers were down or
+	                           * it was late; 0: 60000 */
+	int max_schedules;        /* due schedules handled per tick; 0: 100 */
+} skl_cron_tick_opts;
+
+typedef struct skl_cron_tick_result {
+	int due;                  /* due schedules read */
+	int fired;                /* of those, advanced by this call */
+	int lost;                 /* advanced first by someone else (another worker) */
+	int behind;               /* of those fired, handled by their catch-up policy */
+	int failed;               /* skipped: expression or zone unusable here */
+	int64_t enqueued;         /* jobs created or found by unique key */
+	char failure[512];        /* why the first failed schedule failed, or "" */
+} skl_cron_tick_result;
+
+/* Evaluates every enabled, due schedule once: for each, reads the
+ * database clock (or uses o->at), computes the fire times due since its
+ * last fire time, applies its catch-up policy when behind, and in one
+ * statement advances last_fire (compare-and-set) and enqueues one job per
+ * fire time with the unique key cron:NAME:<fire time>.  r (may be NULL)
+ * receives counts.  o may be NULL (defaults).  A schedule that cannot be
+ * evaluated here (say its zone is missing from this host's tz database)
+ * is skipped and counted in r->failed; the call still succeeds. */
+SKL_API skl_rc skl_cron_tick(skl_client *c, const skl_cron_tick_opts *o,
+                             skl_cron_tick_result *r, skl_error *err);
 
 #ifdef __cplusplus
 }
