@@ -166,7 +166,7 @@ typedef struct skl_cron_tick_opts {
 
 typedef struct skl_cron_tick_result {
 	int due;                  /* due schedules read */
-	int fired;                /* of those, advanced by this call */
+	int fired;                /* of those, whose due fire times this call handled */
 	int lost;                 /* advanced first by someone else (another worker) */
 	int behind;               /* of those fired, handled by their catch-up policy */
 	int failed;               /* skipped: expression or zone unusable here */

@@ -463,7 +463,10 @@ static skl_rc tick_row(skl_client *c, const PGresult *r, int row, const skl_cron
 	bool moved = false;
 	int64_t jobs = 0;
 	skl_rc rc = fire(c, r, row, &p, &moved, &jobs, err);
-	if (rc == SKL_OK && moved) {
+	if (rc == SKL_OK && moved && !p.any_due) {
+		/* nothing was due after all (say the zone's rules changed since
+		 * next_fire was stored): only next_fire was corrected */
+	} else if (rc == SKL_OK && moved) {
 		res->fired++;
 		res->behind += p.behind;
 		res->enqueued += jobs;
