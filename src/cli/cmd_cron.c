@@ -401,20 +401,14 @@ static int run_sub(const cron_sub *s, int argc, char **argv)
 	cli_common cc;
 	cli_common_init(&cc, s->command);
 	cron_args a = {.cc = &cc};
-	int rc = cli_parse(&cc, argc, argv, ":", s->opts, own_option, &a);
-	if (rc != CLI_OK)
+	bool done;
+	int rc = cli_start(&cc, argc, argv, s->opts, own_option, &a, s->usage, common_exit,
+	                   s->max_args, &done);
+	if (done)
 		return rc;
-	if (cc.help) {
-		printf("%s%s%s", s->usage, cli_common_help, common_exit);
-		return CLI_OK;
-	}
 	int nargs = argc - optind;
 	if (nargs < s->min_args) {
 		cli_error(&cc, "expected %s (see skiplock %s --help)", s->operands, s->command);
-		return CLI_USAGE;
-	}
-	if (nargs > s->max_args) {
-		cli_error(&cc, "unexpected argument \"%s\"", argv[optind + s->max_args]);
 		return CLI_USAGE;
 	}
 	skl_client *c;
