@@ -19,10 +19,12 @@
 #include "skiplock/queue.h"
 #include "skiplock/worker.h"
 #include "skiplock/inspect.h"
+#include "skiplock/cron.h"
 
 #define SKL_HAS_CLIENT 1
 #define SKL_HAS_SCHEMA 1
 #define SKL_HAS_QUEUE 1
+#define SKL_HAS_CRON 1
 #define SKL_HAS_WORKER 1
 
 #ifdef __cplusplus

@@ -54,6 +54,9 @@ typedef struct skl_worker_options {
 	const char *owner;           /* lease owner name; default host:pid */
 	skl_log_fn log;              /* optional; called from the worker's threads */
 	void *log_ctx;
+	bool no_cron;                /* do not evaluate cron schedules (skiplock/cron.h);
+	                              * by default every worker does */
+	int64_t cron_every_ms;       /* how often to look for due schedules; default 1000 */
 } skl_worker_options;
 
 SKL_API void skl_worker_options_init(skl_worker_options *o);

@@ -98,6 +98,7 @@ void cli_log_sink(void *ctx, skl_log_level level, const char *msg);
 typedef int (*cli_cmd_fn)(int argc, char **argv);
 int cmd_init(int argc, char **argv);
 int cmd_enqueue(int argc, char **argv);
+int cmd_cron(int argc, char **argv);
 int cmd_worker(int argc, char **argv);
 int cmd_jobs(int argc, char **argv);
 int cmd_status(int argc, char **argv);

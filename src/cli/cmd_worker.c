@@ -46,6 +46,8 @@ static const char usage[] =
 	"  --backoff-cap DUR       (default 1h)\n"
 	"  --rescue-every DUR      how often to look for expired leases (default 5s)\n"
 	"  --owner NAME            lease owner written on claims (default host:pid)\n"
+	"  --no-cron               do not evaluate cron schedules (by default every\n"
+	"                          worker does, about once a second; see skiplock cron)\n"
 	"\n";
 
 static const char exit_help[] =
@@ -53,7 +55,8 @@ static const char exit_help[] =
 	"unreachable at start within --retry-for.\n";
 
 enum { O_HANDLER = OPT_COMMON_LAST + 1, O_QUEUE, O_CONC, O_LEASE, O_POLL, O_POLLMAX,
-       O_TIMEOUT, O_GRACE, O_SHUTDOWN, O_BACKOFF, O_BBASE, O_BCAP, O_RESCUE, O_OWNER };
+       O_TIMEOUT, O_GRACE, O_SHUTDOWN, O_BACKOFF, O_BBASE, O_BCAP, O_RESCUE, O_OWNER,
+       O_NO_CRON };
 
 typedef struct worker_args {
 	cli_common *cc;
@@ -116,6 +119,7 @@ static int own_option(int code, const char *arg, void *ctx)
 	case O_BCAP: ok = dur(a, "--backoff-cap", arg, &o->backoff_cap_ms); break;
 	case O_RESCUE: ok = dur(a, "--rescue-every", arg, &o->rescue_every_ms); break;
 	case O_OWNER: o->owner = arg; break;
+	case O_NO_CRON: o->no_cron = true; break;
 	default: return CLI_USAGE;
 	}
 	return ok ? CLI_OK : CLI_USAGE;
@@ -190,6 +194,7 @@ int cmd_worker(int argc, char **argv)
 		{"backoff-cap", required_argument, NULL, O_BCAP},
 		{"rescue-every", required_argument, NULL, O_RESCUE},
 		{"owner", required_argument, NULL, O_OWNER},
+		{"no-cron", no_argument, NULL, O_NO_CRON},
 		{0}};
 	cli_common cc;
 	cli_common_init(&cc, "worker");

@@ -15,6 +15,7 @@ static const struct command {
 	{"init", cmd_init, "install or upgrade skiplock's schema in the database"},
 	{"enqueue", cmd_enqueue, "add a job (or a batch of jobs) to the queue"},
 	{"worker", cmd_worker, "run jobs with command handlers"},
+	{"cron", cmd_cron, "periodic jobs: cron schedules in any time zone"},
 	{"jobs", cmd_jobs, "list, show, retry, cancel and prune jobs"},
 	{"status", cmd_status, "counts and ages per queue and kind"},
 	{"demo", cmd_demo, "run the embedded demo on a private Postgres"},

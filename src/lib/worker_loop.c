@@ -392,7 +392,7 @@ static void stop_threads(skl_worker *w)
 }
 
 typedef struct loop_state {
-	int64_t poll, next_claim, next_hb, next_rescue, stop_at, kill_sent;
+	int64_t poll, next_claim, next_hb, next_rescue, stop_at, kill_sent, next_cron, cron_warned;
 } loop_state;
 
 /* Uniform in [ms/2, 3ms/2). The generator is shared with handler threads. */
@@ -402,6 +402,23 @@ static int64_t jitter(skl_worker *w, int64_t ms)
 	double r = skl__rand01(&w->rng);
 	pthread_mutex_unlock(&w->mu);
 	return ms / 2 + (int64_t)(r * (double)ms);
+}
+
+/* Periodic jobs: every worker evaluates every due schedule; the database
+ * decides which one enqueues each fire time (schedule.c).  A failure is
+ * logged at most once a minute. */
+static void cron_tick(skl_worker *w, loop_state *ls, int64_t now)
+{
+	skl_cron_tick_result r;
+	skl_error err;
+	skl_rc rc = skl_cron_tick(w->db, NULL, &r, &err);
+	const char *why = rc != SKL_OK ? err.message : r.failed ? r.failure : NULL;
+	if (why && now - ls->cron_warned >= 60000) {
+		ls->cron_warned = now;
+		skl__wlog(w, SKL_LOG_WARNING, "cron: %s", why);
+	}
+	int64_t every = w->wo.cron_every_ms > 0 ? w->wo.cron_every_ms : 1000;
+	ls->next_cron = now + jitter(w, every);
 }
 
 /* One turn of the loop; returns false when the drain is complete. */
@@ -445,11 +462,15 @@ static bool turn(skl_worker *w, loop_state *ls, const char *const *kinds)
 		rescue(w);
 		ls->next_rescue = now + jitter(w, w->wo.rescue_every_ms);
 	}
+	if (!w->stop && !w->wo.no_cron && now >= ls->next_cron)
+		cron_tick(w, ls, now);
 	int64_t until = ls->next_hb;
 	if (!w->stop && pending_count(w) < (size_t)w->wo.concurrency && ls->next_claim < until)
 		until = ls->next_claim;
 	if (!w->stop && ls->next_rescue < until)
 		until = ls->next_rescue;
+	if (!w->stop && !w->wo.no_cron && ls->next_cron < until)
+		until = ls->next_cron;
 	wait_wake(w, until - skl__now_ms());
 	return true;
 }
@@ -470,7 +491,8 @@ skl_rc skl_worker_run(skl_worker *w, skl_error *err)
 	int64_t now = skl__now_ms();
 	loop_state ls = {.poll = w->wo.poll_ms, .next_claim = now,
 	                 .next_hb = now + w->wo.lease_ms / 3,
-	                 .next_rescue = now + jitter(w, w->wo.rescue_every_ms)};
+	                 .next_rescue = now + jitter(w, w->wo.rescue_every_ms),
+	                 .next_cron = now, .cron_warned = now - 60000};
 	skl__wlog(w, SKL_LOG_INFO, "worker %s started: %zu kind(s), concurrency %d, lease %" PRId64
 	          " ms", w->wo.owner, w->nhandlers, w->wo.concurrency, w->wo.lease_ms);
 	while (rc == SKL_OK && turn(w, &ls, kinds))

@@ -14,9 +14,11 @@ for i in "${!pids[@]}"; do
 done
 check_eq "8 concurrent init processes exit 0" "$ok" 8
 latest=$("$SKL_BIN" --version | sed -n 's/.*schema version \([0-9]*\).*/\1/p')
+# Step numbers may have gaps (parts are written in parallel): count the files.
+steps=$(find "$SKL_SOURCE_DIR/sql" -name '[0-9][0-9][0-9][0-9]_*.sql' | wc -l)
 check_eq "each schema step recorded once" \
 	"$(q "SELECT count(*) || ' ' || count(DISTINCT version) || ' ' || max(version) FROM skiplock.schema_version")" \
-	"$latest $latest $latest"
+	"$steps $steps $latest"
 check_eq "installed_version() answers" "$(q "SELECT skiplock.installed_version()")" "$latest"
 # steps may be applied by different processes, but each exactly once
 applied=$(cat "$TMP"/init.*.out | sed -n 's/.*(\([0-9]*\) steps\{0,1\} applied).*/\1/p' | awk '{s += $1} END {print s + 0}')
@@ -26,7 +28,7 @@ no_leftovers
 out=$("$SKL_BIN" init --url "$URL" 2>&1)
 check_eq "rerun exits 0" "$?" 0
 case "$out" in *"is current"*) pass "rerun reports current" ;; *) fail "rerun said: $out" ;; esac
-check_eq "rerun adds no rows" "$(q "SELECT count(*) FROM skiplock.schema_version")" "$latest"
+check_eq "rerun adds no rows" "$(q "SELECT count(*) FROM skiplock.schema_version")" "$steps"
 
 DATABASE_URL=$URL "$SKL_BIN" init >/dev/null 2>&1
 check_eq "DATABASE_URL is honoured" "$?" 0

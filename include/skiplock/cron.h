@@ -1,0 +1,191 @@
+/*
+ * skiplock/cron.h — periodic jobs: cron expressions in IANA time zones,
+ * schedules kept in skiplock.schedules, and the scheduler that every
+ * worker runs.
+ *
+ * No leader: every worker may evaluate every schedule.  A due fire time
+ * becomes a job with the unique key "cron:NAME:<fire time, UTC, ISO 8601>"
+ * in the same statement that advances the schedule's last fire time with a
+ * compare-and-set on its previous value; of several workers evaluating the
+ * same fire time, exactly one advances it and enqueues, the others change
+ * nothing.  Due-ness is judged by the database clock.  docs/cron.md has
+ * the expression syntax, the DST rule and the catch-up policies.
+ *
+ * Expressions and zones are pure computation: no database, no process-wide
+ * TZ, safe from any thread.  Calls taking an skl_client are as
+ * thread-safe as the client (one thread at a time per client) and block up
+ * to the client's retry bound.
+ *
+ * Instants are Unix seconds (UTC).  Memory: strings passed in are copied
+ * or used only during the call; what the library returns is freed with
+ * the matching *_free call.  Out-parameters are set first (NULL / 0) and
+ * assigned only on success.
+ */
+#ifndef SKIPLOCK_CRON_H
+#define SKIPLOCK_CRON_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "skiplock/client.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define SKL_CRON_EXPR_MAX 256        /* bytes in an expression */
+#define SKL_SCHEDULE_NAME_MAX 128    /* bytes in a schedule name */
+#define SKL_CRON_TIME_LEN 21         /* "2026-03-29T01:00:00Z" and NUL */
+#define SKL_CRON_LOCAL_LEN 26        /* "2026-03-29T03:00:00+02:00" and NUL */
+
+/* ---- expressions ---- */
+
+typedef struct skl_cron_expr skl_cron_expr;
+
+/* Parses a cron expression: five fields (minute hour day-of-month month
+ * day-of-week) with lists, ranges, steps and names (jan…dec, sun…sat;
+ * day-of-week 7 is Sunday too), day-of-month and day-of-week OR-ed when
+ * neither field begins with '*' (Vixie cron's rule); or @yearly
+ * (@annually), @monthly, @weekly, @daily (@midnight), @hourly; or
+ * "@every DUR" (whole seconds, at least 1s, counted from the Unix epoch).
+ * SKL_INVALID with a message naming the field and the character position
+ * (1-based) of the problem.  The result is immutable: any thread may use
+ * it.  Free with skl_cron_expr_free. */
+SKL_API skl_rc skl_cron_parse(const char *text, skl_cron_expr **out, skl_error *err);
+
+SKL_API void skl_cron_expr_free(skl_cron_expr *e);
+
+/* SKL_OK when zone names an IANA zone in the system tz database ("UTC"
+ * needs none); SKL_INVALID otherwise.  Zone files are read once per
+ * process and kept. */
+SKL_API skl_rc skl_cron_zone_check(const char *zone, skl_error *err);
+
+/* The first fire time strictly after `after`, in zone (NULL: UTC).  A
+ * local time skipped by a spring-forward fires once, at the first instant
+ * after the gap; a local time that occurs twice fires once, at its first
+ * occurrence.  SKL_EMPTY when the expression does not fire within 100
+ * years; SKL_INVALID for an unknown zone or an instant outside years
+ * 1..9999. */
+SKL_API skl_rc skl_cron_next(const skl_cron_expr *e, const char *zone, int64_t after,
+                             int64_t *next, skl_error *err);
+
+/* t as ISO 8601 UTC, "2026-03-29T01:00:00Z", into buf (SKL_CRON_TIME_LEN). */
+SKL_API void skl_cron_format_utc(int64_t t, char *buf);
+
+/* t as local time in zone with its offset, "2026-03-29T03:00:00+02:00",
+ * into buf (SKL_CRON_LOCAL_LEN).  SKL_INVALID for an unknown zone. */
+SKL_API skl_rc skl_cron_format_local(int64_t t, const char *zone, char *buf, skl_error *err);
+
+/* ---- schedules ---- */
+
+/* What a tick does when it finds it is behind (see skl_cron_tick_opts). */
+typedef enum skl_catch_up {
+	SKL_CATCH_UP_LATEST = 0,  /* enqueue only the newest missed fire time */
+	SKL_CATCH_UP_NONE = 1,    /* enqueue none of them */
+	SKL_CATCH_UP_ALL = 2      /* enqueue each, the newest catch_up_bound at most */
+} skl_catch_up;
+
+/* "latest", "none", "all". */
+SKL_API skl_rc skl_catch_up_parse(const char *s, skl_catch_up *out, skl_error *err);
+SKL_API const char *skl_catch_up_name(skl_catch_up c);
+
+typedef struct skl_schedule_spec {
+	const char *name;         /* 1..128 bytes, no control characters */
+	const char *expression;   /* as skl_cron_parse accepts */
+	const char *zone;         /* IANA zone; NULL: "UTC" */
+	const char *kind;         /* job kind, 1..128 bytes */
+	const char *payload;      /* JSON text; NULL: {} */
+	const char *queue;        /* NULL: "default" */
+	int priority;
+	int max_attempts;         /* 0: 25 */
+	skl_catch_up catch_up;
+} skl_schedule_spec;
+
+/* Adds a schedule that fires after `at` (NULL: now() by the database
+ * clock; otherwise timestamptz text, for tests and simulations).
+ * Everything is checked before anything is written: SKL_INVALID for a bad
+ * name, expression, zone, kind or queue, SKL_CONFLICT when a schedule of
+ * that name exists.  *next_fire (may be NULL) receives its first fire
+ * time.  Retry-safe. */
+SKL_API skl_rc skl_cron_add(skl_client *c, const skl_schedule_spec *s, const char *at,
+                            int64_t *next_fire, skl_error *err);
+
+/* Deletes a schedule (jobs it already enqueued stay).  SKL_EMPTY when
+ * there is none of that name. */
+SKL_API skl_rc skl_cron_remove(skl_client *c, const char *name, skl_error *err);
+
+/* Pausing stops a schedule from firing.  Resuming skips every fire time
+ * that passed before `at` (NULL: now()), so a pause never causes a burst.
+ * SKL_EMPTY when there is no schedule of that name; pausing a paused or
+ * resuming an enabled schedule changes nothing. */
+SKL_API skl_rc skl_cron_pause(skl_client *c, const char *name, skl_error *err);
+SKL_API skl_rc skl_cron_resume(skl_client *c, const char *name, const char *at,
+                               skl_error *err);
+
+typedef struct skl_schedule_info {
+	const char *name;
+	const char *expression;
+	const char *zone;
+	const char *kind;
+	const char *payload;      /* JSON text */
+	const char *queue;
+	int priority;
+	int max_attempts;
+	skl_catch_up catch_up;
+	bool enabled;
+	int64_t created_at;       /* fire times after this instant count */
+	bool has_last_fire;
+	int64_t last_fire;        /* the newest fire time handled (enqueued or
+	                           * skipped by the catch-up policy) */
+	bool has_next_fire;
+	int64_t next_fire;        /* the next fire time to handle; in the past
+	                           * when no worker has run it yet */
+	void *internal;           /* owned by the library */
+} skl_schedule_info;
+
+/* Reads every schedule, ordered by name.  *out is NULL and *n 0 when there
+ * are none (SKL_OK).  Free with skl_schedule_info_free. */
+SKL_API skl_rc skl_cron_list(skl_client *c, skl_schedule_info **out, size_t *n,
+                             skl_error *err);
+SKL_API void skl_schedule_info_free(skl_schedule_info *s, size_t n);
+
+/* ---- the scheduler ---- */
+
+typedef struct skl_cron_tick_opts {
+	const char *at;           /* NULL: the database's now(); otherwise
+	                           * timestamptz text: evaluate at that instant */
+	int catch_up_bound;       /* catch-up "all" enqueues at most this many fire
+	                           * times of one schedule in one tick (the newest);
+	                           * 0: 100 */
+	int64_t grace_ms;         /* a schedule is behind when its oldest due fire
+	                           * time is older than this: workers were down or
+	                           * it was late; 0: 60000 */
+	int max_schedules;        /* due schedules handled per tick; 0: 100 */
+} skl_cron_tick_opts;
+
+typedef struct skl_cron_tick_result {
+	int due;                  /* due schedules read */
+	int fired;                /* of those, whose due fire times this call handled */
+	int lost;                 /* advanced first by someone else (another worker) */
+	int behind;               /* of those fired, handled by their catch-up policy */
+	int failed;               /* skipped: expression or zone unusable here */
+	int64_t enqueued;         /* jobs created or found by unique key */
+	char failure[512];        /* why the first failed schedule failed, or "" */
+} skl_cron_tick_result;
+
+/* Evaluates every enabled, due schedule once: for each, reads the
+ * database clock (or uses o->at), computes the fire times due since its
+ * last fire time, applies its catch-up policy when behind, and in one
+ * statement advances last_fire (compare-and-set) and enqueues one job per
+ * fire time with the unique key cron:NAME:<fire time>.  r (may be NULL)
+ * receives counts.  o may be NULL (defaults).  A schedule that cannot be
+ * evaluated here (say its zone is missing from this host's tz database)
+ * is skipped and counted in r->failed; the call still succeeds. */
+SKL_API skl_rc skl_cron_tick(skl_client *c, const skl_cron_tick_opts *o,
+                             skl_cron_tick_result *r, skl_error *err);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
