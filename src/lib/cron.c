@@ -418,8 +418,12 @@ static void format_civil(int64_t local, char *buf, size_t cap)
 	int64_t days = skl__floordiv(local, 86400), y;
 	int sec = (int)(local - days * 86400), m, d;
 	skl__civil_from_days(days, &y, &m, &d);
-	snprintf(buf, cap, "%04lld-%02d-%02dT%02d:%02d:%02d", (long long)y, m, d, sec / 3600,
-	         sec % 3600 / 60, sec % 60);
+	char tmp[64]; /* years are bounded by SKL_CRON_T_MIN/MAX; the compiler cannot tell */
+	int n = snprintf(tmp, sizeof(tmp), "%04lld-%02d-%02dT%02d:%02d:%02d", (long long)y, m, d,
+	                 sec / 3600, sec % 3600 / 60, sec % 60);
+	size_t len = n < 0 ? 0 : (size_t)n < cap - 1 ? (size_t)n : cap - 1;
+	memcpy(buf, tmp, len);
+	buf[len] = '\0';
 }
 
 void skl_cron_format_utc(int64_t t, char *buf)
