@@ -327,7 +327,7 @@ test_delay() {
     check "delay: ctl delay 0" test "$(ctl delay 0)" = "ok delay 0"
     t0=$(now_ms); q_proxy -c 'select 1' >/dev/null; dt2=$(( $(now_ms) - t0 ))
     # relative to the delayed run, so a loaded machine does not fail it
-    check "delay: removed again (took $dt2 ms, 2000 ms less than with it)" \
+    check "delay: removed again (took $dt2 ms, at least 1000 ms less than with it)" \
         test "$dt2" -lt $(( dt - 1000 ))
 }
 
