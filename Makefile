@@ -52,3 +52,11 @@ uninstall:
 
 clean:
 	rm -rf build
+
+# make bench [QUICK=1]: the benchmark suite on a private durable Postgres
+# (bench/run; docs/performance.md says what each figure means).
+.PHONY: bench
+bench: bootstrap
+	@cmake -S . -B build/bench -DCMAKE_BUILD_TYPE=Release -DSKL_TESTS=OFF >/dev/null
+	@cmake --build build/bench -j $(JOBS) >&2
+	@bench/run $(if $(QUICK),--quick)

@@ -1,0 +1,118 @@
+/*
+ * worker.c — skl-bench-worker: one skiplock worker process for the
+ * benchmarks, run until SIGTERM.
+ *
+ *   skl-bench-worker --url URL [--pooled] --mode noop|cmd|stamp
+ *                    [--concurrency N] [--counter FILE] [--app NAME]
+ *                    [--poll-ms MS]
+ *
+ * Modes (the kinds it claims):
+ *   noop   kind "noop": a C handler that only counts (skl_worker_handle)
+ *   cmd    kind "cmd": the command handler `true` (fork/exec per job)
+ *   stamp  kind "lat": a C handler that first reads CLOCK_REALTIME and keeps
+ *          it as the job's result {"t": seconds}, for enqueue->start latency
+ * The counter (slot 0 of a shared file) counts handler starts, so the
+ * driver can watch progress without querying the database.  Its counts go
+ * to stderr at exit; stdout stays the driver's.
+ */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "bench.h"
+
+static _Atomic uint64_t fallback_counter[1];
+static _Atomic uint64_t *counter = fallback_counter;
+static skl_worker *the_worker;
+
+static int noop_handler(const skl_job *job, void *ctx)
+{
+	(void)job;
+	(void)ctx;
+	atomic_fetch_add(&counter[0], 1);
+	return SKL_JOB_OK;
+}
+
+static int stamp_handler(const skl_job *job, void *ctx)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	(void)ctx;
+	char buf[64];
+	snprintf(buf, sizeof(buf), "{\"t\": %lld.%06ld}", (long long)ts.tv_sec, ts.tv_nsec / 1000);
+	skl_job_set_result(job, buf);
+	atomic_fetch_add(&counter[0], 1);
+	return SKL_JOB_OK;
+}
+
+static void on_signal(int sig)
+{
+	(void)sig;
+	if (the_worker)
+		skl_worker_stop(the_worker);
+}
+
+static void log_sink(void *ctx, skl_log_level level, const char *msg)
+{
+	(void)ctx;
+	if (level >= SKL_LOG_WARNING)
+		fprintf(stderr, "skl-bench-worker: %s\n", msg);
+}
+
+int main(int argc, char **argv)
+{
+	const char *url = bench_opt(argc, argv, "--url", NULL);
+	const char *mode = bench_opt(argc, argv, "--mode", "noop");
+	const char *counter_path = bench_opt(argc, argv, "--counter", NULL);
+	if (url == NULL)
+		bench_die("worker: --url is required");
+	if (counter_path)
+		counter = bench_counter(counter_path, false);
+
+	skl_client_options co;
+	skl_client_options_init(&co);
+	co.url = url;
+	co.pooler = bench_flag(argc, argv, "--pooled") ? SKL_POOLER_TRANSACTION : SKL_POOLER_NONE;
+	co.application_name = bench_opt(argc, argv, "--app", "skl-bench-worker");
+	co.call_timeout_ms = 60000;
+	co.retry_max_ms = 60000;
+	skl_worker_options wo;
+	skl_worker_options_init(&wo);
+	wo.concurrency = atoi(bench_opt(argc, argv, "--concurrency", "8"));
+	const char *poll = bench_opt(argc, argv, "--poll-ms", NULL);
+	if (poll)
+		wo.poll_ms = atoll(poll);
+	wo.log = log_sink;
+
+	skl_error err;
+	if (skl_worker_new(&co, &wo, &the_worker, &err) != SKL_OK)
+		bench_die("worker: %s", err.message);
+	skl_rc rc;
+	if (strcmp(mode, "noop") == 0)
+		rc = skl_worker_handle(the_worker, "noop", noop_handler, NULL, &err);
+	else if (strcmp(mode, "stamp") == 0)
+		rc = skl_worker_handle(the_worker, "lat", stamp_handler, NULL, &err);
+	else if (strcmp(mode, "cmd") == 0)
+		rc = skl_worker_handle_command(the_worker, "cmd", "true", &err);
+	else
+		bench_die("worker: unknown --mode %s", mode);
+	if (rc != SKL_OK)
+		bench_die("worker: %s", err.message);
+
+	struct sigaction sa = {.sa_handler = on_signal};
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGTERM, &sa, NULL);
+	sigaction(SIGINT, &sa, NULL);
+	rc = skl_worker_run(the_worker, &err);
+	skl_worker_stats st;
+	skl_worker_get_stats(the_worker, &st);
+	fprintf(stderr, "skl-bench-worker: claimed=%llu completed=%llu fenced_out=%llu rescued=%llu\n",
+	       (unsigned long long)st.claimed, (unsigned long long)st.completed,
+	       (unsigned long long)st.fenced_out, (unsigned long long)st.rescued);
+	skl_worker_free(the_worker);
+	if (rc != SKL_OK)
+		bench_die("worker: %s", err.message);
+	return 0;
+}
