@@ -304,6 +304,43 @@ static void killed_after_claim_recovers(itest_ctx *t)
 	itest_no_leftovers(t);
 }
 
+/* The same crash with a real two-second window: retries get 409 until it
+ * passes, then one charges.  Only an upper bound is waited for. */
+static void killed_after_claim_real_window(itest_ctx *t)
+{
+	curl_global_init(CURL_GLOBAL_DEFAULT);
+	const char *paused[] = {"--pause-after-claim", "10min", "--recovery", "2s", NULL};
+	server s = start(t, paused);
+	client_thread ct = {.s = &s};
+	pthread_t th;
+	CHECK(pthread_create(&th, NULL, send_doomed, &ct) == 0);
+	int64_t deadline = itest_now_ms() + 60000;
+	while (itest_int(t->admin, "SELECT count(*) FROM skiplock.idempotency_keys") == 0) {
+		if (itest_now_ms() > deadline)
+			itest_fail(__FILE__, __LINE__, "the request was not claimed within 60 s");
+		usleep(20000);
+	}
+	stop(&s, SIGKILL);
+	pthread_join(th, NULL);
+	const char *normal[] = {"--recovery", "2s", NULL};
+	s = start(t, normal);
+	int busy = 0;
+	resp r;
+	deadline = itest_now_ms() + 60000;
+	while ((r = post(&s, "crash-1", BODY)).code == 409) {
+		busy++;
+		if (itest_now_ms() > deadline)
+			itest_fail(__FILE__, __LINE__, "still in progress after 60 s");
+		usleep(200000);
+	}
+	printf("  %d retries answered 409 before the takeover\n", busy);
+	CHECK_EQ(r.code, 201);
+	CHECK_EQ(charges(t), 1);
+	CHECK_EQ(itest_int(t->admin, "SELECT claims FROM skiplock.idempotency_keys"), 2);
+	CHECK_STR(post(&s, "crash-1", BODY).body, r.body);
+	stop(&s, SIGTERM);
+}
+
 /* ---- expiry ---- */
 
 static void expired_keys_pruned_and_reusable(itest_ctx *t)
@@ -364,6 +401,7 @@ int main(int argc, char **argv)
 		{"concurrent_identical_requests", concurrent_identical_requests, 180},
 		{"different_body_is_refused", different_body_is_refused, 60},
 		{"killed_after_claim_recovers", killed_after_claim_recovers, 120},
+		{"killed_after_claim_real_window", killed_after_claim_real_window, 180},
 		{"expired_keys_pruned_and_reusable", expired_keys_pruned_and_reusable, 60},
 		{"bad_input_is_400", bad_input_is_400, 60},
 	};

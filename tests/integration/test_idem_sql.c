@@ -107,9 +107,9 @@ static void *race(void *arg)
 	return NULL;
 }
 
-static void concurrent_claims_one_winner(itest_ctx *t)
+/* RACERS connections claim 'race' at once: exactly one acquires. */
+static void race_once(itest_ctx *t)
 {
-	install(t);
 	pthread_barrier_t go;
 	pthread_barrier_init(&go, NULL, RACERS);
 	racer rs[RACERS];
@@ -131,7 +131,31 @@ static void concurrent_claims_one_winner(itest_ctx *t)
 	pthread_barrier_destroy(&go);
 	CHECK_EQ(acquired, 1);
 	CHECK_EQ(in_progress, RACERS - 1);
+}
+
+static void concurrent_claims_one_winner(itest_ctx *t)
+{
+	install(t);
+	race_once(t);
 	CHECK_EQ(itest_int(t->admin, "SELECT claims FROM skiplock.idempotency_keys"), 1);
+	itest_no_leftovers(t);
+}
+
+/* Many retries find the same abandoned claim, or the same expired key, at
+ * once: one takes it over. */
+static void concurrent_takeover_one_winner(itest_ctx *t)
+{
+	install(t);
+	PQclear(itest_sql(t->admin, "INSERT INTO skiplock.idempotency_keys (key, request_hash,"
+	                            " locked_until, expires_at) VALUES ('race', 'h',"
+	                            " now() - interval '1 second', now() + interval '1 hour')"));
+	race_once(t);
+	CHECK_EQ(itest_int(t->admin, "SELECT claims FROM skiplock.idempotency_keys"), 2);
+	PQclear(itest_sql(t->admin, "UPDATE skiplock.idempotency_keys SET state = 'completed',"
+	                            " response_code = 201, expires_at = now() - interval '1 second'"));
+	race_once(t);
+	CHECK_EQ(itest_int(t->admin, "SELECT claims FROM skiplock.idempotency_keys"), 1);
+	CHECK_STR(itest_text(t->admin, "SELECT state FROM skiplock.idempotency_keys"), "in_progress");
 	itest_no_leftovers(t);
 }
 
@@ -249,6 +273,7 @@ int main(int argc, char **argv)
 	static const itest_case cases[] = {
 		{"outcomes", outcomes, 30},
 		{"concurrent_claims_one_winner", concurrent_claims_one_winner, 60},
+		{"concurrent_takeover_one_winner", concurrent_takeover_one_winner, 60},
 		{"abandoned_claim_is_taken_over", abandoned_claim_is_taken_over, 30},
 		{"expired_keys_are_reusable_and_pruned", expired_keys_are_reusable_and_pruned, 60},
 		{"prune_plan_uses_expiry_index", prune_plan_uses_expiry_index, 60},
