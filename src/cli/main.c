@@ -17,6 +17,7 @@ static const struct command {
 	{"worker", cmd_worker, "run jobs with command handlers"},
 	{"cron", cmd_cron, "periodic jobs: cron schedules in any time zone"},
 	{"jobs", cmd_jobs, "list, show, retry, cancel and prune jobs"},
+	{"idem", cmd_idem, "idempotency keys: prune the expired"},
 	{"status", cmd_status, "counts and ages per queue and kind"},
 	{"demo", cmd_demo, "run the embedded demo on a private Postgres"},
 };
