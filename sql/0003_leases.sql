@@ -2,15 +2,19 @@
 --
 -- A lease is a row, not a session: who holds NAME is written in
 -- skiplock.leases with an expiry judged by the database clock and a fencing
--- token.  Nothing here depends on the connection that made the call, so
+-- token.  The clock is read when each check or write happens
+-- (clock_timestamp()), not at the start of the caller's transaction: an
+-- acquisition that waited for a row lock gets its full ttl from the moment
+-- it took the lease, and a long transaction cannot see an expired lease as
+-- live.  Nothing here depends on the connection that made the call, so
 -- every function works through a transaction-mode pooler and survives a
 -- reconnect between any two calls.
 --
 -- A row is in one of two states:
---   live     expires_at > now(): `owner` holds the lease under token
+--   live     expires_at > clock: `owner` holds the lease under token
 --            `fencing`.  Entered by lease_acquire on a free or new name;
 --            kept by lease_renew; left by lease_release or by time passing.
---   expired  expires_at <= now(): nobody holds it, the row keeps the last
+--   expired  expires_at <= clock: nobody holds it, the row keeps the last
 --            token.  Entered by release or expiry; left by lease_acquire.
 --
 -- Invariants:
@@ -20,7 +24,7 @@
 --     Were a row deleted, tokens would start again at 1 and a stale
 --     holder's token could become current again.
 --  2. At most one live holder per name: lease_acquire is one INSERT … ON
---     CONFLICT DO UPDATE … WHERE expires_at <= now(); concurrent callers
+--     CONFLICT DO UPDATE … WHERE expires_at <= clock; concurrent callers
 --     serialise on the row, and only the first to find it expired wins.
 --  3. Renew and release change the row only when name, owner and token all
 --     match, so a holder that lost the lease changes nothing and is told
@@ -94,20 +98,21 @@ DECLARE
 BEGIN
   PERFORM skiplock.lease_check_args(lease_acquire.name, lease_acquire.owner, lease_acquire.ttl);
   INSERT INTO skiplock.leases AS l (name, owner, fencing, acquired_at, expires_at, renewed_at)
-  VALUES (lease_acquire.name, lease_acquire.owner, 1, now(), now() + lease_acquire.ttl, now())
+  VALUES (lease_acquire.name, lease_acquire.owner, 1, clock_timestamp(),
+          clock_timestamp() + lease_acquire.ttl, clock_timestamp())
   ON CONFLICT ON CONSTRAINT leases_pkey DO UPDATE
      SET owner = EXCLUDED.owner,
          fencing = l.fencing + 1,
-         acquired_at = EXCLUDED.acquired_at,
-         expires_at = EXCLUDED.expires_at,
-         renewed_at = EXCLUDED.renewed_at
-   WHERE l.expires_at <= now()
+         acquired_at = clock_timestamp(),
+         expires_at = clock_timestamp() + lease_acquire.ttl,
+         renewed_at = clock_timestamp()
+   WHERE l.expires_at <= clock_timestamp()
   RETURNING l.fencing INTO v_fencing;
   RETURN v_fencing;
 END
 $fn$;
 
--- Extends a live lease to now() + TTL.  True when NAME is live and held by
+-- Extends a live lease to clock_timestamp() + TTL.  True when NAME is live and held by
 -- OWNER under FENCING; false otherwise (lost, expired, wrong owner or
 -- token), and then nothing changes.  A repeated call is harmless.
 CREATE FUNCTION skiplock.lease_renew(name text, owner text, fencing bigint, ttl interval)
@@ -117,9 +122,9 @@ LANGUAGE plpgsql AS $fn$
 BEGIN
   PERFORM skiplock.lease_check_args(lease_renew.name, lease_renew.owner, lease_renew.ttl);
   UPDATE skiplock.leases l
-     SET expires_at = now() + lease_renew.ttl, renewed_at = now()
+     SET expires_at = clock_timestamp() + lease_renew.ttl, renewed_at = clock_timestamp()
    WHERE l.name = lease_renew.name AND l.owner = lease_renew.owner
-     AND l.fencing = lease_renew.fencing AND l.expires_at > now();
+     AND l.fencing = lease_renew.fencing AND l.expires_at > clock_timestamp();
   RETURN FOUND;
 END
 $fn$;
@@ -134,7 +139,7 @@ LANGUAGE plpgsql AS $fn$
 #variable_conflict use_column
 BEGIN
   UPDATE skiplock.leases l
-     SET expires_at = least(l.expires_at, now())
+     SET expires_at = least(l.expires_at, clock_timestamp())
    WHERE l.name = lease_release.name AND l.owner = lease_release.owner
      AND l.fencing = lease_release.fencing;
   RETURN FOUND;
@@ -144,8 +149,7 @@ $fn$;
 -- Inside the caller's transaction, before its writes: locks NAME's row FOR
 -- SHARE (no new token can be issued until the transaction ends) and raises
 -- SQLSTATE SK001 unless FENCING is the current token of a live lease, so a
--- writer that lost the lease has its whole transaction aborted.  Liveness
--- is judged by clock_timestamp(), not the transaction's start.  Keep the
+-- writer that lost the lease has its whole transaction aborted.  Keep the
 -- transaction short: while it is open the next holder cannot acquire.
 CREATE FUNCTION skiplock.lease_fence(name text, fencing bigint)
 RETURNS void
