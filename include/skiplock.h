@@ -20,12 +20,14 @@
 #include "skiplock/worker.h"
 #include "skiplock/inspect.h"
 #include "skiplock/cron.h"
+#include "skiplock/lease.h"
 
 #define SKL_HAS_CLIENT 1
 #define SKL_HAS_SCHEMA 1
 #define SKL_HAS_QUEUE 1
 #define SKL_HAS_CRON 1
 #define SKL_HAS_WORKER 1
+#define SKL_HAS_LEASE 1
 
 #ifdef __cplusplus
 extern "C" {
