@@ -18,6 +18,7 @@ static const struct command {
 	{"cron", cmd_cron, "periodic jobs: cron schedules in any time zone"},
 	{"jobs", cmd_jobs, "list, show, retry, cancel and prune jobs"},
 	{"status", cmd_status, "counts and ages per queue and kind"},
+	{"lease", cmd_lease, "run a command only while holding a lease; list leases"},
 	{"demo", cmd_demo, "run the embedded demo on a private Postgres"},
 };
 
