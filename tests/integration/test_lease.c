@@ -463,6 +463,40 @@ static void renew_survives_terminated_backend(itest_ctx *t)
 	itest_no_leftovers(t);
 }
 
+/* ---- plans ---- */
+
+static void expect_pkey_plan(itest_ctx *t, const char *sql)
+{
+	PGresult *r = itest_sql(t->admin, "EXPLAIN (COSTS OFF) %s", sql);
+	bool found = false;
+	for (int i = 0; i < PQntuples(r); i++)
+		found |= strstr(PQgetvalue(r, i, 0), "Index Scan using leases_pkey") != NULL;
+	if (!found)
+		itest_fail(__FILE__, __LINE__, "%s: no index scan on leases_pkey; plan: %s…", sql,
+		           PQgetvalue(r, 0, 0));
+	PQclear(r);
+}
+
+/* The statements inside the lease functions, on 20000 leases. */
+static void lookups_use_the_primary_key(itest_ctx *t)
+{
+	install(t);
+	PQclear(itest_sql(t->admin, "SELECT count(skiplock.lease_acquire('lease-' || i, 'o', "
+	                            "'1 minute')) FROM generate_series(1, 20000) i; "
+	                            "ANALYZE skiplock.leases"));
+	expect_pkey_plan(t, "SELECT fencing, owner, expires_at FROM skiplock.leases "
+	                    "WHERE name = 'lease-777' FOR SHARE");
+	expect_pkey_plan(t, "UPDATE skiplock.leases SET expires_at = clock_timestamp() + "
+	                    "interval '1 minute', renewed_at = clock_timestamp() WHERE name = "
+	                    "'lease-777' AND owner = 'o' AND fencing = 1 AND expires_at > "
+	                    "clock_timestamp()");
+	expect_pkey_plan(t, "UPDATE skiplock.leases SET expires_at = least(expires_at, "
+	                    "clock_timestamp()) WHERE name = 'lease-777' AND owner = 'o' "
+	                    "AND fencing = 1");
+	CHECK_EQ(itest_int(t->admin, "SELECT count(*) FROM skiplock.leases WHERE fencing = 1"),
+	         20000);
+}
+
 /* ---- nothing left on the backends ---- */
 
 /* Holds every server backend the pooler gives this database (two) in an
@@ -530,6 +564,7 @@ int main(int argc, char **argv)
 		{"bad_arguments_are_refused", bad_arguments_are_refused, 30},
 		{"list_shows_leases", list_shows_leases, 30},
 		{"renew_survives_terminated_backend", renew_survives_terminated_backend, 30},
+		{"lookups_use_the_primary_key", lookups_use_the_primary_key, 60},
 		{"no_session_state_left", no_session_state_left, 60},
 	};
 	return itest_main(argc, argv, cases, (int)(sizeof(cases) / sizeof(cases[0])));
