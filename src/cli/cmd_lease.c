@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "lease_run.h"
+#include "output.h"
 
 static const char lease_usage[] =
 	"Usage: skiplock lease run NAME --ttl DUR [OPTIONS] -- CMD [ARGS...]\n"
@@ -276,57 +277,50 @@ static int cmd_run(int argc, char **argv)
 
 /* ---- list ---- */
 
-static void time_left(char *out, size_t cap, const skl_lease_info *l)
+static bool print_table(const skl_lease_info *l, size_t n)
 {
-	int64_t ms = l->expires_in_ms;
-	if (!l->live)
-		snprintf(out, cap, "-");
-	else if (ms < 60000)
-		snprintf(out, cap, "%lld.%llds", (long long)(ms / 1000), (long long)(ms % 1000 / 100));
-	else if (ms < 3600000)
-		snprintf(out, cap, "%lldm%02llds", (long long)(ms / 60000), (long long)(ms % 60000 / 1000));
-	else
-		snprintf(out, cap, "%lldh%02lldm", (long long)(ms / 3600000),
-		         (long long)(ms % 3600000 / 60000));
+	cli_table t;
+	cli_table_init(&t, 6, "llrlll");
+	static const char *const head[] = {"NAME", "OWNER", "TOKEN", "STATE", "EXPIRES",
+	                                   "ACQUIRED AT (UTC)"};
+	for (size_t i = 0; i < 6; i++)
+		cli_table_add(&t, "%s", head[i]);
+	for (size_t i = 0; i < n; i++) {
+		char exp[48], at[32];
+		cli_table_add(&t, "%s", l[i].name);
+		cli_table_add(&t, "%s", l[i].owner);
+		cli_table_add(&t, "%lld", (long long)l[i].fencing);
+		cli_table_add(&t, "%s", l[i].live ? "held" : "free");
+		cli_table_add(&t, "%s", cli_fmt_expiry(l[i].expires_in_ms, exp, sizeof(exp)));
+		cli_table_add(&t, "%s", cli_fmt_time(l[i].acquired_at, at, sizeof(at)));
+	}
+	bool ok = cli_table_print(&t);
+	cli_table_free(&t);
+	return ok;
 }
 
-static void print_table(const skl_lease_info *l, size_t n)
-{
-	int wn = 4, wo = 5;
-	for (size_t i = 0; i < n; i++) {
-		int a = (int)strlen(l[i].name), b = (int)strlen(l[i].owner);
-		wn = a > wn ? a : wn;
-		wo = b > wo ? b : wo;
-	}
-	printf("%-*s  %-*s  %7s  %-7s  %9s  %s\n", wn, "NAME", wo, "OWNER", "TOKEN", "STATE",
-	       "TIME LEFT", "ACQUIRED AT");
-	for (size_t i = 0; i < n; i++) {
-		char left[32];
-		time_left(left, sizeof(left), &l[i]);
-		printf("%-*s  %-*s  %7lld  %-7s  %9s  %s\n", wn, l[i].name, wo, l[i].owner,
-		       (long long)l[i].fencing, l[i].live ? "held" : "expired", left, l[i].acquired_at);
-	}
-}
-
-static int print_json(const skl_lease_info *l, size_t n)
+static bool print_json(const skl_lease_info *l, size_t n)
 {
 	json_t *arr = json_array();
-	for (size_t i = 0; arr && i < n; i++)
-		json_array_append_new(
-			arr, json_pack("{s:s, s:s, s:I, s:b, s:I, s:s, s:s, s:s}", "name", l[i].name,
-			               "owner", l[i].owner, "fencing", (json_int_t)l[i].fencing, "live",
-			               l[i].live, "expires_in_ms", (json_int_t)l[i].expires_in_ms,
-			               "acquired_at", l[i].acquired_at, "renewed_at", l[i].renewed_at,
-			               "expires_at", l[i].expires_at));
-	char *text = arr ? json_dumps(arr, JSON_INDENT(2)) : NULL;
-	json_decref(arr);
-	if (text == NULL) {
-		cli_error(NULL, "lease list: out of memory");
-		return CLI_PROBLEM;
+	for (size_t i = 0; arr && i < n; i++) {
+		json_t *o = json_object();
+		json_object_set_new(o, "name", cli_json_str(l[i].name));
+		json_object_set_new(o, "owner", cli_json_str(l[i].owner));
+		json_object_set_new(o, "fencing", json_integer(l[i].fencing));
+		json_object_set_new(o, "live", json_boolean(l[i].live));
+		json_object_set_new(o, "expires_in_ms", json_integer(l[i].expires_in_ms));
+		json_object_set_new(o, "acquired_at", cli_json_str(l[i].acquired_at));
+		json_object_set_new(o, "renewed_at", cli_json_str(l[i].renewed_at));
+		json_object_set_new(o, "expires_at", cli_json_str(l[i].expires_at));
+		json_array_append_new(arr, o);
 	}
-	printf("%s\n", text);
-	free(text);
-	return CLI_OK;
+	return cli_json_print(arr);
+}
+
+static int output_failed(const cli_common *cc)
+{
+	cli_error(cc, "cannot write the output");
+	return CLI_PROBLEM;
 }
 
 static int cmd_list(int argc, char **argv)
@@ -355,10 +349,8 @@ static int cmd_list(int argc, char **argv)
 	skl_error err;
 	if (skl_lease_list(c, &l, &n, &err) != SKL_OK)
 		rc = cli_fail(&cc, &err);
-	else if (a.json)
-		rc = print_json(l, n);
-	else
-		print_table(l, n);
+	else if (!(a.json ? print_json(l, n) : print_table(l, n)))
+		rc = output_failed(&cc);
 	skl_lease_list_free(l, n);
 	skl_client_close(c);
 	return rc;
