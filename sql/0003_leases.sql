@@ -14,7 +14,7 @@
 --   live     expires_at > clock: `owner` holds the lease under token
 --            `fencing`.  Entered by lease_acquire on a free or new name;
 --            kept by lease_renew; left by lease_release or by time passing.
---   expired  expires_at <= clock: nobody holds it, the row keeps the last
+--   free     expires_at <= clock: nobody holds it, the row keeps the last
 --            token.  Entered by release or expiry; left by lease_acquire.
 --
 -- Invariants:
