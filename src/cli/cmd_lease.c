@@ -251,13 +251,10 @@ static int cmd_run(int argc, char **argv)
 	cli_common_init(&cc, "lease run");
 	run_args a = {.cc = &cc};
 	int split = first_double_dash(argc, argv);
-	int rc = cli_parse(&cc, split, argv, ":", opts, own_option, &a);
-	if (rc != CLI_OK)
+	bool done;
+	int rc = cli_start(&cc, split, argv, opts, own_option, &a, run_usage, run_tail, -1, &done);
+	if (done)
 		return rc;
-	if (cc.help) {
-		printf("%s%s%s", run_usage, cli_common_help, run_tail);
-		return CLI_OK;
-	}
 	if (!check_operands(&a, argc, argv, split) || !check_durations(&a))
 		return CLI_USAGE;
 	char owner[256];
@@ -330,17 +327,10 @@ static int cmd_list(int argc, char **argv)
 	cli_common cc;
 	cli_common_init(&cc, "lease list");
 	run_args a = {.cc = &cc};
-	int rc = cli_parse(&cc, argc, argv, ":", opts, own_option, &a);
-	if (rc != CLI_OK)
+	bool done;
+	int rc = cli_start(&cc, argc, argv, opts, own_option, &a, list_usage, list_tail, 0, &done);
+	if (done)
 		return rc;
-	if (cc.help) {
-		printf("%s%s%s", list_usage, cli_common_help, list_tail);
-		return CLI_OK;
-	}
-	if (optind < argc) {
-		cli_error(&cc, "unexpected argument \"%s\"", argv[optind]);
-		return CLI_USAGE;
-	}
 	skl_client *c = NULL;
 	if ((rc = cli_open(&cc, &c)) != CLI_OK)
 		return rc;
