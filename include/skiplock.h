@@ -21,6 +21,7 @@
 #include "skiplock/inspect.h"
 #include "skiplock/cron.h"
 #include "skiplock/idem.h"
+#include "skiplock/lease.h"
 
 #define SKL_HAS_CLIENT 1
 #define SKL_HAS_SCHEMA 1
@@ -28,6 +29,7 @@
 #define SKL_HAS_CRON 1
 #define SKL_HAS_WORKER 1
 #define SKL_HAS_IDEM 1
+#define SKL_HAS_LEASE 1
 
 #ifdef __cplusplus
 extern "C" {

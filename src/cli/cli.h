@@ -104,5 +104,6 @@ int cmd_jobs(int argc, char **argv);
 int cmd_status(int argc, char **argv);
 int cmd_demo(int argc, char **argv);
 int cmd_idem(int argc, char **argv);
+int cmd_lease(int argc, char **argv);
 
 #endif

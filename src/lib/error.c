@@ -114,12 +114,29 @@ static void copy_field(char *dst, size_t cap, const PGresult *res, int field)
 	snprintf(dst, cap, "%s", v ? v : "");
 }
 
+/* skiplock's own permanent SQLSTATEs with a result code of their own. */
+static const struct {
+	const char *state;
+	skl_rc rc;
+} own_states[] = {
+	{"SK001", SKL_FENCED}, /* lease_fence: stale token or expired lease */
+};
+
+static skl_rc permanent_rc(const char *sqlstate)
+{
+	for (size_t i = 0; sqlstate && i < SKL_ARRAY_LEN(own_states); i++)
+		if (strcmp(sqlstate, own_states[i].state) == 0)
+			return own_states[i].rc;
+	return SKL_DB;
+}
+
 /* Fills err from a failed result; SKL_RETRY for transient SQLSTATEs,
- * SKL_DB otherwise.  The caller decides about indeterminacy. */
+ * SKL_FENCED for SK001, SKL_DB otherwise.  The caller decides about
+ * indeterminacy. */
 skl_rc skl__seterr_result(skl_error *err, const PGresult *res)
 {
 	const char *state = PQresultErrorField(res, PG_DIAG_SQLSTATE);
-	skl_rc rc = skl_sqlstate_is_transient(state) ? SKL_RETRY : SKL_DB;
+	skl_rc rc = skl_sqlstate_is_transient(state) ? SKL_RETRY : permanent_rc(state);
 	if (err == NULL)
 		return rc;
 	skl_error_clear(err);
