@@ -6,8 +6,8 @@
  * refused connections, RST of every open connection, added latency, and the
  * "ambiguous COMMIT": the COMMIT reaches the server but its reply never
  * reaches the client.  toxiproxy and tc netem are not available where the
- * tests run, so this is ours.  It replaces the Python prototype cutproxy.py
- * described in /work/shared/research/pooler-and-faults.md, experiment 7.
+ * tests run, so this is ours.  It grew out of a small Python prototype with
+ * the modes pass, blackhole, reset and drop-commit-reply.
  * User guide: docs/testing-cutproxy.md.
  *
  *   cutproxy --listen 127.0.0.1:PORT --upstream HOST:PORT --control PATH
