@@ -59,21 +59,6 @@ static skl_rc check_json(const char *json, skl_error *err)
 
 /* ---- one statement, retried ---- */
 
-typedef struct stmt_call {
-	const char *sql;
-	int nparams;
-	const char *params[4];
-	PGresult *res;            /* on success; the caller clears it */
-} stmt_call;
-
-static skl_rc stmt_fn(skl_client *c, void *ctx, skl_error *err)
-{
-	stmt_call *s = ctx;
-	PQclear(s->res);
-	s->res = NULL;
-	return skl__exec(c, s->sql, s->nparams, s->params, &s->res, err);
-}
-
 /* SQLSTATE SK002 from idem_complete: the key is not in progress. */
 static skl_rc map_fenced(skl_rc rc, skl_error *err)
 {
@@ -83,14 +68,9 @@ static skl_rc map_fenced(skl_rc rc, skl_error *err)
 	return SKL_FENCED;
 }
 
-static skl_rc run_stmt(skl_client *c, stmt_call *s, skl_error *err)
+static skl_rc run_stmt(skl_client *c, skl_stmt *s, skl_error *err)
 {
-	skl_rc rc = skl__run(c, &idem_opts, stmt_fn, s, err);
-	if (rc != SKL_OK) {
-		PQclear(s->res);
-		s->res = NULL;
-	}
-	return rc;
+	return skl__run_stmt(c, &idem_opts, s, err);
 }
 
 /* ---- claim ---- */
@@ -137,7 +117,7 @@ skl_rc skl_idem_claim(skl_client *c, const char *key, const char *request_hash,
 	char ttl_s[24], rec_s[24];
 	snprintf(ttl_s, sizeof(ttl_s), "%" PRId64, ttl);
 	snprintf(rec_s, sizeof(rec_s), "%" PRId64, rec);
-	stmt_call s = {.sql = claim_sql, .nparams = 4, .params = {key, request_hash, ttl_s, rec_s}};
+	skl_stmt s = {.sql = claim_sql, .nparams = 4, .params = {key, request_hash, ttl_s, rec_s}};
 	rc = run_stmt(c, &s, err);
 	if (rc == SKL_OK)
 		rc = read_claim(s.res, out, err);
@@ -181,7 +161,7 @@ skl_rc skl_idem_complete(skl_client *c, const char *key, int response_code,
 		return rc;
 	char code[16];
 	snprintf(code, sizeof(code), "%d", response_code);
-	stmt_call s = {.sql = complete_sql, .nparams = 3, .params = {key, code, response_body}};
+	skl_stmt s = {.sql = complete_sql, .nparams = 3, .params = {key, code, response_body}};
 	rc = map_fenced(run_stmt(c, &s, err), err);
 	PQclear(s.res);
 	if (rc == SKL_OK)
@@ -256,7 +236,7 @@ skl_rc skl_idem_release(skl_client *c, const char *key, skl_error *err)
 	              : skl__seterr(err, SKL_MISUSE, "client must not be NULL");
 	if (rc != SKL_OK)
 		return rc;
-	stmt_call s = {.sql = release_sql, .nparams = 1, .params = {key}};
+	skl_stmt s = {.sql = release_sql, .nparams = 1, .params = {key}};
 	rc = run_stmt(c, &s, err);
 	PQclear(s.res);
 	if (rc == SKL_OK)
@@ -278,7 +258,7 @@ skl_rc skl_idem_prune(skl_client *c, int batch, int64_t *deleted, skl_error *err
 	skl_rc rc;
 	long n;
 	do {
-		stmt_call s = {.sql = prune_sql, .nparams = 1, .params = {lim_s}};
+		skl_stmt s = {.sql = prune_sql, .nparams = 1, .params = {lim_s}};
 		rc = run_stmt(c, &s, err);
 		n = rc == SKL_OK ? atol(PQgetvalue(s.res, 0, 0)) : 0;
 		PQclear(s.res);

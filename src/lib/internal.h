@@ -88,6 +88,16 @@ skl_rc skl__exec_simple(skl_client *c, const char *sql, PGresult **out, skl_erro
 /* Runs fn with connection (re)establishment and retry on transient errors,
  * inside BEGIN … COMMIT with SET LOCAL settings when o->txn. */
 skl_rc skl__run(skl_client *c, const skl_txn_opts *o, skl_txn_fn fn, void *ctx, skl_error *err);
+/* One statement with text parameters, for skl__run_stmt. */
+typedef struct skl_stmt {
+	const char *sql;
+	int nparams;
+	const char *params[16];
+	PGresult *res;            /* on SKL_OK its rows; the caller clears it */
+} skl_stmt;
+/* Runs one statement through skl__run (retries, settings per o); on
+ * failure s->res is NULL. */
+skl_rc skl__run_stmt(skl_client *c, const skl_txn_opts *o, skl_stmt *s, skl_error *err);
 /* Ensures a live connection (one attempt, bounded by connect_timeout). */
 skl_rc skl__connect(skl_client *c, skl_error *err);
 

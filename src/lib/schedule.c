@@ -84,30 +84,12 @@ static skl_rc check_spec(const skl_schedule_spec *s, skl_cron_expr **e, skl_erro
 
 /* ---- statements returning one row ---- */
 
-typedef struct row_call {
-	const char *sql;
-	int nparams;
-	const char *params[12];
-	PGresult *res;            /* on success; the caller clears it */
-} row_call;
-
-static skl_rc row_fn(skl_client *c, void *ctx, skl_error *err)
-{
-	row_call *rc = ctx;
-	PQclear(rc->res);
-	rc->res = NULL;
-	return skl__exec(c, rc->sql, rc->nparams, rc->params, &rc->res, err);
-}
+typedef skl_stmt row_call;
 
 /* Runs one statement with retries; on SKL_OK, call->res holds its rows. */
 static skl_rc run_row(skl_client *c, row_call *call, skl_error *err)
 {
-	skl_rc rc = skl__run(c, &read_opts, row_fn, call, err);
-	if (rc != SKL_OK) {
-		PQclear(call->res);
-		call->res = NULL;
-	}
-	return rc;
+	return skl__run_stmt(c, &read_opts, call, err);
 }
 
 static int64_t col_i64(const PGresult *r, int row, int col)

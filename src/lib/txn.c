@@ -128,3 +128,21 @@ skl_rc skl_client_ping(skl_client *c, skl_error *err)
 	static const skl_txn_opts o = {.idempotent = 1};
 	return skl__run(c, &o, ping_fn, NULL, err);
 }
+
+static skl_rc stmt_fn(skl_client *c, void *ctx, skl_error *err)
+{
+	skl_stmt *s = ctx;
+	PQclear(s->res);
+	s->res = NULL;
+	return skl__exec(c, s->sql, s->nparams, s->params, &s->res, err);
+}
+
+skl_rc skl__run_stmt(skl_client *c, const skl_txn_opts *o, skl_stmt *s, skl_error *err)
+{
+	skl_rc rc = skl__run(c, o, stmt_fn, s, err);
+	if (rc != SKL_OK) {
+		PQclear(s->res);
+		s->res = NULL;
+	}
+	return rc;
+}
