@@ -120,6 +120,7 @@ static const struct {
 	skl_rc rc;
 } own_states[] = {
 	{"SK001", SKL_FENCED}, /* lease_fence: stale token or expired lease */
+	{"SK002", SKL_FENCED}, /* idem_complete: the key is not in progress */
 };
 
 static skl_rc permanent_rc(const char *sqlstate)

@@ -6,8 +6,8 @@
  * insert on the key's primary key, then a read of the row it collided
  * with), the completion skiplock.idem_complete (an update that only an
  * in-progress key accepts).  This file checks input before any database
- * call, runs each call as one short transaction through skl__run, and
- * maps SQLSTATE SK002 (the key is not in progress) to SKL_FENCED.
+ * call and runs each call as one short transaction through skl__run;
+ * SQLSTATE SK002 (the key is not in progress) is SKL_FENCED (error.c).
  *
  * Retries: a claim repeated after a lost answer finds its own claim in
  * progress (the caller answers "in progress"; after the recovery window
@@ -58,15 +58,6 @@ static skl_rc check_json(const char *json, skl_error *err)
 }
 
 /* ---- one statement, retried ---- */
-
-/* SQLSTATE SK002 from idem_complete: the key is not in progress. */
-static skl_rc map_fenced(skl_rc rc, skl_error *err)
-{
-	if (rc != SKL_DB || strcmp(err->sqlstate, "SK002") != 0)
-		return rc;
-	err->rc = SKL_FENCED;
-	return SKL_FENCED;
-}
 
 static skl_rc run_stmt(skl_client *c, skl_stmt *s, skl_error *err)
 {
@@ -150,9 +141,6 @@ static skl_rc check_complete(const char *key, int code, skl_error *err)
 skl_rc skl_idem_complete(skl_client *c, const char *key, int response_code,
                          const char *response_body, skl_error *err)
 {
-	skl_error local;
-	if (err == NULL) /* SK002 must be seen to be reported as SKL_FENCED */
-		err = &local;
 	skl_rc rc = c ? check_complete(key, response_code, err)
 	              : skl__seterr(err, SKL_MISUSE, "client must not be NULL");
 	if (rc == SKL_OK)
@@ -162,7 +150,7 @@ skl_rc skl_idem_complete(skl_client *c, const char *key, int response_code,
 	char code[16];
 	snprintf(code, sizeof(code), "%d", response_code);
 	skl_stmt s = {.sql = complete_sql, .nparams = 3, .params = {key, code, response_body}};
-	rc = map_fenced(run_stmt(c, &s, err), err);
+	rc = run_stmt(c, &s, err); /* SK002 is SKL_FENCED (error.c) */
 	PQclear(s.res);
 	if (rc == SKL_OK)
 		skl_error_clear(err);
@@ -217,7 +205,7 @@ skl_rc skl_idem_complete_with(skl_client *c, const char *key, int response_code,
 	char code[16];
 	snprintf(code, sizeof(code), "%d", response_code);
 	effect_call e = {.key = key, .code = code, .effect = effect};
-	rc = map_fenced(skl__run(c, &idem_txn_opts, effect_fn, &e, err), err);
+	rc = skl__run(c, &idem_txn_opts, effect_fn, &e, err);
 	if (rc == SKL_OK && body) {
 		*body = e.body;
 		e.body = NULL;
