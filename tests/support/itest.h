@@ -66,6 +66,10 @@ long long itest_int(PGconn *conn, const char *fmt, ...) __attribute__((format(pr
 /* Runs SQL and returns the first value as text (a static buffer, valid
  * until the next call; "" for NULL). */
 const char *itest_text(PGconn *conn, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* EXPLAINs a statement on conn, prints the plan and fails the case unless
+ * it uses the index named `index` and no sequential scan. */
+void itest_plan_uses(PGconn *conn, const char *index, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
 /* Opens a blocking libpq connection (fails the case on error). */
 PGconn *itest_connect(const char *url, const char *appname);
 /* Runs a shell command; returns its exit status (or 128+signal). */
