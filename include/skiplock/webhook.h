@@ -41,8 +41,9 @@ extern "C" {
 #define SKL_WEBHOOK_BODY_MAX (64 * 1024) /* bytes of response body kept */
 
 typedef struct skl_webhook_opts {
-	int64_t timeout_ms;       /* whole request; 0: the job's timeout, else the
-	                           * worker's job_timeout_ms */
+	int64_t timeout_ms;       /* bound of a whole request of this kind; a job
+	                           * enqueued with its own timeout uses that;
+	                           * 0: the worker's job_timeout_ms */
 	int64_t connect_timeout_ms; /* 0: min(timeout, 10 s) */
 	const char *secret_env;   /* name of an environment variable holding the
 	                           * HMAC secret, read once at registration; NULL:
