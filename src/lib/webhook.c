@@ -218,6 +218,9 @@ static struct curl_slist *headers_for(const slot *s, const char *body, size_t le
 	char id[64], kind[SKL_KIND_MAX + 24], attempt[48], sig[72 + 24];
 	snprintf(id, sizeof(id), "Idempotency-Key: skiplock-%" PRId64, s->job.id);
 	snprintf(kind, sizeof(kind), "X-Skiplock-Kind: %s", s->job.kind);
+	for (char *p = kind; *p; p++) /* a kind is any text: keep the header one line */
+		if ((unsigned char)*p < 0x20 || *p == 0x7f)
+			*p = '_';
 	snprintf(attempt, sizeof(attempt), "X-Skiplock-Attempt: %d", s->job.attempt);
 	const char *lines[] = {"Content-Type: application/json", "Accept: application/json",
 	                       "Expect:", id, kind, attempt};

@@ -28,6 +28,15 @@
 #include "itest.h"
 #include "skiplock.h"
 
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/lsan_interface.h>
+/* Cases end with _exit: look for leaks (the handler threads' curl handles
+ * included) while the process is still running. */
+#define CHECK_NO_LEAKS() CHECK_EQ(__lsan_do_recoverable_leak_check(), 0)
+#else
+#define CHECK_NO_LEAKS() ((void)0)
+#endif
+
 #define SECRET "hook-secret-7f3a9c"
 #define SECRET_VAR "SKL_ITEST_HOOK_SECRET"
 #define MAX_SEEN 256
@@ -435,6 +444,7 @@ static void outcomes_by_status(itest_ctx *t)
 	free(r);
 	skl_client_close(c);
 	server_stop(s);
+	CHECK_NO_LEAKS();
 }
 
 /* 30 jobs, 2 handler threads: at most 2 connections, one per thread. */
@@ -470,6 +480,7 @@ static void connections_are_reused(itest_ctx *t)
 	CHECK_INT(<=, conns, 2);
 	skl_client_close(c);
 	server_stop(s);
+	CHECK_NO_LEAKS();
 }
 
 static void registration_checks(itest_ctx *t)
