@@ -18,6 +18,7 @@
 #include "skiplock/schema.h"
 #include "skiplock/queue.h"
 #include "skiplock/worker.h"
+#include "skiplock/webhook.h"
 #include "skiplock/inspect.h"
 #include "skiplock/cron.h"
 #include "skiplock/idem.h"
@@ -28,6 +29,7 @@
 #define SKL_HAS_QUEUE 1
 #define SKL_HAS_CRON 1
 #define SKL_HAS_WORKER 1
+#define SKL_HAS_WEBHOOK 1
 #define SKL_HAS_IDEM 1
 #define SKL_HAS_LEASE 1
 

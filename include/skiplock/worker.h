@@ -19,6 +19,9 @@
  *    other exit, a signal or the timeout a failed attempt; the last 4 KiB of
  *    stderr is kept as the attempt's error.  On timeout or a lost lease the
  *    command's process group gets SIGTERM, then SIGKILL after a grace.
+ *  - webhook: an HTTP POST of the payload per attempt, the answer mapped to
+ *    the outcome; registered with skl_worker_handle_webhook
+ *    (skiplock/webhook.h).
  *
  * Thread-safety: skl_worker_stop may be called from any thread or a signal
  * handler; every other call from one thread.

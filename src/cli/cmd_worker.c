@@ -1,6 +1,6 @@
 /*
- * cmd_worker.c — `skiplock worker`: run jobs with command handlers until
- * SIGTERM or SIGINT, then drain.
+ * cmd_worker.c — `skiplock worker`: run jobs with command and webhook
+ * handlers until SIGTERM or SIGINT, then drain.
  */
 #include <signal.h>
 #include <stdio.h>
@@ -11,6 +11,7 @@
 
 static const char usage[] =
 	"Usage: skiplock worker --handler KIND=COMMAND [--handler …] [OPTIONS]\n"
+	"       skiplock worker --webhook KIND=URL [--webhook …] [OPTIONS]\n"
 	"\n"
 	"Run jobs. The worker claims only the kinds it has a handler for, runs up to\n"
 	"--concurrency of them at once, and uses one database connection whatever\n"
@@ -28,11 +29,27 @@ static const char usage[] =
 	"max_attempts, then discarded. The last 4 KiB of stderr is kept as the\n"
 	"attempt's error. On timeout: SIGTERM to the group, SIGKILL after a grace.\n"
 	"\n"
+	"Webhook handler: each attempt POSTs the payload to URL as application/json\n"
+	"with Idempotency-Key: skiplock-<job id> (the same on every attempt),\n"
+	"X-Skiplock-Kind, X-Skiplock-Attempt and, with --webhook-secret-env,\n"
+	"X-Skiplock-Signature: sha256=<hex HMAC-SHA256 of the body>. 2xx: completed\n"
+	"(a JSON body, up to 64 KiB, kept as the result). 429 and 503: retried after\n"
+	"Retry-After (seconds or an HTTP date, at most --backoff-cap), else with\n"
+	"backoff. Other 4xx: discarded. 5xx, 3xx (not followed), timeouts, DNS and\n"
+	"connection errors: a failed attempt, retried. Connections are reused.\n"
+	"\n"
 	"SIGTERM or SIGINT: stop claiming, let running jobs finish within\n"
 	"--shutdown-timeout, then exit 0.\n"
 	"\n"
 	"Worker options:\n"
 	"  --handler KIND=COMMAND  run jobs of KIND with COMMAND (repeatable)\n"
+	"  --webhook KIND=URL      POST jobs of KIND to an http(s) URL (repeatable)\n"
+	"  --webhook-timeout [KIND=]DUR\n"
+	"                          request timeout of every webhook, or of KIND's\n"
+	"                          (default: --timeout; a job's own timeout wins)\n"
+	"  --webhook-secret-env [KIND=]VAR\n"
+	"                          sign requests with the secret in environment\n"
+	"                          variable VAR (every webhook, or KIND's)\n"
 	"  --queue Q               take jobs from queue Q only (repeatable; default all)\n"
 	"  --concurrency N         jobs at once (default 8); connections: 1\n"
 	"  --lease DUR             lease per claim, renewed every DUR/3 (default 30s)\n"
@@ -51,18 +68,25 @@ static const char usage[] =
 	"\n";
 
 static const char exit_help[] =
-	"\nExit status: 0 drained after SIGTERM/SIGINT, 2 bad usage, 3 database\n"
-	"unreachable at start within --retry-for.\n";
+	"\nExit status: 0 drained after SIGTERM/SIGINT, 2 bad usage (including a\n"
+	"webhook URL that is not http(s) with a host, or an unset secret variable),\n"
+	"3 database unreachable at start within --retry-for.\n";
 
 enum { O_HANDLER = OPT_COMMON_LAST + 1, O_QUEUE, O_CONC, O_LEASE, O_POLL, O_POLLMAX,
        O_TIMEOUT, O_GRACE, O_SHUTDOWN, O_BACKOFF, O_BBASE, O_BCAP, O_RESCUE, O_OWNER,
-       O_NO_CRON };
+       O_NO_CRON, O_WEBHOOK, O_WH_TIMEOUT, O_WH_SECRET };
 
 typedef struct worker_args {
 	cli_common *cc;
 	skl_worker_options wo;
 	const char *handlers[64];
 	int nhandlers;
+	const char *webhooks[64];
+	int nwebhooks;
+	const char *wh_timeouts[64];  /* [KIND=]DUR, in order: the last match wins */
+	int nwh_timeouts;
+	const char *wh_secrets[64];   /* [KIND=]VAR */
+	int nwh_secrets;
 	const char *queues[64];
 	size_t nqueues;
 } worker_args;
@@ -76,6 +100,23 @@ static bool dur(worker_args *a, const char *name, const char *arg, int64_t *out)
 		return false;
 	}
 	return true;
+}
+
+/* [KIND=]VALUE options: checked for shape here, applied per kind later. */
+static int keep_per_kind(worker_args *a, const char *name, const char *arg, const char **list,
+                         int *n)
+{
+	const char *eq = strchr(arg, '=');
+	const char *value = eq ? eq + 1 : arg;
+	if (*n == 64 || *value == '\0' || arg[0] == '=') {
+		cli_error(a->cc, "%s: expected [KIND=]VALUE, got \"%s\"", name, arg);
+		return CLI_USAGE;
+	}
+	int64_t ms;
+	if (strcmp(name, "--webhook-timeout") == 0 && !dur(a, name, value, &ms))
+		return CLI_USAGE;
+	list[(*n)++] = arg;
+	return CLI_OK;
 }
 
 static int own_option(int code, const char *arg, void *ctx)
@@ -92,6 +133,17 @@ static int own_option(int code, const char *arg, void *ctx)
 		}
 		a->handlers[a->nhandlers++] = arg;
 		break;
+	case O_WEBHOOK:
+		if (a->nwebhooks == 64 || strchr(arg, '=') == NULL || arg[0] == '=') {
+			cli_error(a->cc, "--webhook: expected KIND=URL, got \"%s\"", arg);
+			return CLI_USAGE;
+		}
+		a->webhooks[a->nwebhooks++] = arg;
+		break;
+	case O_WH_TIMEOUT:
+		return keep_per_kind(a, "--webhook-timeout", arg, a->wh_timeouts, &a->nwh_timeouts);
+	case O_WH_SECRET:
+		return keep_per_kind(a, "--webhook-secret-env", arg, a->wh_secrets, &a->nwh_secrets);
 	case O_QUEUE:
 		if (a->nqueues == 64 || *arg == '\0') {
 			cli_error(a->cc, "--queue: empty name or too many queues");
@@ -155,6 +207,101 @@ static int add_handlers(worker_args *a, skl_worker *w)
 	return CLI_OK;
 }
 
+/* The value of a [KIND=]VALUE list for kind: the last entry naming kind,
+ * else the last one without a kind, else NULL. */
+static const char *per_kind(const char *const *list, int n, const char *kind)
+{
+	const char *any = NULL, *own = NULL;
+	size_t kl = strlen(kind);
+	for (int i = 0; i < n; i++) {
+		const char *eq = strchr(list[i], '=');
+		if (eq == NULL)
+			any = list[i];
+		else if ((size_t)(eq - list[i]) == kl && strncmp(list[i], kind, kl) == 0)
+			own = eq + 1;
+	}
+	return own ? own : any;
+}
+
+static bool split_kind(worker_args *a, const char *opt, const char *arg, char *kind)
+{
+	size_t kl = (size_t)(strchr(arg, '=') - arg);
+	if (kl > SKL_KIND_MAX) {
+		cli_error(a->cc, "%s: kind is over %d bytes", opt, SKL_KIND_MAX);
+		return false;
+	}
+	memcpy(kind, arg, kl);
+	kind[kl] = '\0';
+	return true;
+}
+
+/* Every KIND= in a per-kind option must name a --webhook kind. */
+static int known_kinds(worker_args *a, const char *opt, const char *const *list, int n)
+{
+	for (int i = 0; i < n; i++) {
+		const char *eq = strchr(list[i], '=');
+		bool found = eq == NULL;
+		for (int j = 0; !found && j < a->nwebhooks; j++)
+			found = strncmp(a->webhooks[j], list[i], (size_t)(eq - list[i]) + 1) == 0;
+		if (!found) {
+			cli_error(a->cc, "%s: \"%.*s\" is not a --webhook kind", opt,
+			          (int)(eq - list[i]), list[i]);
+			return CLI_USAGE;
+		}
+	}
+	return CLI_OK;
+}
+
+/* Bad URLs, unknown kinds in per-kind options and unset secret variables
+ * are usage errors, found before anything connects. */
+static int check_webhooks(worker_args *a)
+{
+	char kind[SKL_KIND_MAX + 2];
+	for (int i = 0; i < a->nwebhooks; i++) {
+		skl_error err;
+		if (!split_kind(a, "--webhook", a->webhooks[i], kind))
+			return CLI_USAGE;
+		if (skl_webhook_url_check(strchr(a->webhooks[i], '=') + 1, &err) != SKL_OK) {
+			cli_error(a->cc, "--webhook %s: %s", kind, err.message);
+			return CLI_USAGE;
+		}
+		const char *var = per_kind(a->wh_secrets, a->nwh_secrets, kind);
+		if (var && (getenv(var) == NULL || *getenv(var) == '\0')) {
+			cli_error(a->cc, "--webhook-secret-env: variable \"%s\" is not set or empty", var);
+			return CLI_USAGE;
+		}
+	}
+	if ((a->nwh_timeouts || a->nwh_secrets) && a->nwebhooks == 0) {
+		cli_error(a->cc, "--webhook-timeout and --webhook-secret-env need a --webhook");
+		return CLI_USAGE;
+	}
+	return known_kinds(a, "--webhook-timeout", a->wh_timeouts, a->nwh_timeouts) == CLI_OK
+	               ? known_kinds(a, "--webhook-secret-env", a->wh_secrets, a->nwh_secrets)
+	               : CLI_USAGE;
+}
+
+static int add_webhooks(worker_args *a, skl_worker *w)
+{
+	for (int i = 0; i < a->nwebhooks; i++) {
+		char kind[SKL_KIND_MAX + 2];
+		if (!split_kind(a, "--webhook", a->webhooks[i], kind))
+			return CLI_USAGE;
+		skl_webhook_opts o;
+		skl_webhook_opts_init(&o);
+		const char *t = per_kind(a->wh_timeouts, a->nwh_timeouts, kind);
+		if (t && !dur(a, "--webhook-timeout", t, &o.timeout_ms))
+			return CLI_USAGE;
+		o.secret_env = per_kind(a->wh_secrets, a->nwh_secrets, kind);
+		skl_error err;
+		if (skl_worker_handle_webhook(w, kind, strchr(a->webhooks[i], '=') + 1, &o, &err) !=
+		    SKL_OK) {
+			cli_error(a->cc, "--webhook %s: %s", kind, err.message);
+			return CLI_USAGE;
+		}
+	}
+	return CLI_OK;
+}
+
 static int run(worker_args *a, skl_worker *w)
 {
 	struct sigaction sa = {.sa_handler = on_signal};
@@ -181,6 +328,9 @@ int cmd_worker(int argc, char **argv)
 	static const struct option opts[] = {
 		CLI_COMMON_LONGOPTS,
 		{"handler", required_argument, NULL, O_HANDLER},
+		{"webhook", required_argument, NULL, O_WEBHOOK},
+		{"webhook-timeout", required_argument, NULL, O_WH_TIMEOUT},
+		{"webhook-secret-env", required_argument, NULL, O_WH_SECRET},
 		{"queue", required_argument, NULL, O_QUEUE},
 		{"concurrency", required_argument, NULL, O_CONC},
 		{"lease", required_argument, NULL, O_LEASE},
@@ -204,10 +354,13 @@ int cmd_worker(int argc, char **argv)
 	int rc = cli_start(&cc, argc, argv, opts, own_option, &a, usage, exit_help, 0, &done);
 	if (done)
 		return rc;
-	if (a.nhandlers == 0) {
-		cli_error(&cc, "no handlers: give at least one --handler KIND=COMMAND");
+	if (a.nhandlers == 0 && a.nwebhooks == 0) {
+		cli_error(&cc, "no handlers: give at least one --handler KIND=COMMAND or "
+		               "--webhook KIND=URL");
 		return CLI_USAGE;
 	}
+	if (check_webhooks(&a) != CLI_OK)
+		return CLI_USAGE;
 	a.wo.queues = a.queues;
 	a.wo.nqueues = a.nqueues;
 	a.wo.log = cli_log_sink;
@@ -216,6 +369,8 @@ int cmd_worker(int argc, char **argv)
 	if (skl_worker_new(&cc.client, &a.wo, &w, &err) != SKL_OK)
 		return cli_fail(&cc, &err);
 	rc = add_handlers(&a, w);
+	if (rc == CLI_OK)
+		rc = add_webhooks(&a, w);
 	if (rc == CLI_OK)
 		rc = run(&a, w);
 	skl_worker_free(w);

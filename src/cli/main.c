@@ -14,7 +14,7 @@ static const struct command {
 } commands[] = {
 	{"init", cmd_init, "install or upgrade skiplock's schema in the database"},
 	{"enqueue", cmd_enqueue, "add a job (or a batch of jobs) to the queue"},
-	{"worker", cmd_worker, "run jobs with command handlers"},
+	{"worker", cmd_worker, "run jobs with command and webhook handlers"},
 	{"cron", cmd_cron, "periodic jobs: cron schedules in any time zone"},
 	{"jobs", cmd_jobs, "list, show, retry, cancel and prune jobs"},
 	{"idem", cmd_idem, "idempotency keys: prune the expired"},

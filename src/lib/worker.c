@@ -119,8 +119,7 @@ skl_rc skl_worker_new(const skl_client_options *co, const skl_worker_options *wo
 	return SKL_OK;
 }
 
-static skl_rc add_handler(skl_worker *w, const char *kind, skl_handler_fn fn, void *ctx,
-                          const char *command, skl_error *err)
+skl_rc skl__handler_add(skl_worker *w, const char *kind, const handler *tmpl, skl_error *err)
 {
 	size_t kl = kind ? strlen(kind) : 0;
 	if (kl == 0 || kl > SKL_KIND_MAX)
@@ -128,14 +127,41 @@ static skl_rc add_handler(skl_worker *w, const char *kind, skl_handler_fn fn, vo
 	for (size_t i = 0; i < w->nhandlers; i++)
 		if (strcmp(w->handlers[i].kind, kind) == 0)
 			return skl__seterr(err, SKL_CONFLICT, "kind \"%s\" already has a handler", kind);
-	handler *h = realloc(w->handlers, (w->nhandlers + 1) * sizeof(handler));
-	if (h == NULL)
+	char *k = strdup(kind);
+	handler *h = k ? realloc(w->handlers, (w->nhandlers + 1) * sizeof(handler)) : NULL;
+	if (h == NULL) {
+		free(k);
 		return skl__seterr(err, SKL_NOMEM, "out of memory");
+	}
 	w->handlers = h;
-	h[w->nhandlers] = (handler){.kind = strdup(kind), .fn = fn, .ctx = ctx,
-	                            .command = skl__strdup(command)};
+	h[w->nhandlers] = *tmpl;
+	h[w->nhandlers].kind = k;
 	w->nhandlers++;
 	return SKL_OK;
+}
+
+void skl__handler_free(handler *h)
+{
+	free(h->kind);
+	free(h->command);
+	free(h->url);
+	if (h->secret) {
+		explicit_bzero(h->secret, strlen(h->secret));
+		free(h->secret);
+	}
+	memset(h, 0, sizeof(*h));
+}
+
+static skl_rc add_handler(skl_worker *w, const char *kind, skl_handler_fn fn, void *ctx,
+                          const char *command, skl_error *err)
+{
+	handler t = {.fn = fn, .ctx = ctx, .command = skl__strdup(command)};
+	if (command && t.command == NULL)
+		return skl__seterr(err, SKL_NOMEM, "out of memory");
+	skl_rc rc = skl__handler_add(w, kind, &t, err);
+	if (rc != SKL_OK)
+		skl__handler_free(&t);
+	return rc;
 }
 
 skl_rc skl_worker_handle(skl_worker *w, const char *kind, skl_handler_fn fn, void *ctx,

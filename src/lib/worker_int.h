@@ -20,7 +20,9 @@ typedef struct slot {
 	const struct handler *h;
 	volatile sig_atomic_t lost;
 	skl_outcome_kind outcome;
-	int64_t retry_delay_ms;
+	int64_t retry_delay_ms;      /* > 0 with a retry outcome: set by the handler
+	                              * path (e.g. a webhook's Retry-After) and wins
+	                              * over the computed backoff */
 	char *result;                /* JSON or NULL */
 	char *error;                 /* text or NULL */
 } slot;
@@ -30,6 +32,10 @@ typedef struct handler {
 	skl_handler_fn fn;
 	void *ctx;
 	char *command;
+	char *url;                   /* webhook: POST the payload here (webhook.c) */
+	int64_t url_timeout_ms;      /* webhook: 0 = the job's or worker's timeout */
+	int64_t url_connect_ms;      /* webhook: 0 = min(timeout, 10 s) */
+	char *secret;                /* webhook: HMAC secret or NULL; never logged */
 } handler;
 
 struct skl_worker {
@@ -56,6 +62,15 @@ struct skl_worker {
 	_Atomic uint64_t st_claimed, st_completed, st_retried, st_discarded, st_fenced,
 		st_rescued, st_heartbeats;
 };
+
+/* Runs one webhook attempt for s (webhook.c): fills s->result or s->error,
+ * may set s->retry_delay_ms; returns SKL_JOB_OK, SKL_JOB_RETRY,
+ * SKL_JOB_DISCARD or 1 (a failed attempt). */
+int skl__webhook_run(skl_worker *w, slot *s);
+/* Frees what add_handler-style registration allocated for a handler. */
+void skl__handler_free(handler *h);
+/* Registers a handler (worker.c); h's strings are taken over on success. */
+skl_rc skl__handler_add(skl_worker *w, const char *kind, const handler *h, skl_error *err);
 
 void skl__wlog(const skl_worker *w, skl_log_level lvl, const char *fmt, ...) SKL_PRINTF(3, 4);
 

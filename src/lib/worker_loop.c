@@ -84,9 +84,18 @@ static int run_command(skl_worker *w, slot *s)
 	return code;
 }
 
+static int run_handler(skl_worker *w, slot *s)
+{
+	if (s->h->command)
+		return run_command(w, s);
+	if (s->h->url)
+		return skl__webhook_run(w, s);
+	return s->h->fn(&s->job, s->h->ctx);
+}
+
 static void run_slot(skl_worker *w, slot *s)
 {
-	int code = s->h->command ? run_command(w, s) : s->h->fn(&s->job, s->h->ctx);
+	int code = run_handler(w, s);
 	if (code == SKL_JOB_OK) {
 		s->outcome = SKL_OUTCOME_COMPLETE;
 		return;
@@ -97,8 +106,8 @@ static void run_slot(skl_worker *w, slot *s)
 		set_text(&s->error, msg);
 	}
 	s->outcome = code == SKL_JOB_DISCARD ? SKL_OUTCOME_DISCARD : SKL_OUTCOME_RETRY;
-	if (s->outcome == SKL_OUTCOME_RETRY)
-		s->retry_delay_ms = retry_delay(w, &s->job);
+	if (s->outcome == SKL_OUTCOME_RETRY && s->retry_delay_ms <= 0)
+		s->retry_delay_ms = retry_delay(w, &s->job); /* a handler-set delay wins */
 }
 
 static void *thread_main(void *arg)
@@ -514,10 +523,8 @@ void skl_worker_free(skl_worker *w)
 		free_slot(w->running[i]);
 	free(w->running);
 	free(w->threads);
-	for (size_t i = 0; i < w->nhandlers; i++) {
-		free(w->handlers[i].kind);
-		free(w->handlers[i].command);
-	}
+	for (size_t i = 0; i < w->nhandlers; i++)
+		skl__handler_free(&w->handlers[i]);
 	free(w->handlers);
 	for (size_t i = 0; w->queues && w->queues[i]; i++)
 		free(w->queues[i]);
