@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 
 #include "buf.h"
@@ -362,6 +363,28 @@ static skl_rc check_duplicates(const skl_migration_set *set, skl_error *err)
 	return SKL_OK;
 }
 
+/* A transactional file must not end or start transactions itself: its
+ * statements already run inside one, with the record written last. */
+static skl_rc check_txn_control(const skl_migration *m, skl_error *err)
+{
+	static const char *const words[] = {"begin", "commit", "rollback", "end", "start",
+	                                    "abort"};
+	size_t pos = 0, start, len;
+	int line;
+	while (skl_migrate_next_statement(m->sql, m->len, &pos, &start, &len, &line)) {
+		size_t w = 0;
+		while (w < len && isalpha((unsigned char)m->sql[start + w]))
+			w++;
+		for (size_t i = 0; i < SKL_ARRAY_LEN(words); i++)
+			if (w == strlen(words[i]) && strncasecmp(m->sql + start, words[i], w) == 0)
+				return skl__seterr(err, SKL_INVALID, "%s line %d: %.*s is not allowed: the "
+				                   "file already runs in a transaction of its own (use the "
+				                   "first line \"%s\" to run it without one)", m->file, line,
+				                   (int)w, m->sql + start, SKL_MIGRATE_DIRECTIVE);
+	}
+	return SKL_OK;
+}
+
 static skl_rc load_one(const char *dir, skl_migration *m, skl_error *err)
 {
 	char path[4096];
@@ -375,6 +398,8 @@ static skl_rc load_one(const char *dir, skl_migration *m, skl_error *err)
 		snprintf(why, sizeof(why), "%s", err->message);
 		rc = skl__seterr(err, SKL_INVALID, "%s: %.400s", m->file, why);
 	}
+	if (rc == SKL_OK && !m->no_transaction)
+		rc = check_txn_control(m, err);
 	return rc;
 }
 

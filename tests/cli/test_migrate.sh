@@ -40,11 +40,15 @@ printf -- '-- skiplock:no-transactions\nCREATE TABLE bad_c (id int);\n' >"$D/000
 expect_exit "misspelt directive" 2 'unknown directive "-- skiplock:no-transactions"' -- \
 	mig up --dir "$D"
 rm "$D/0003_c.sql"
+printf 'CREATE TABLE bad_d (id int);\n\ncommit;\n' >"$D/0004_d.sql"
+expect_exit "transaction control in a file" 2 '0004_d.sql line 3: commit is not allowed' -- \
+	mig up --dir "$D"
+rm "$D/0004_d.sql"
 expect_exit "bad --table" 2 'table "Bad-Name" must be NAME or SCHEMA.NAME' -- \
 	mig up --dir "$D" --table Bad-Name
 expect_exit "bad --lock-timeout" 2 '--lock-timeout: invalid duration "soon"' -- \
 	mig up --dir "$D" --lock-timeout soon
-check_eq "nothing applied after bad input" "$(regclass bad_a) $(regclass skiplock.migrations)" "none none"
+check_eq "nothing applied after bad input" "$(regclass bad_a) $(regclass bad_d) $(regclass skiplock.migrations)" "none none none"
 
 # --- pooled URL without a direct one ------------------------------------------
 echo 'CREATE TABLE via_pooler (id int);' >"$D/0001_a.sql"

@@ -262,6 +262,20 @@ static void load_dir(void **state)
 	snprintf(path, sizeof(path), "%s/0004 bad.sql", dir);
 	unlink(path);
 
+	put(dir, "0005_txn.sql", "CREATE TABLE x (id int);\n  Begin;\n");
+	assert_int_equal(skl_migrate_load_dir(dir, &set, &err), SKL_INVALID);
+	assert_non_null(strstr(err.message, "0005_txn.sql line 2: Begin is not allowed"));
+	put(dir, "0005_txn.sql", "-- skiplock:no-transaction\nBEGIN;\nCOMMIT;\n"
+	                         "DO $$ BEGIN PERFORM 1; END $$;\n");
+	assert_int_equal(skl_migrate_load_dir(dir, &set, &err), SKL_OK);
+	skl_migrate_set_free(&set);
+	put(dir, "0005_txn.sql", "DO $$ BEGIN PERFORM 1; END $$;\nSELECT 'commit;';\n"
+	                         "CREATE TABLE begin_log (id int);\n");
+	assert_int_equal(skl_migrate_load_dir(dir, &set, &err), SKL_OK);
+	skl_migrate_set_free(&set);
+	snprintf(path, sizeof(path), "%s/0005_txn.sql", dir);
+	unlink(path);
+
 	assert_int_equal(skl_migrate_load_dir("/nonexistent/skl", &set, &err), SKL_INVALID);
 	assert_non_null(strstr(err.message, "does not exist"));
 	const char *files[] = {"0002_b.sql", "0010_c.sql", "1_a.sql", "README.md",
