@@ -400,6 +400,7 @@ static skl_rc apply_file(mrun *r, const skl_migration *m, skl_error *err)
 {
 	file_run f = {.r = r, .m = m};
 	int64_t start = skl__now_ms();
+	skl_migrate_blocker last = {0};
 	progress(r, SKL_MIGRATE_APPLYING, m, NULL, 0);
 	for (int attempt = 0;; attempt++) {
 		skl_rc rc = run_once(r, &f, err);
@@ -407,6 +408,10 @@ static skl_rc apply_file(mrun *r, const skl_migration *m, skl_error *err)
 			progress(r, SKL_MIGRATE_APPLIED, m, NULL, skl__now_ms() - f.started_ms);
 		if (!f.blocked)
 			return rc;
+		/* A wait too short to be sampled: the last blocker seen is the best guess. */
+		if (f.blocker.pid == 0)
+			f.blocker = last;
+		last = f.blocker;
 		progress(r, SKL_MIGRATE_BLOCKED, m, &f.blocker, skl__now_ms() - start);
 		if (r->o.terminate_idle_holders && f.blocker.pid && terminate_idle(r, &f.blocker)) {
 			progress(r, SKL_MIGRATE_TERMINATED, m, &f.blocker, f.blocker.state_age_ms);

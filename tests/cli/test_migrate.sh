@@ -20,7 +20,8 @@ has() { # DESCRIPTION FILE PATTERN
 	if grep -qE -- "$3" "$2"; then pass "$1"; else fail "$1: /$3/ not in: $(head -c 600 "$2")"; fi
 }
 
-# --- bad input: exit 2, nothing applied ------------------------------------
+# --- bad input: exit 2, nothing applied (the same in both modes: run once) --
+if [ "$MODE" = direct ]; then
 D=$TMP/bad
 mkdir -p "$D"
 expect_exit "missing directory" 2 'migrations directory .*/nope does not exist' -- \
@@ -59,6 +60,7 @@ run allow "$SKL_BIN" migrate up --dir "$D" --url "$POOLED_URL" --pooler transact
 	--table pooler_migrations
 check_eq "--allow-pooler runs through the pooler" "$RC $(regclass via_pooler) $(applied x pooler_migrations)" "0 via_pooler 1"
 has "--allow-pooler warns" "$TMP/allow.err" 'migrating through a pooler'
+fi
 
 # --- apply, fail, verify ---------------------------------------------------
 D=$TMP/m
@@ -115,6 +117,16 @@ has "verify names the missing one" "$TMP/missing.out" '^missing: version 2 \(ind
 mv "$TMP/0002_index.sql" "$D/"
 run ok mig verify --dir "$D"
 check_eq "verify passes again" "$RC" 0
+
+# --- a failed CREATE INDEX CONCURRENTLY names the invalid index it left -----
+D=$TMP/cic
+mkdir -p "$D"
+echo 'CREATE TABLE dup (x int); INSERT INTO dup VALUES (1), (1);' >"$D/0001_dup.sql"
+printf -- '-- skiplock:no-transaction\nCREATE UNIQUE INDEX CONCURRENTLY dup_x ON dup (x);\n' >"$D/0002_unique.sql"
+run cic mig up --dir "$D" --table cic_migrations
+check_eq "a failed no-transaction file: exit 1, not recorded" "$RC $(applied x cic_migrations)" "1 1"
+has "the invalid index is named with the fix" "$TMP/cic.err" \
+	'0002_unique.sql line 2: could not create unique index "dup_x".*invalid index left behind: ([a-z]+\.)?dup_x; drop it'
 
 # --- seed 004: a leaked session lock on sqlx's migration key ----------------
 # sqlx: 0x3d32ad9e * CRC32(current_database()), in 64-bit arithmetic.
