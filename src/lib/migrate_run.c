@@ -415,6 +415,7 @@ static skl_rc apply_file(mrun *r, const skl_migration *m, skl_error *err)
 		progress(r, SKL_MIGRATE_BLOCKED, m, &f.blocker, skl__now_ms() - start);
 		if (r->o.terminate_idle_holders && f.blocker.pid && terminate_idle(r, &f.blocker)) {
 			progress(r, SKL_MIGRATE_TERMINATED, m, &f.blocker, f.blocker.state_age_ms);
+			last = (skl_migrate_blocker){0};
 			continue;
 		}
 		int64_t waited = skl__now_ms() - start;

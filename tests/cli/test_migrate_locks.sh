@@ -72,7 +72,7 @@ holder=$!
 wait_until "the active holder runs" 20 has_session active_holder active
 APID=$(pid_of active_holder active)
 echo 'ALTER TABLE tb ADD COLUMN v int;' >"$D/0004_alter.sql"
-run active mig --dir "$D" --lock-timeout 1s --max-wait 4s --terminate-idle-holders --idle-for 0s
+run active mig --dir "$D" --lock-timeout 1s --max-wait 3s --terminate-idle-holders --idle-for 0s
 check_eq "blocked by an active query: exit 1" "$RC" 1
 has "the error names the active blocker" "$TMP/active.err" "0004_alter.sql: still blocked after [0-9]+ ms by pid $APID \(application_name \"active_holder\", active"
 check_eq "the active blocker was not terminated" "$(pid_of active_holder active)" "$APID"
