@@ -97,7 +97,8 @@ static const char migrate_tail[] =
 	"\n"
 	"EXAMPLES\n"
 	"    skiplock migrate up --dir db/migrations --lock-timeout 2s\n"
-	"    skiplock migrate up --dir db/migrations --terminate-idle-holders --idle-for 5m\n"
+	"    skiplock migrate up --dir db/migrations --terminate-idle-holders \\\n"
+	"        --idle-for 5m\n"
 	"    skiplock migrate verify --dir db/migrations\n";
 
 enum {
