@@ -23,6 +23,7 @@
 #include "skiplock/cron.h"
 #include "skiplock/idem.h"
 #include "skiplock/lease.h"
+#include "skiplock/migrate.h"
 
 #define SKL_HAS_CLIENT 1
 #define SKL_HAS_SCHEMA 1

@@ -304,6 +304,8 @@ static skl_rc finish_call(skl_client *c, PGresult *res, PGresult **out, skl_erro
 		PQclear(res);
 		return lost(c, "connection lost", err);
 	}
+	const char *pos = PQresultErrorField(res, PG_DIAG_STATEMENT_POSITION);
+	c->err_position = pos ? atoi(pos) : 0;
 	skl_rc rc = skl__seterr_result(err, res);
 	PQclear(res);
 	bool committing = (c->tx == SKL_TX_COMMITTING);

@@ -45,6 +45,8 @@ struct skl_client {
 	int server_version;
 	uint64_t connects;
 	uint64_t rng;
+	int err_position;      /* the last server error's statement position (1-based
+	                        * characters), 0 when it had none */
 };
 
 /* Per-call transaction settings for skl__run. Zero fields take defaults. */
