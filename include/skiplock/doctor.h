@@ -127,6 +127,7 @@ typedef struct skl_lock_finding {
 
 typedef struct skl_lock_report {
 	const char *database;
+	const char *role;          /* current_user: who would terminate */
 	int64_t idle_for_ms;
 	skl_advisory_lock *locks;
 	size_t nlocks;
