@@ -12,8 +12,7 @@ static const struct doctor_cmd {
 	cli_cmd_fn fn;
 	const char *summary;
 } doctor_cmds[] = {
-	{"locks", cmd_doctor_locks,
-	 "advisory locks held or awaited, orphaned session locks, idle transactions, blockers"},
+	{"locks", cmd_doctor_locks, "advisory locks, orphans, idle transactions and blockers"},
 };
 
 static void usage(FILE *out)

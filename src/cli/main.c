@@ -20,7 +20,7 @@ static const struct command {
 	{"idem", cmd_idem, "idempotency keys: prune the expired"},
 	{"status", cmd_status, "counts and ages per queue and kind"},
 	{"lease", cmd_lease, "run a command only while holding a lease; list leases"},
-	{"doctor", cmd_doctor, "diagnose locks: orphaned advisory locks, idle transactions, blockers"},
+	{"doctor", cmd_doctor, "diagnose lock trouble: orphaned advisory locks, blockers"},
 	{"demo", cmd_demo, "run the embedded demo on a private Postgres"},
 };
 
