@@ -35,6 +35,9 @@ wait_exit() {
 	RC=$?
 }
 has() { grep -q -- "$2" "$1"; }
+# Views over the whole cluster, narrowed to this test's database: other
+# tests run beside this one.
+THIS_DB="database = (SELECT oid FROM pg_database WHERE datname = current_database())"
 waiting() { [ "$(q "SELECT count(*) FROM pg_locks l JOIN pg_database d ON d.oid = l.database WHERE d.datname = current_database() AND l.locktype = '$1' AND NOT l.granted")" -ge 1 ]; }
 # flagged FILE: doctor locks --idle-for 1s exits 1 with an orphan suspect.
 flagged() { doctor --idle-for 1s >"$1" 2>&1; [ $? = 1 ] && has "$1" "orphan suspect"; }
@@ -49,7 +52,7 @@ KEY=$((0x3d32ad9e * crc))
 # to the pool with the lock held.
 psql -X -q -At -v ON_ERROR_STOP=1 "$POOLED_URL" -c "SELECT pg_advisory_lock($KEY)" >/dev/null
 check_eq "the lock stays on a pooled backend after the client left" \
-	"$(q "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted AND objid = ($KEY & 4294967295)::oid")" 1
+	"$(q "SELECT count(*) FROM pg_locks WHERE $THIS_DB AND locktype = 'advisory' AND granted AND objid = ($KEY & 4294967295)::oid")" 1
 # The next migrator waits on it.
 psql -X -q -At -v ON_ERROR_STOP=1 "$DIRECT_URL" -c "SET application_name = 'next-boot'" \
 	-c "SELECT pg_advisory_lock($KEY)" -c "SELECT pg_advisory_unlock($KEY)" >/dev/null &
@@ -85,7 +88,7 @@ psql -X -q -At -v ON_ERROR_STOP=1 "$DIRECT_URL" <"$TMP/holder" >/dev/null &
 holder=$!
 exec 3>"$TMP/holder"
 echo "SET application_name = 'forgot-to-commit'; BEGIN; LOCK accounts IN SHARE MODE;" >&3
-holder_pid() { q "SELECT pid FROM pg_stat_activity WHERE application_name = 'forgot-to-commit' AND state = 'idle in transaction'"; }
+holder_pid() { q "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND application_name = 'forgot-to-commit' AND state = 'idle in transaction'"; }
 has_holder() { [ -n "$(holder_pid)" ]; }
 wait_until "the holder's transaction" 10 has_holder
 hpid=$(holder_pid)
@@ -119,7 +122,7 @@ if [ "$MODE" = direct ]; then
 	apid=$!
 	exec 4>"$TMP/app"
 	echo "SELECT pg_advisory_lock(72707369);" >&4
-	wait_until "the app's lock" 10 sh -c "[ \"\$(psql -X -At '$DIRECT_URL' -c \"SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objid = 72707369 AND granted\")\" = 1 ]"
+	wait_until "the app's lock" 10 sh -c "[ \"\$(psql -X -At '$DIRECT_URL' -c \"SELECT count(*) FROM pg_locks WHERE $THIS_DB AND locktype = 'advisory' AND objid = 72707369 AND granted\")\" = 1 ]"
 	doc_flags() { "$SKL_BIN" doctor locks --url "$DOC_URL" --idle-for 1s >/dev/null 2>&1; [ $? = 1 ]; }
 	wait_until "the orphan to age" 15 doc_flags
 	"$SKL_BIN" doctor locks --url "$DOC_URL" --idle-for 1s --terminate-idle-orphans >"$TMP/p.out" 2>"$TMP/p.err"
@@ -127,7 +130,7 @@ if [ "$MODE" = direct ]; then
 	grep -q "GRANT pg_signal_backend TO \"$doc\"" "$TMP/p.err" && pass "says the privilege is missing: $(cat "$TMP/p.err")" ||
 		fail "no privilege message: $(cat "$TMP/p.err")"
 	grep -q "Prisma migrations" "$TMP/p.out" && pass "Prisma's key named" || fail "Prisma: $(cat "$TMP/p.out")"
-	check_eq "the lock is still held" "$(q "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objid = 72707369 AND granted")" 1
+	check_eq "the lock is still held" "$(q "SELECT count(*) FROM pg_locks WHERE $THIS_DB AND locktype = 'advisory' AND objid = 72707369 AND granted")" 1
 	admin -c "GRANT pg_signal_backend TO $doc" >/dev/null
 	"$SKL_BIN" doctor locks --url "$DOC_URL" --idle-for 1s --terminate-idle-orphans >"$TMP/p.out" 2>"$TMP/p.err"
 	check_eq "with pg_signal_backend: terminated, exit 0" "$?" 0
