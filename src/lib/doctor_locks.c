@@ -37,6 +37,9 @@
 	"s.state, " MS_SINCE("s.state_change") ", " MS_SINCE("s.xact_start") ", "    \
 	"s.application_name, host(s.client_addr), s.usename, left(s.query, 200), "   \
 	CAN_SIGNAL ", (extract(epoch FROM s.backend_start) * 1000000)::bigint"
+/* pg_locks.waitstart is PostgreSQL 14's; before, a waiter's statement start
+ * stands in for it (an upper bound of the wait). */
+#define WAITSTART(l, s) "coalesce((to_jsonb(" l ") ->> 'waitstart')::timestamptz, " s ".query_start)"
 #define PRELUDE                                                                   \
 	"WITH clk AS (SELECT clock_timestamp() AS t), "                               \
 	"me AS (SELECT rolsuper AS sup FROM pg_roles WHERE rolname = current_user), "
@@ -45,8 +48,10 @@
  * granted, wait_ms, blockers, waiters, own, then SESSION_COLS. */
 static const char *const locks_sql =
 	PRELUDE
-	"adv AS (SELECT l.pid, l.classid, l.objid, l.objsubid, l.mode, l.granted, l.waitstart"
-	"  FROM pg_locks l WHERE l.locktype = 'advisory'"
+	"adv AS (SELECT l.pid, l.classid, l.objid, l.objsubid, l.mode, l.granted, "
+	WAITSTART("l", "a") " AS waitstart"
+	"  FROM pg_locks l LEFT JOIN pg_stat_activity a ON a.pid = l.pid"
+	"  WHERE l.locktype = 'advisory'"
 	"  AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())), "
 	"waiting AS (SELECT w.pid, pg_blocking_pids(w.pid) AS blockers"
 	"  FROM (SELECT DISTINCT pid FROM adv WHERE NOT granted) w), "
@@ -72,7 +77,8 @@ static const char *const sessions_sql =
 	"ours AS (SELECT s.* FROM pg_stat_activity s"
 	"  WHERE s.datname = current_database() AND s.pid <> pg_backend_pid()), "
 	"waits AS (SELECT w.pid, w.since, pg_blocking_pids(w.pid) AS blockers"
-	"  FROM (SELECT l.pid, min(l.waitstart) AS since FROM pg_locks l JOIN ours o ON o.pid = l.pid"
+	"  FROM (SELECT l.pid, min(" WAITSTART("l", "o") ") AS since"
+	"        FROM pg_locks l JOIN ours o ON o.pid = l.pid"
 	"        WHERE NOT l.granted GROUP BY l.pid) w, clk"
 	"  WHERE w.since <= clk.t - $1::bigint * interval '1 millisecond'), "
 	"blocking AS (SELECT b.pid, array_agg(DISTINCT w.pid) AS victims, "
