@@ -39,7 +39,8 @@
 	CAN_SIGNAL ", (extract(epoch FROM s.backend_start) * 1000000)::bigint"
 /* pg_locks.waitstart is PostgreSQL 14's; before, a waiter's statement start
  * stands in for it (an upper bound of the wait). */
-#define WAITSTART(l, s) "coalesce((to_jsonb(" l ") ->> 'waitstart')::timestamptz, " s ".query_start)"
+#define WAITSTART(l, s)                                                           \
+	"coalesce((to_jsonb(" l ") ->> 'waitstart')::timestamptz, " s ".query_start)"
 #define PRELUDE                                                                   \
 	"WITH clk AS (SELECT clock_timestamp() AS t), "                               \
 	"me AS (SELECT rolsuper AS sup FROM pg_roles WHERE rolname = current_user), "

@@ -25,7 +25,8 @@
 
 /* $1 int[] pids, $2 bigint[] backend_start (us), $3 bigint[] idle ms. */
 static const char *const act_sql =
-	"WITH c AS (SELECT * FROM unnest($1::int[], $2::bigint[], $3::bigint[]) AS c(pid, started, idle)), "
+	"WITH c AS (SELECT * FROM unnest($1::int[], $2::bigint[], $3::bigint[])"
+	"  AS c(pid, started, idle)), "
 	"me AS (SELECT rolsuper AS sup FROM pg_roles WHERE rolname = current_user), "
 	"t AS (SELECT c.pid, s.pid IS NOT NULL AS alive, s.pid = pg_backend_pid() AS own,"
 	"  s.state = 'idle' AND s.state_change <= clock_timestamp() - c.idle * interval '1 millisecond'"
