@@ -24,6 +24,7 @@
 #include "skiplock/idem.h"
 #include "skiplock/lease.h"
 #include "skiplock/migrate.h"
+#include "skiplock/doctor.h"
 
 #define SKL_HAS_CLIENT 1
 #define SKL_HAS_SCHEMA 1
@@ -33,6 +34,7 @@
 #define SKL_HAS_WEBHOOK 1
 #define SKL_HAS_IDEM 1
 #define SKL_HAS_LEASE 1
+#define SKL_HAS_DOCTOR_LOCKS 1
 
 #ifdef __cplusplus
 extern "C" {

@@ -106,5 +106,7 @@ int cmd_demo(int argc, char **argv);
 int cmd_idem(int argc, char **argv);
 int cmd_lease(int argc, char **argv);
 int cmd_migrate(int argc, char **argv);
+int cmd_doctor(int argc, char **argv);
+int cmd_doctor_locks(int argc, char **argv);
 
 #endif

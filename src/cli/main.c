@@ -21,6 +21,7 @@ static const struct command {
 	{"status", cmd_status, "counts and ages per queue and kind"},
 	{"lease", cmd_lease, "run a command only while holding a lease; list leases"},
 	{"migrate", cmd_migrate, "apply SQL migrations safely behind poolers; status, verify"},
+	{"doctor", cmd_doctor, "diagnose lock trouble: orphaned advisory locks, blockers"},
 	{"demo", cmd_demo, "run the embedded demo on a private Postgres"},
 };
 
