@@ -19,6 +19,7 @@ static const struct command {
 	{"jobs", cmd_jobs, "list, show, retry, cancel and prune jobs"},
 	{"idem", cmd_idem, "idempotency keys: prune the expired"},
 	{"status", cmd_status, "counts and ages per queue and kind"},
+	{"breakers", cmd_breakers, "fleet-wide circuit breakers: list, open, close"},
 	{"lease", cmd_lease, "run a command only while holding a lease; list leases"},
 	{"demo", cmd_demo, "run the embedded demo on a private Postgres"},
 };
