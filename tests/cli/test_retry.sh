@@ -21,17 +21,12 @@ expect_exit "unknown strategy (worker)" 2 'unknown strategy "jittery"' -- "${W[@
 expect_exit "unknown strategy for a kind" 2 'unknown strategy "linear"' -- "${W[@]}" --backoff k=linear
 expect_exit "negative base" 2 'backoff-base.*"-1s"' -- "${W[@]}" --backoff-base -1s
 expect_exit "negative cap for a kind" 2 'backoff-cap.*"-5m"' -- "${W[@]}" --backoff-cap k=-5m
-expect_exit "zero base" 2 'backoff-base must be positive' -- "${W[@]}" --backoff-base 0s
 expect_exit "negative budget" 2 'retry-budget' -- "${W[@]}" --retry-budget -10
-expect_exit "budget not a number" 2 'retry-budget' -- "${W[@]}" --retry-budget k=lots
-expect_exit "empty kind" 2 'kind must be 1 to 128 bytes' -- "${W[@]}" --backoff =full
 expect_exit "bad breaker setting" 2 'breaker k: breaker setting "rate:0"' -- "${W[@]}" --breaker k=rate:0
 expect_exit "negative breaker duration" 2 'breaker setting "open:-1s"' -- "${W[@]}" --breaker k=open:-1s
-expect_exit "unknown breaker setting" 2 'breaker setting "colour:red"' -- "${W[@]}" --breaker k=colour:red
 expect_exit "unknown strategy (enqueue)" 2 'unknown strategy "none"' -- "$S" enqueue --url "$URL" k --backoff none
 expect_exit "negative base (enqueue)" 2 'backoff-base.*"-2s"' -- "$S" enqueue --url "$URL" k --backoff-base -2s
 expect_exit "breakers: unknown verb" 2 'unknown subcommand "reset"' -- "$S" breakers --url "$URL" reset k
-expect_exit "breakers: open without a kind" 2 'open: expected exactly one KIND' -- "$S" breakers --url "$URL" open
 check_eq "nothing was written" "$(q "SELECT (SELECT count(*) FROM skiplock.jobs) + (SELECT count(*) FROM skiplock.breakers)")" 0
 "$S" worker --help | grep -q -- "--retry-budget \[KIND=\]PCT" && pass "worker --help names the retry options" || fail "worker --help"
 "$S" breakers --help | grep -q "half_open" && pass "breakers --help" || fail "breakers --help"
