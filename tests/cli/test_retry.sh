@@ -45,7 +45,7 @@ c=$("$S" enqueue --url "$URL" steady --backoff exponential --backoff-base 40s)
 	--handler 'asks=echo "upstream busy" >&2; echo "retry-after: 30" >&2; exit 75' \
 	--handler 'steady=exit 75' 2>"$TMP/w.log" &
 WP=$!
-wait_for "SELECT count(*) FROM skiplock.jobs WHERE attempt = 1 AND state = 'available'" 3 20 || fail "jobs did not fail once: $(q "SELECT string_agg(id||':'||state||':'||attempt, ' ') FROM skiplock.jobs")"
+wait_for "SELECT count(*) FROM skiplock.jobs WHERE attempt = 1 AND state = 'available'" 3 60 || fail "jobs did not fail once: $(q "SELECT string_agg(id||':'||state||':'||attempt, ' ') FROM skiplock.jobs")"
 kill -TERM $WP; wait $WP
 delay() { q "SELECT round(extract(epoch FROM run_at - (errors->0->>'at')::timestamptz))::int FROM skiplock.jobs WHERE id = $1"; }
 da=$(delay "$a"); db=$(delay "$b"); dc=$(delay "$c")
@@ -63,12 +63,14 @@ grep -qE '^asks +open' "$TMP/status" && pass "status shows the breaker" || fail 
 "$S" status --url "$URL" --json >"$TMP/status.json"
 grep -q '"open_for_ms": -1' "$TMP/status.json" && grep -q '"state": "open"' "$TMP/status.json" && pass "status --json has the breaker" || fail "status --json: $(cat "$TMP/status.json")"
 q "UPDATE skiplock.jobs SET run_at = now() WHERE id = $a"
-"$S" worker --url "$URL" --poll 50ms --poll-max 200ms --no-cron --handler 'asks=true' 2>/dev/null &
+"$S" worker --url "$URL" --poll 50ms --poll-max 200ms --no-cron --handler 'asks=true' 2>"$TMP/w2.log" &
 WP=$!
-sleep 1.5
+for i in $(seq 1 600); do grep -q "started" "$TMP/w2.log" && break; sleep 0.1; done
+grep -q "started" "$TMP/w2.log" || fail "the worker did not start: $(cat "$TMP/w2.log")"
+sleep 1.5 # several claim polls
 check_eq "no claim while forced open" "$(q "SELECT state||' '||attempt FROM skiplock.jobs WHERE id = $a")" "available 1"
 "$S" breakers --url "$URL" close asks >/dev/null 2>&1 && pass "breakers close" || fail "breakers close"
-wait_for "SELECT state FROM skiplock.jobs WHERE id = $a" completed 20 && pass "claimed and completed once closed" || fail "not completed after close"
+wait_for "SELECT state FROM skiplock.jobs WHERE id = $a" completed 60 && pass "claimed and completed once closed" || fail "not completed after close"
 kill -TERM $WP; wait $WP
 check_eq "transitions recorded" "$(q "SELECT string_agg(coalesce(from_state, '-')||'>'||to_state, ' ' ORDER BY id) FROM skiplock.breaker_events WHERE kind = 'asks'")" "->open open>closed"
 expect_exit "close a kind without a breaker" 1 'kind "nope" has no breaker' -- "$S" breakers --url "$URL" close nope

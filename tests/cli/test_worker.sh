@@ -86,7 +86,7 @@ q "DELETE FROM skiplock.jobs"
 for i in $(seq 1 6); do "$S" enqueue --url "$URL" nap >/dev/null; done
 "$S" worker --url "$URL" --concurrency 16 "${FAST[@]}" --handler 'nap=sleep 2' 2>"$TMP/w3.log" &
 W=$!
-wait_for "SELECT count(*) FROM skiplock.jobs WHERE state = 'running'" 6 10 || fail "naps did not start"
+wait_for "SELECT count(*) FROM skiplock.jobs WHERE state = 'running'" 6 30 || fail "naps did not start"
 sleep 0.5
 check_eq "no idle-in-transaction session while handlers run" "$(q "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND state LIKE 'idle in transaction%'")" 0
 # a statement in flight holds locks while it runs; none may be held by a
