@@ -14,6 +14,7 @@
  *    dependency saw; retries during the outage stay within the budget with
  *    the defaults; every job completes after recovery.
  */
+#include <fcntl.h>
 #include <inttypes.h>
 #include <signal.h>
 #include <stdio.h>
@@ -38,10 +39,22 @@ typedef struct wspec {
 	int64_t base_ms, cap_ms;
 	int budget_pct;
 	const skl_breaker_config *breaker;
+	const char *log_path;        /* the worker's warnings, appended; NULL: none */
 } wspec;
 
 static int dep_port;
 static skl_worker *stop_me;
+static int log_fd = -1;
+
+/* Warnings of a worker process, one line each, to its log file. */
+static void log_line(void *ctx, skl_log_level level, const char *msg)
+{
+	(void)ctx;
+	char line[1200];
+	int n = snprintf(line, sizeof(line), "%s\n", msg);
+	if (level >= SKL_LOG_WARNING && log_fd >= 0 && n > 0)
+		(void)!write(log_fd, line, (size_t)n < sizeof(line) ? (size_t)n : sizeof(line) - 1);
+}
 
 static int call_handler(const skl_job *job, void *ctx)
 {
@@ -83,6 +96,10 @@ static pid_t worker_start(const wspec *s, int listen_fd)
 	wo.backoff_base_ms = s->base_ms;
 	wo.backoff_cap_ms = s->cap_ms;
 	wo.retry_budget_pct = s->budget_pct;
+	if (s->log_path) {
+		log_fd = open(s->log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+		wo.log = log_line;
+	}
 	skl_worker *w = NULL;
 	skl_error err;
 	if (skl_worker_new(&co, &wo, &w, &err) != SKL_OK ||
@@ -270,8 +287,23 @@ typedef struct storm {
 	const char *name;
 	depserver d;
 	pid_t pids[STORM_WORKERS];
+	char logs[STORM_WORKERS][64];
 	int total, retries_down;
 } storm;
+
+/* Lines of a worker's log that report the budget spent. */
+static int budget_lines(const char *path)
+{
+	FILE *f = fopen(path, "r");
+	char line[1200];
+	int n = 0;
+	while (f && fgets(line, sizeof(line), f))
+		n += strstr(line, "retry budget spent") != NULL;
+	if (f)
+		fclose(f);
+	unlink(path);
+	return n;
+}
 
 static void storm_start(itest_ctx *t, storm *s, const char *kind, skl_backoff b, int budget)
 {
@@ -282,7 +314,11 @@ static void storm_start(itest_ctx *t, storm *s, const char *kind, skl_backoff b,
 	char owner[STORM_WORKERS][32];
 	for (int i = 0; i < STORM_WORKERS; i++) {
 		snprintf(owner[i], sizeof(owner[i]), "%s-%d", kind, i);
+		snprintf(s->logs[i], sizeof(s->logs[i]), "/tmp/skl-storm-%d-%s-%d.log", (int)getpid(),
+		         kind, i);
+		unlink(s->logs[i]);
 		w.owner = owner[i];
+		w.log_path = s->logs[i];
 		s->pids[i] = worker_start(&w, s->d.fd);
 	}
 }
@@ -330,14 +366,27 @@ static void retry_storm(itest_ctx *t)
 	skl_worker_options_init(&defaults);
 	storm_start(t, &x, "storm_exp", SKL_BACKOFF_EXPONENTIAL, 0);
 	storm_start(t, &f, "storm_default", defaults.backoff, defaults.retry_budget_pct);
+	int64_t started = itest_now_ms();
 	dep_start(&x.d);
 	dep_start(&f.d);
 	wait_for(t, "SELECT count(*) FROM skiplock.jobs WHERE state <> 'completed'", 0, 80,
 	         "every job completed after the outage");
 	workers_stop(x.pids, STORM_WORKERS);
 	workers_stop(f.pids, STORM_WORKERS);
+	int64_t ran_s = (itest_now_ms() - started) / 1000;
 	storm_report(&x);
 	storm_report(&f);
+	/* a spent budget is logged once per 10 s window and kind, not per job */
+	int lines = 0;
+	for (int i = 0; i < STORM_WORKERS; i++) {
+		int n = budget_lines(f.logs[i]);
+		CHECK_INT(<=, n, ran_s / (SKL_RETRY_BUDGET_WINDOW_MS / 1000) + 1);
+		CHECK_EQ(budget_lines(x.logs[i]), 0);
+		lines += n;
+	}
+	printf("budget-spent log lines: %d from %d workers in %" PRId64 " s\n", lines,
+	       STORM_WORKERS, ran_s);
+	CHECK_INT(>=, lines, 1);
 	/* Per worker and window the budget is 3/s * 10 s + 10 % of its first
 	 * attempts; the outage may span two windows (1 s buckets). */
 	int bound = 2 * (STORM_WORKERS * SKL_RETRY_BUDGET_MIN_PER_S *
