@@ -16,6 +16,7 @@
 #include "skiplock/error.h"
 #include "skiplock/client.h"
 #include "skiplock/schema.h"
+#include "skiplock/retry.h"
 #include "skiplock/queue.h"
 #include "skiplock/worker.h"
 #include "skiplock/webhook.h"
@@ -35,6 +36,7 @@
 #define SKL_HAS_IDEM 1
 #define SKL_HAS_LEASE 1
 #define SKL_HAS_DOCTOR_LOCKS 1
+#define SKL_HAS_RETRY 1
 
 #ifdef __cplusplus
 extern "C" {

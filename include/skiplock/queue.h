@@ -21,6 +21,7 @@
 #include <stdint.h>
 
 #include "skiplock/client.h"
+#include "skiplock/retry.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -40,6 +41,7 @@ typedef struct skl_enqueue_opts {
 	int64_t timeout_ms;       /* handler timeout; 0: the worker's default */
 	int64_t backoff_base_ms;  /* retry backoff for this job; 0: the worker's */
 	int64_t backoff_cap_ms;
+	skl_backoff backoff;      /* strategy for this job; DEFAULT: the worker's */
 } skl_enqueue_opts;
 
 SKL_API void skl_enqueue_opts_init(skl_enqueue_opts *o);
@@ -77,6 +79,8 @@ typedef struct skl_job {
 	int64_t timeout_ms;       /* 0: not set on the job */
 	int64_t backoff_base_ms;  /* 0: not set on the job */
 	int64_t backoff_cap_ms;
+	skl_backoff backoff;      /* DEFAULT: not set on the job */
+	int64_t last_delay_ms;    /* the delay before this attempt (0 on the first) */
 	void *internal;           /* owned by the library */
 } skl_job;
 

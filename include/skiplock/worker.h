@@ -22,6 +22,19 @@
  *  - webhook: an HTTP POST of the payload per attempt, the answer mapped to
  *    the outcome; registered with skl_worker_handle_webhook
  *    (skiplock/webhook.h).
+ *    With exit 75, a stderr line "retry-after: SECONDS" asks for that delay
+ *    before the next attempt (as skl_job_retry_after).
+ *
+ * Retries (docs/retry.md): the delay before the next attempt comes from the
+ * job's backoff strategy, base and cap if it has them, else its kind's
+ * (skl_worker_retry_policy), else the worker's.  A retry budget per kind
+ * and per worker process allows retries up to retry_budget_pct % of the
+ * first attempts of the last 10 s plus SKL_RETRY_BUDGET_MIN_PER_S a
+ * second; a failed job over the budget is not dropped but rescheduled at
+ * the cap, and that is logged once per window.  A delay the handler asks
+ * for (skl_job_retry_after, "retry-after:", a webhook's Retry-After) is
+ * used instead of the strategy's, never shortened, and counts against the
+ * budget like any retry: over the budget the job waits max(asked, cap).
  *
  * Thread-safety: skl_worker_stop may be called from any thread or a signal
  * handler; every other call from one thread.
@@ -60,7 +73,15 @@ typedef struct skl_worker_options {
 	bool no_cron;                /* do not evaluate cron schedules (skiplock/cron.h);
 	                              * by default every worker does */
 	int64_t cron_every_ms;       /* how often to look for due schedules; default 1000 */
+	skl_backoff backoff;         /* default strategy; DEFAULT means full jitter */
+	int retry_budget_pct;        /* retries per 100 first attempts; default 10;
+	                              * 0 or less: no budget */
 } skl_worker_options;
+
+/* The budget's floor: retries a second each kind may always make. */
+#define SKL_RETRY_BUDGET_MIN_PER_S 3
+/* The budget's sliding window. */
+#define SKL_RETRY_BUDGET_WINDOW_MS 10000
 
 SKL_API void skl_worker_options_init(skl_worker_options *o);
 
@@ -88,6 +109,29 @@ SKL_API void skl_worker_stop(skl_worker *w);
 
 SKL_API void skl_worker_free(skl_worker *w);
 
+/* A kind's own retry settings on this worker; unset fields fall back to
+ * the worker's options.  A job's own strategy, base and cap (enqueue)
+ * still come first. */
+typedef struct skl_retry_policy {
+	skl_backoff backoff;         /* DEFAULT: the worker's */
+	int64_t backoff_base_ms;     /* 0: the worker's */
+	int64_t backoff_cap_ms;      /* 0: the worker's */
+	int retry_budget_pct;        /* -1: the worker's; 0: no budget for this kind */
+} skl_retry_policy;
+
+SKL_API void skl_retry_policy_init(skl_retry_policy *p);
+
+/* Sets kind's retry policy (replacing an earlier one).  Call before
+ * skl_worker_run.  SKL_INVALID for a bad kind or negative durations. */
+SKL_API skl_rc skl_worker_retry_policy(skl_worker *w, const char *kind,
+                                       const skl_retry_policy *p, skl_error *err);
+
+/* Gives kind a fleet-wide circuit breaker (skiplock/retry.h): when the
+ * worker starts it creates or updates kind's row in skiplock.breakers with
+ * config (NULL: defaults).  Call before skl_worker_run. */
+SKL_API skl_rc skl_worker_breaker(skl_worker *w, const char *kind,
+                                  const skl_breaker_config *config, skl_error *err);
+
 typedef struct skl_worker_stats {
 	uint64_t claimed, completed, retried, discarded, fenced_out, rescued, heartbeats;
 } skl_worker_stats;
@@ -99,6 +143,10 @@ SKL_API void skl_worker_get_stats(skl_worker *w, skl_worker_stats *out);
  * the attempt's error (copied, at most 64 KiB / 4 KiB). */
 SKL_API void skl_job_set_result(const skl_job *job, const char *json);
 SKL_API void skl_job_set_error(const skl_job *job, const char *text);
+/* From inside a C handler that returns SKL_JOB_RETRY: wait at least ms
+ * before the next attempt instead of the backoff strategy's delay (a
+ * server's Retry-After).  ms <= 0 withdraws the request. */
+SKL_API void skl_job_retry_after(const skl_job *job, int64_t ms);
 /* True once the job's lease was lost (the handler should stop). */
 SKL_API bool skl_job_lost(const skl_job *job);
 

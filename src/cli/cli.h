@@ -108,5 +108,6 @@ int cmd_lease(int argc, char **argv);
 int cmd_migrate(int argc, char **argv);
 int cmd_doctor(int argc, char **argv);
 int cmd_doctor_locks(int argc, char **argv);
+int cmd_breakers(int argc, char **argv);
 
 #endif

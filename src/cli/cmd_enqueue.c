@@ -37,6 +37,9 @@ static const char usage[] =
 	"  --unique-key K         at most one unfinished job per key\n"
 	"  --max-attempts N       attempts before the job is discarded (default 25)\n"
 	"  --timeout DUR          handler timeout for this job (default: the worker's)\n"
+	"  --backoff STRATEGY     retry delay strategy for this job: full, equal,\n"
+	"                         decorrelated, exponential or fixed (default: the\n"
+	"                         worker's; see skiplock worker --help)\n"
 	"  --backoff-base DUR     first retry delay bound (default: the worker's)\n"
 	"  --backoff-cap DUR      largest retry delay bound (default: the worker's)\n"
 	"  --max-payload BYTES    refuse payloads larger than this (default 1048576)\n"
@@ -48,7 +51,7 @@ static const char exit_help[] =
 	"(nothing written), 3 database unreachable within --retry-for.\n";
 
 enum { O_QUEUE = OPT_COMMON_LAST + 1, O_PRIO, O_RUN_AT, O_DELAY, O_UKEY, O_MAX, O_TIMEOUT,
-       O_BBASE, O_BCAP, O_MAXPAY, O_BATCH };
+       O_BBASE, O_BCAP, O_MAXPAY, O_BATCH, O_BACKOFF };
 
 typedef struct enqueue_args {
 	cli_common *cc;
@@ -84,6 +87,13 @@ static int own_option(int code, const char *arg, void *ctx)
 	case O_MAXPAY:
 		return cli_int(a->cc, "--max-payload", arg, 2, 256LL << 20, &a->max_payload) ? 0 : CLI_USAGE;
 	case O_BATCH: a->batch = arg; break;
+	case O_BACKOFF:
+		if (skl_backoff_parse(arg, &a->opts.backoff) != SKL_OK) {
+			cli_error(a->cc, "--backoff: unknown strategy \"%s\" (expected full, equal, "
+			          "decorrelated, exponential or fixed)", arg);
+			return CLI_USAGE;
+		}
+		break;
 	default: return CLI_USAGE;
 	}
 	return CLI_OK;
@@ -359,6 +369,7 @@ int cmd_enqueue(int argc, char **argv)
 		{"timeout", required_argument, NULL, O_TIMEOUT},
 		{"backoff-base", required_argument, NULL, O_BBASE},
 		{"backoff-cap", required_argument, NULL, O_BCAP},
+		{"backoff", required_argument, NULL, O_BACKOFF},
 		{"max-payload", required_argument, NULL, O_MAXPAY},
 		{"batch", required_argument, NULL, O_BATCH},
 		{0}};

@@ -7,6 +7,7 @@
 #include <inttypes.h>
 #include <stdio.h>
 
+#include "breakers_print.h"
 #include "cli.h"
 #include "output.h"
 
@@ -31,7 +32,9 @@ static const char usage[] =
 	"\"scheduled\", \"available\", \"running\", \"lease_expired\", \"completed\",\n"
 	"\"discarded\", \"cancelled\", \"oldest_due_age_ms\", \"next_lease_expiry\",\n"
 	"\"next_lease_expiry_in_ms\", \"recent_errors\", \"recent_completed\",\n"
-	"\"failure_rate\"}, …]}; values that do not apply are null.\n"
+	"\"failure_rate\"}, …], \"breakers\": […]}; values that do not apply are\n"
+	"null. The breakers are those of skiplock breakers --json; in the table they\n"
+	"follow the queues when any kind has one (BREAKER: closed, open, half_open).\n"
 	"\n"
 	"Status options:\n"
 	"  --json                 print one JSON document instead of a table\n"
@@ -144,16 +147,24 @@ static json_t *row_json(const skl_queue_status *s)
 	return o;
 }
 
-static json_t *status_json(const skl_queue_status *rows, size_t n, int64_t window_ms)
+static json_t *status_json(const skl_queue_status *rows, size_t n, int64_t window_ms,
+                           const skl_breaker_info *brk, size_t nbrk)
 {
+	json_t *breakers = breakers_json(brk, nbrk);
+	if (breakers == NULL)
+		return NULL;
 	json_t *queues = json_array();
 	for (size_t i = 0; queues && i < n; i++)
 		if (json_array_append_new(queues, row_json(&rows[i])) != 0) {
 			json_decref(queues);
-			return NULL;
+			queues = NULL;
 		}
-	return queues ? json_pack("{s:I, s:o}", "window_ms", (json_int_t)window_ms, "queues", queues)
-	              : NULL;
+	if (queues == NULL) {
+		json_decref(breakers);
+		return NULL;
+	}
+	return json_pack("{s:I, s:o, s:o}", "window_ms", (json_int_t)window_ms, "queues", queues,
+	                 "breakers", breakers);
 }
 
 int cmd_status(int argc, char **argv)
@@ -174,14 +185,21 @@ int cmd_status(int argc, char **argv)
 	if ((rc = cli_open(&cc, &c)) != CLI_OK)
 		return rc;
 	skl_queue_status *rows;
-	size_t n;
+	skl_breaker_info *brk = NULL;
+	size_t n, nbrk = 0;
 	skl_error err;
 	if (skl_queue_status_get(c, a.window_ms, &rows, &n, &err) != SKL_OK) {
 		rc = cli_fail(&cc, &err);
-	} else {
-		bool ok = a.json ? cli_json_print(status_json(rows, n, a.window_ms))
-		                 : print_table(rows, n, a.window_ms);
+	} else if (skl_breakers_list(c, &brk, &nbrk, &err) != SKL_OK) {
 		skl_queue_status_free(rows, n);
+		rc = cli_fail(&cc, &err);
+	} else {
+		bool ok = a.json ? cli_json_print(status_json(rows, n, a.window_ms, brk, nbrk))
+		                 : print_table(rows, n, a.window_ms);
+		if (ok && !a.json && nbrk > 0)
+			ok = printf("\n") > 0 && breakers_print_table(brk, nbrk);
+		skl_queue_status_free(rows, n);
+		skl_breakers_free(brk, nbrk);
 		if (!ok) {
 			cli_error(&cc, "cannot write the output");
 			rc = CLI_PROBLEM;

@@ -58,9 +58,37 @@ static const char usage[] =
 	"  --timeout DUR           default handler timeout (default 5m)\n"
 	"  --kill-grace DUR        SIGTERM to SIGKILL (default 5s)\n"
 	"  --shutdown-timeout DUR  drain bound after SIGTERM (default 30s)\n"
-	"  --backoff full          retry delay strategy (full jitter, the default)\n"
-	"  --backoff-base DUR      retry n waits up to min(cap, base*2^n) (default 1s)\n"
-	"  --backoff-cap DUR       (default 1h)\n"
+	"\n"
+	"Retry options (docs/retry.md). Each takes VALUE for every kind, or\n"
+	"KIND=VALUE for one kind (repeatable); a job's own settings from enqueue\n"
+	"come first, then its kind's, then the worker's:\n"
+	"  --backoff [KIND=]STRATEGY  delay before retry n (n = 0 after the first\n"
+	"                          failure), c = min(cap, base*2^n):\n"
+	"                            full          uniform in [0, c] (the default)\n"
+	"                            equal         c/2 + uniform in [0, c/2]\n"
+	"                            decorrelated  min(cap, uniform in [base, 3*previous])\n"
+	"                            exponential   c, no jitter\n"
+	"                            fixed         base every time\n"
+	"  --backoff-base [KIND=]DUR  (default 1s)\n"
+	"  --backoff-cap [KIND=]DUR   (default 1h)\n"
+	"  --retry-budget [KIND=]PCT  retries a kind may make early, per worker process:\n"
+	"                          PCT % of its first attempts in the last 10s plus 3 a\n"
+	"                          second (default 10); past it a failed job is\n"
+	"                          rescheduled at the cap (logged once per 10s).\n"
+	"                          0 or off: no budget\n"
+	"  --breaker KIND[=SETTINGS]  a fleet-wide circuit breaker for KIND (a row in\n"
+	"                          skiplock.breakers; see skiplock breakers). SETTINGS:\n"
+	"                          rate:PCT,min:N,calls:N,window:DUR,open:DUR,probes:N\n"
+	"                          (defaults rate:50,min:10,calls:100,window:60s,\n"
+	"                          open:60s,probes:3): opens when at least min of the\n"
+	"                          window's calls were made and rate % of them failed;\n"
+	"                          while open no worker claims KIND; after open,\n"
+	"                          probes jobs run; all succeed: closed, one fails: open\n"
+	"  A command handler that exits 75 may write \"retry-after: SECONDS\" on a line\n"
+	"  of stderr: the next attempt waits that long instead (still counted by the\n"
+	"  budget; over it, the job waits the larger of SECONDS and the cap).\n"
+	"\n"
+	"Other options:\n"
 	"  --rescue-every DUR      how often to look for expired leases (default 5s)\n"
 	"  --owner NAME            lease owner written on claims (default host:pid)\n"
 	"  --no-cron               do not evaluate cron schedules (by default every\n"
@@ -74,7 +102,17 @@ static const char exit_help[] =
 
 enum { O_HANDLER = OPT_COMMON_LAST + 1, O_QUEUE, O_CONC, O_LEASE, O_POLL, O_POLLMAX,
        O_TIMEOUT, O_GRACE, O_SHUTDOWN, O_BACKOFF, O_BBASE, O_BCAP, O_RESCUE, O_OWNER,
-       O_NO_CRON, O_WEBHOOK, O_WH_TIMEOUT, O_WH_SECRET };
+       O_NO_CRON, O_WEBHOOK, O_WH_TIMEOUT, O_WH_SECRET, O_BUDGET, O_BREAKER };
+
+#define MAX_KIND_OPTS 64
+
+/* --backoff, --backoff-base, --backoff-cap, --retry-budget for one kind. */
+typedef struct kind_opt {
+	char kind[SKL_KIND_MAX + 1];
+	skl_retry_policy policy;
+	bool breaker;
+	skl_breaker_config breaker_config;
+} kind_opt;
 
 typedef struct worker_args {
 	cli_common *cc;
@@ -89,6 +127,8 @@ typedef struct worker_args {
 	int nwh_secrets;
 	const char *queues[64];
 	size_t nqueues;
+	kind_opt kinds[MAX_KIND_OPTS];
+	size_t nkinds;
 } worker_args;
 
 static bool dur(worker_args *a, const char *name, const char *arg, int64_t *out)
@@ -117,6 +157,114 @@ static int keep_per_kind(worker_args *a, const char *name, const char *arg, cons
 		return CLI_USAGE;
 	list[(*n)++] = arg;
 	return CLI_OK;
+}
+
+/* The settings entry of a kind named by its first kl bytes; NULL after
+ * an error. */
+static kind_opt *find_kind(worker_args *a, const char *name, const char *kind, size_t kl)
+{
+	if (kl == 0 || kl > SKL_KIND_MAX) {
+		cli_error(a->cc, "%s: kind must be 1 to %d bytes", name, SKL_KIND_MAX);
+		return NULL;
+	}
+	for (size_t i = 0; i < a->nkinds; i++)
+		if (strlen(a->kinds[i].kind) == kl && strncmp(a->kinds[i].kind, kind, kl) == 0)
+			return &a->kinds[i];
+	if (a->nkinds == MAX_KIND_OPTS) {
+		cli_error(a->cc, "%s: settings for more than %d kinds", name, MAX_KIND_OPTS);
+		return NULL;
+	}
+	kind_opt *k = &a->kinds[a->nkinds++];
+	memcpy(k->kind, kind, kl);
+	k->kind[kl] = '\0';
+	skl_retry_policy_init(&k->policy);
+	return k;
+}
+
+/* Splits "KIND=VALUE" (returns the kind's entry, *value after the '=') or
+ * "VALUE" (returns NULL with *value = arg).  *bad after an error. */
+static kind_opt *kind_of(worker_args *a, const char *name, const char *arg, const char **value,
+                         bool *bad)
+{
+	const char *eq = strchr(arg, '=');
+	*value = eq ? eq + 1 : arg;
+	if (eq == NULL) {
+		*bad = false;
+		return NULL;
+	}
+	kind_opt *k = find_kind(a, name, arg, (size_t)(eq - arg));
+	*bad = k == NULL;
+	return k;
+}
+
+static bool backoff_option(worker_args *a, const char *arg)
+{
+	const char *v;
+	bool bad;
+	kind_opt *k = kind_of(a, "--backoff", arg, &v, &bad);
+	skl_backoff b;
+	if (bad)
+		return false;
+	if (skl_backoff_parse(v, &b) != SKL_OK) {
+		cli_error(a->cc, "--backoff: unknown strategy \"%s\" (expected full, equal, "
+		          "decorrelated, exponential or fixed)", v);
+		return false;
+	}
+	*(k ? &k->policy.backoff : &a->wo.backoff) = b;
+	return true;
+}
+
+static bool backoff_dur(worker_args *a, const char *name, const char *arg, bool cap)
+{
+	const char *v;
+	bool bad;
+	kind_opt *k = kind_of(a, name, arg, &v, &bad);
+	int64_t ms;
+	if (bad || !dur(a, name, v, &ms))
+		return false;
+	if (k)
+		*(cap ? &k->policy.backoff_cap_ms : &k->policy.backoff_base_ms) = ms;
+	else
+		*(cap ? &a->wo.backoff_cap_ms : &a->wo.backoff_base_ms) = ms;
+	return true;
+}
+
+static bool budget_option(worker_args *a, const char *arg)
+{
+	const char *v;
+	bool bad;
+	kind_opt *k = kind_of(a, "--retry-budget", arg, &v, &bad);
+	long long pct = 0;
+	if (bad)
+		return false;
+	if (strcmp(v, "off") != 0) {
+		char buf[16];
+		size_t n = strlen(v);
+		if (n > 0 && n < sizeof(buf) && v[n - 1] == '%')
+			n--;
+		snprintf(buf, sizeof(buf), "%.*s", (int)(n < sizeof(buf) ? n : 0), v);
+		if (!cli_int(a->cc, "--retry-budget", buf, 0, 10000, &pct))
+			return false;
+	}
+	*(k ? &k->policy.retry_budget_pct : &a->wo.retry_budget_pct) = (int)pct;
+	return true;
+}
+
+static bool breaker_option(worker_args *a, const char *arg)
+{
+	const char *eq = strchr(arg, '=');
+	kind_opt *k = find_kind(a, "--breaker", arg, eq ? (size_t)(eq - arg) : strlen(arg));
+	if (k == NULL)
+		return false;
+	if (!k->breaker)
+		skl_breaker_config_init(&k->breaker_config);
+	k->breaker = true;
+	skl_error err;
+	if (eq && skl_breaker_config_parse(eq + 1, &k->breaker_config, &err) != SKL_OK) {
+		cli_error(a->cc, "--breaker %s: %s", k->kind, err.message);
+		return false;
+	}
+	return true;
 }
 
 static int own_option(int code, const char *arg, void *ctx)
@@ -161,14 +309,11 @@ static int own_option(int code, const char *arg, void *ctx)
 	case O_TIMEOUT: ok = dur(a, "--timeout", arg, &o->job_timeout_ms); break;
 	case O_GRACE: ok = dur(a, "--kill-grace", arg, &o->kill_grace_ms); break;
 	case O_SHUTDOWN: ok = dur(a, "--shutdown-timeout", arg, &o->shutdown_timeout_ms); break;
-	case O_BACKOFF:
-		if (strcmp(arg, "full") != 0) {
-			cli_error(a->cc, "--backoff: unknown strategy \"%s\" (expected full)", arg);
-			return CLI_USAGE;
-		}
-		break;
-	case O_BBASE: ok = dur(a, "--backoff-base", arg, &o->backoff_base_ms); break;
-	case O_BCAP: ok = dur(a, "--backoff-cap", arg, &o->backoff_cap_ms); break;
+	case O_BACKOFF: ok = backoff_option(a, arg); break;
+	case O_BBASE: ok = backoff_dur(a, "--backoff-base", arg, false); break;
+	case O_BCAP: ok = backoff_dur(a, "--backoff-cap", arg, true); break;
+	case O_BUDGET: ok = budget_option(a, arg); break;
+	case O_BREAKER: ok = breaker_option(a, arg); break;
 	case O_RESCUE: ok = dur(a, "--rescue-every", arg, &o->rescue_every_ms); break;
 	case O_OWNER: o->owner = arg; break;
 	case O_NO_CRON: o->no_cron = true; break;
@@ -302,6 +447,20 @@ static int add_webhooks(worker_args *a, skl_worker *w)
 	return CLI_OK;
 }
 
+static int add_retry_settings(worker_args *a, skl_worker *w)
+{
+	for (size_t i = 0; i < a->nkinds; i++) {
+		kind_opt *k = &a->kinds[i];
+		skl_error err;
+		if (skl_worker_retry_policy(w, k->kind, &k->policy, &err) != SKL_OK ||
+		    (k->breaker && skl_worker_breaker(w, k->kind, &k->breaker_config, &err) != SKL_OK)) {
+			cli_error(a->cc, "kind %s: %s", k->kind, err.message);
+			return CLI_USAGE;
+		}
+	}
+	return CLI_OK;
+}
+
 static int run(worker_args *a, skl_worker *w)
 {
 	struct sigaction sa = {.sa_handler = on_signal};
@@ -345,6 +504,8 @@ int cmd_worker(int argc, char **argv)
 		{"rescue-every", required_argument, NULL, O_RESCUE},
 		{"owner", required_argument, NULL, O_OWNER},
 		{"no-cron", no_argument, NULL, O_NO_CRON},
+		{"retry-budget", required_argument, NULL, O_BUDGET},
+		{"breaker", required_argument, NULL, O_BREAKER},
 		{0}};
 	cli_common cc;
 	cli_common_init(&cc, "worker");
@@ -371,6 +532,8 @@ int cmd_worker(int argc, char **argv)
 	rc = add_handlers(&a, w);
 	if (rc == CLI_OK)
 		rc = add_webhooks(&a, w);
+	if (rc == CLI_OK)
+		rc = add_retry_settings(&a, w);
 	if (rc == CLI_OK)
 		rc = run(&a, w);
 	skl_worker_free(w);

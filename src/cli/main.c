@@ -19,6 +19,7 @@ static const struct command {
 	{"jobs", cmd_jobs, "list, show, retry, cancel and prune jobs"},
 	{"idem", cmd_idem, "idempotency keys: prune the expired"},
 	{"status", cmd_status, "counts and ages per queue and kind"},
+	{"breakers", cmd_breakers, "fleet-wide circuit breakers: list, open, close"},
 	{"lease", cmd_lease, "run a command only while holding a lease; list leases"},
 	{"migrate", cmd_migrate, "apply SQL migrations safely behind poolers; status, verify"},
 	{"doctor", cmd_doctor, "diagnose lock trouble: orphaned advisory locks, blockers"},

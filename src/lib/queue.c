@@ -28,10 +28,10 @@ void skl_enqueue_opts_init(skl_enqueue_opts *o)
 static const char *const enqueue_sql =
 	"SELECT unnest(skiplock.enqueue_many($1, $2::text[], $3::jsonb[], $4::text[], "
 	"$5::timestamptz[], $6::bigint[], $7::int[], $8::text[], $9::int[], $10::int[], "
-	"$11::int[], $12::int[]))";
+	"$11::int[], $12::int[], $13::text[]))";
 
 enum { EQ_KIND, EQ_PAYLOAD, EQ_QUEUE, EQ_RUN_AT, EQ_DELAY, EQ_PRIO, EQ_UKEY, EQ_MAX, EQ_TMO, EQ_BB,
-       EQ_BC, EQ_NCOLS };
+       EQ_BC, EQ_BS, EQ_NCOLS };
 
 typedef struct enqueue_call {
 	char token[33];
@@ -70,6 +70,7 @@ static skl_rc build_columns(enqueue_call *e, const skl_job_spec *jobs, size_t n,
 		add_int(&e->cols[EQ_TMO], o->timeout_ms, true);
 		add_int(&e->cols[EQ_BB], o->backoff_base_ms, true);
 		add_int(&e->cols[EQ_BC], o->backoff_cap_ms, true);
+		skl_buf_array_elem(&e->cols[EQ_BS], skl_backoff_name(o->backoff));
 	}
 	for (int c = 0; c < EQ_NCOLS; c++)
 		if (!skl_buf_adds(&e->cols[c], "}"))
@@ -116,6 +117,9 @@ static skl_rc validate_spec(const skl_job_spec *j, size_t i, skl_error *err)
 	if (j->opts.max_attempts < 0 || j->opts.timeout_ms < 0 || j->opts.delay_ms < 0 ||
 	    j->opts.backoff_base_ms < 0 || j->opts.backoff_cap_ms < 0)
 		return skl__seterr(err, SKL_INVALID, "job %zu: negative attempts or duration", i + 1);
+	if (j->opts.backoff != SKL_BACKOFF_DEFAULT && skl_backoff_name(j->opts.backoff) == NULL)
+		return skl__seterr(err, SKL_INVALID, "job %zu: unknown backoff strategy %d", i + 1,
+		                   (int)j->opts.backoff);
 	return SKL_OK;
 }
 
@@ -155,16 +159,59 @@ skl_rc skl_enqueue(skl_client *c, const char *kind, const char *payload,
 /* ---- claim ---- */
 
 /* The claim, in pieces shared with the combined record-and-claim:
- * $1 queues (NULL: all), $2 kinds, $3 limit, $4 owner, $5 lease in ms. */
+ * $1 queues (NULL: all), $2 kinds, $3 limit, $4 owner, $5 lease in ms.
+ *
+ * Circuit breakers (sql/0007_retry.sql): bk holds the kinds asked for whose
+ * breaker is not closed; their jobs are left out of the ordinary pick (c0).
+ * A kind whose open interval is over, or that is half-open with probes
+ * left (or whose probes went missing for open_ms), may get one probe job
+ * per claim: p picks it, and the conditional UPDATE `probe` admits it only
+ * while the row still has a probe left when the UPDATE reaches it.  `busy`
+ * names kinds whose breaker this statement already changed (the record
+ * half of a record-and-claim): one statement cannot update a row twice. */
+#define SKL_JOB_DUE                                                          \
+	"state = 'available' AND run_at <= now()"                                \
+	" AND ($1::text[] IS NULL OR queue = ANY ($1::text[]))"
 #define SKL_CLAIM_PICK                                                       \
-	"c AS ("                                                                 \
+	"bk AS ("                                                                \
+	"  SELECT kind FROM skiplock.breakers"                                   \
+	"   WHERE kind = ANY ($2::text[]) AND state <> 'closed'"                 \
+	"  UNION SELECT kind FROM busy WHERE state <> 'closed'),"                \
+	" pk AS ("                                                               \
+	"  SELECT kind FROM skiplock.breakers"                                   \
+	"   WHERE kind = ANY ($2::text[]) AND kind NOT IN (SELECT kind FROM busy)" \
+	"     AND " SKL_PROBE_DUE "),"                                           \
+	" p AS ("                                                                \
+	"  SELECT x.id, pk.kind FROM pk CROSS JOIN LATERAL ("                    \
+	"    SELECT id FROM skiplock.jobs WHERE " SKL_JOB_DUE " AND kind = pk.kind" \
+	"     ORDER BY priority DESC, run_at, id LIMIT 1 FOR UPDATE SKIP LOCKED) x" \
+	"  LIMIT $3),"                                                           \
+	" probe AS ("                                                            \
+	"  UPDATE skiplock.breakers b SET prev_state = b.state, state = 'half_open'," \
+	"         probes_left = (CASE WHEN b.state = 'half_open' AND b.probes_left > 0" \
+	"                             THEN b.probes_left ELSE b.probes END) - 1,"  \
+	"         probe_ok = CASE WHEN b.state = 'open' THEN 0 ELSE b.probe_ok END," \
+	"         changed_at = CASE WHEN b.state = 'half_open' AND b.probes_left > 0" \
+	"                           THEN b.changed_at ELSE now() END"            \
+	"    FROM p WHERE b.kind = p.kind AND " SKL_PROBE_DUE                    \
+	"  RETURNING b.kind, b.prev_state, b.state),"                            \
+	" probe_ev AS ("                                                         \
+	"  INSERT INTO skiplock.breaker_events (kind, from_state, to_state, reason)" \
+	"  SELECT kind, prev_state, state, 'open interval over: admitting probes'" \
+	"    FROM probe WHERE prev_state <> state),"                             \
+	" c0 AS ("                                                               \
 	"  SELECT id FROM skiplock.jobs"                                         \
-	"   WHERE state = 'available' AND run_at <= now()"                       \
-	"     AND ($1::text[] IS NULL OR queue = ANY ($1::text[]))"              \
-	"     AND kind = ANY ($2::text[])"                                       \
+	"   WHERE " SKL_JOB_DUE                                                  \
+	"     AND kind = ANY ($2::text[]) AND kind <> ALL (ARRAY(SELECT kind FROM bk))" \
 	"   ORDER BY priority DESC, run_at, id"                                  \
-	"   LIMIT $3"                                                            \
-	"   FOR UPDATE SKIP LOCKED)"
+	"   LIMIT greatest($3 - (SELECT count(*) FROM p), 0)"                    \
+	"   FOR UPDATE SKIP LOCKED),"                                            \
+	" c AS (SELECT id FROM c0 UNION ALL SELECT p.id FROM p JOIN probe USING (kind))"
+/* A breaker that may admit a probe now. */
+#define SKL_PROBE_DUE                                                        \
+	"((state = 'open' AND open_until <= now())"                              \
+	" OR (state = 'half_open' AND (probes_left > 0"                          \
+	"     OR changed_at <= now() - open_ms * interval '1 millisecond')))"
 #define SKL_CLAIM_UPDATE                                                     \
 	"UPDATE skiplock.jobs j"                                                 \
 	"   SET state = 'running', attempt = j.attempt + 1, fencing = j.fencing + 1," \
@@ -173,9 +220,13 @@ skl_rc skl_enqueue(skl_client *c, const char *kind, const char *payload,
 	"  FROM c WHERE j.id = c.id"                                             \
 	" RETURNING j.id, j.queue, j.kind, j.payload, j.attempt, j.max_attempts, j.fencing," \
 	"           j.priority, coalesce(j.timeout_ms, 0), coalesce(j.backoff_base_ms, 0)," \
-	"           coalesce(j.backoff_cap_ms, 0)"
+	"           coalesce(j.backoff_cap_ms, 0), coalesce(j.backoff, ''),"    \
+	"           coalesce(j.last_delay_ms, 0)"
+#define SKL_CLAIM_NCOLS 13
 
-static const char *const claim_sql = "WITH " SKL_CLAIM_PICK " " SKL_CLAIM_UPDATE;
+static const char *const claim_sql =
+	"WITH busy AS (SELECT NULL::text AS kind, NULL::text AS state WHERE false), "
+	SKL_CLAIM_PICK " " SKL_CLAIM_UPDATE;
 
 static char *text_array(const char *const *v, size_t n)
 {
@@ -225,8 +276,10 @@ static bool fill_job(skl_job *j, const PGresult *r, int row)
 		.timeout_ms = strtoll(PQgetvalue(r, row, 8), NULL, 10),
 		.backoff_base_ms = strtoll(PQgetvalue(r, row, 9), NULL, 10),
 		.backoff_cap_ms = strtoll(PQgetvalue(r, row, 10), NULL, 10),
+		.last_delay_ms = strtoll(PQgetvalue(r, row, 12), NULL, 10),
 		.internal = mem,
 	};
+	skl_backoff_parse(PQgetvalue(r, row, 11), &j->backoff);
 	return true;
 }
 
@@ -254,9 +307,9 @@ static skl_rc claim_fn(skl_client *c, void *ctx, skl_error *err)
 	}
 	for (size_t i = 0; cc->accepted && i < cc->nouts; i++)
 		cc->accepted[i] = false;
-	bool tagged = PQnfields(res) > 11;
+	bool tagged = PQnfields(res) > SKL_CLAIM_NCOLS;
 	for (int i = 0; i < rows; i++) {
-		if (tagged && PQgetvalue(res, i, 11)[0] == 'd') {
+		if (tagged && PQgetvalue(res, i, SKL_CLAIM_NCOLS)[0] == 'd') {
 			mark_accepted(cc, res, i);
 		} else if (fill_job(&cc->jobs[cc->n], res, i)) {
 			cc->n++;
@@ -361,25 +414,50 @@ void skl_jobs_free(skl_job *jobs, size_t n)
 	"   errors = CASE WHEN v.err IS NULL THEN j.errors ELSE " SKL_ERRORS_APPEND("v.err") " END," \
 	"   run_at = CASE WHEN v.o = 1 AND j.attempt < j.max_attempts"           \
 	"                 THEN now() + v.delay * interval '1 millisecond' ELSE j.run_at END," \
+	"   last_delay_ms = CASE WHEN v.o = 1 THEN v.delay ELSE j.last_delay_ms END," \
 	"   finished_at = CASE WHEN v.o <> 1 OR j.attempt >= j.max_attempts THEN now() END," \
 	"   lease_owner = NULL, lease_expires_at = NULL"                         \
 	"  FROM v WHERE j.id = v.id AND j.fencing = v.fencing AND j.state = 'running'" \
-	" RETURNING j.id"
+	" RETURNING j.id, j.kind, v.o"
+/* Accepted outcomes counted into the kinds' breakers (completions succeed,
+ * retries fail, discards are the job's own fault and not counted). */
+#define SKL_RECORD_BREAKERS                                                  \
+	"tally AS (SELECT kind, (count(*) FILTER (WHERE o = 0))::int AS ok,"     \
+	"                 (count(*) FILTER (WHERE o = 1))::int AS bad"           \
+	"            FROM done GROUP BY kind),"                                  \
+	" brk AS ("                                                              \
+	"  UPDATE skiplock.breakers b"                                           \
+	"     SET (state, prev_state, calls, failures, window_started_at, probe_ok, open_until," \
+	"          changed_at) = (SELECT n.state, n.prev_state, n.calls, n.failures," \
+	"          n.window_started_at, n.probe_ok, n.open_until, n.changed_at"  \
+	"          FROM skiplock.breaker_step(b, t.ok, t.bad) n)"                \
+	"    FROM tally t WHERE b.kind = t.kind AND (t.ok > 0 OR t.bad > 0)"     \
+	"  RETURNING b.kind, b.prev_state, b.state, b.calls, b.failures),"       \
+	" brk_ev AS ("                                                           \
+	"  INSERT INTO skiplock.breaker_events (kind, from_state, to_state, reason)" \
+	"  SELECT kind, prev_state, state, CASE WHEN state = 'closed' THEN 'probes succeeded'" \
+	"         WHEN prev_state = 'half_open' THEN 'a probe failed'"           \
+	"         ELSE format('%s of %s calls failed', failures, calls) END"     \
+	"    FROM brk WHERE prev_state <> state)"
 
 static const char *const record_sql =
-	"WITH " SKL_RECORD_INPUT("$1", "$2", "$3", "$4", "$5", "$6") " " SKL_RECORD_UPDATE;
+	"WITH " SKL_RECORD_INPUT("$1", "$2", "$3", "$4", "$5", "$6") ","
+	" done AS (" SKL_RECORD_UPDATE "), " SKL_RECORD_BREAKERS
+	" SELECT id FROM done";
 
 /* Both in one round trip.  The claim cannot pick a row the record just
  * changed: they share a snapshot, in which recorded rows were running.
  * Rows: claimed jobs with t = 'c', then accepted outcomes with t = 'd'. */
 static const char *const record_claim_sql =
 	"WITH " SKL_RECORD_INPUT("$6", "$7", "$8", "$9", "$10", "$11") ","
-	" done AS (" SKL_RECORD_UPDATE "),"
+	" done AS (" SKL_RECORD_UPDATE "), " SKL_RECORD_BREAKERS ","
+	" busy AS (SELECT t.kind, coalesce(b.state, 'closed') AS state"
+	"            FROM tally t LEFT JOIN brk b USING (kind)),"
 	" " SKL_CLAIM_PICK ","
 	" claimed AS (" SKL_CLAIM_UPDATE ")"
 	" SELECT claimed.*, 'c' AS t FROM claimed"
-	" UNION ALL SELECT id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, 'd'"
-	"   FROM done";
+	" UNION ALL SELECT id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,"
+	"                  NULL, 'd' FROM done";
 
 typedef struct fenced_call {
 	const char *sql;

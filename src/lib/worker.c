@@ -54,6 +54,8 @@ void skl_worker_options_init(skl_worker_options *o)
 	o->backoff_base_ms = 1000;
 	o->backoff_cap_ms = 3600000;
 	o->rescue_every_ms = 5000;
+	o->backoff = SKL_BACKOFF_FULL;
+	o->retry_budget_pct = 10;
 }
 
 static char *keep(skl_worker *w, int i, const char *s)
@@ -219,6 +221,13 @@ void skl_job_set_error(const skl_job *job, const char *text)
 		return;
 	free(s->error);
 	s->error = text ? strndup(text, SKL_STDERR_TAIL) : NULL;
+}
+
+void skl_job_retry_after(const skl_job *job, int64_t ms)
+{
+	slot *s = slot_of(job);
+	if (s)
+		s->retry_delay_ms = ms > 0 ? ms : 0;
 }
 
 bool skl_job_lost(const skl_job *job)

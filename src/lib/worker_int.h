@@ -38,6 +38,26 @@ typedef struct handler {
 	char *secret;                /* webhook: HMAC secret or NULL; never logged */
 } handler;
 
+/* A kind's retry budget in this process: first attempts and granted
+ * retries in one-second buckets over SKL_RETRY_BUDGET_WINDOW_MS. */
+#define BUDGET_BUCKETS (SKL_RETRY_BUDGET_WINDOW_MS / 1000)
+typedef struct retry_budget {
+	int64_t bucket_ms;           /* start of the newest bucket */
+	int head;
+	int firsts[BUDGET_BUCKETS], retries[BUDGET_BUCKETS];
+	int64_t denied;              /* since the last log line */
+	int64_t logged_ms;           /* when the last one was written */
+} retry_budget;
+
+/* Retry settings and state of one kind (worker.c, retry_policy.c). */
+typedef struct kind_retry {
+	char *kind;
+	skl_retry_policy policy;
+	bool breaker;
+	skl_breaker_config breaker_config;
+	retry_budget budget;         /* under the worker's mu */
+} kind_retry;
+
 struct skl_worker {
 	skl_client_options co;
 	skl_worker_options wo;
@@ -45,6 +65,8 @@ struct skl_worker {
 	char **queues;
 	handler *handlers;
 	size_t nhandlers;
+	kind_retry *retry;           /* per-kind settings, from skl_worker_retry_policy */
+	size_t nretry;               /* and skl_worker_breaker */
 	skl_client *db;
 
 	pthread_mutex_t mu;
@@ -71,6 +93,14 @@ int skl__webhook_run(skl_worker *w, slot *s);
 void skl__handler_free(handler *h);
 /* Registers a handler (worker.c); h's strings are taken over on success. */
 skl_rc skl__handler_add(skl_worker *w, const char *kind, const handler *h, skl_error *err);
+/* retry_policy.c: the delay before a failed job's next attempt (the
+ * handler's request in s->retry_delay_ms, the strategy, the budget).
+ * Counts first attempts for the budget.  Handler threads; takes mu. */
+void skl__retry_settle(skl_worker *w, slot *s);
+/* Creates or updates the breakers of the kinds given one (main thread). */
+skl_rc skl__retry_start(skl_worker *w, skl_error *err);
+kind_retry *skl__retry_kind(skl_worker *w, const char *kind, bool create);
+void skl__retry_free(skl_worker *w);
 
 void skl__wlog(const skl_worker *w, skl_log_level lvl, const char *fmt, ...) SKL_PRINTF(3, 4);
 

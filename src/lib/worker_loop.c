@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 
 #include <jansson.h>
@@ -23,16 +24,6 @@ static void wake(skl_worker *w)
 {
 	ssize_t ignored = write(w->wake[1], "d", 1);
 	(void)ignored;
-}
-
-static int64_t retry_delay(skl_worker *w, const skl_job *j)
-{
-	int64_t base = j->backoff_base_ms > 0 ? j->backoff_base_ms : w->wo.backoff_base_ms;
-	int64_t cap = j->backoff_cap_ms > 0 ? j->backoff_cap_ms : w->wo.backoff_cap_ms;
-	pthread_mutex_lock(&w->mu);
-	int64_t d = skl__backoff_full(j->attempt - 1, base, cap, &w->rng);
-	pthread_mutex_unlock(&w->mu);
-	return d;
 }
 
 static bool is_json(const char *s)
@@ -47,6 +38,24 @@ static void set_text(char **dst, const char *text)
 {
 	free(*dst);
 	*dst = text ? strdup(text) : NULL;
+}
+
+/* "retry-after: SECONDS" on a line of stderr (the last one wins): the
+ * command's own delay before the next attempt, in ms; 0 when absent. */
+static int64_t retry_after_line(const char *err)
+{
+	int64_t ms = 0;
+	for (const char *p = err; p && *p; p = strchr(p, '\n') ? strchr(p, '\n') + 1 : NULL) {
+		if (strncasecmp(p, "retry-after:", 12) != 0)
+			continue;
+		char *end;
+		double secs = strtod(p + 12, &end);
+		while (*end == ' ' || *end == '\t' || *end == '\r')
+			end++;
+		if (end != p + 12 && (*end == '\n' || *end == '\0') && secs > 0 && secs <= 31536000)
+			ms = (int64_t)(secs * 1000.0 + 0.5);
+	}
+	return ms;
 }
 
 static int run_command(skl_worker *w, slot *s)
@@ -69,6 +78,8 @@ static int run_command(skl_worker *w, slot *s)
 	}
 	if (code == 0 && r->out_len > 0 && !r->out_truncated && is_json(r->out))
 		set_text(&s->result, r->out);
+	if (code == SKL_JOB_RETRY && r->end == SKL_CMD_EXITED)
+		s->retry_delay_ms = retry_after_line(r->err);
 	if (code != 0) {
 		char *msg = malloc(r->err_len + sizeof(why) + 32);
 		if (msg) {
@@ -106,8 +117,14 @@ static void run_slot(skl_worker *w, slot *s)
 		set_text(&s->error, msg);
 	}
 	s->outcome = code == SKL_JOB_DISCARD ? SKL_OUTCOME_DISCARD : SKL_OUTCOME_RETRY;
-	if (s->outcome == SKL_OUTCOME_RETRY && s->retry_delay_ms <= 0)
-		s->retry_delay_ms = retry_delay(w, &s->job); /* a handler-set delay wins */
+}
+
+/* Runs the handler, then decides the retry delay: a handler that asked
+ * for one left it in s->retry_delay_ms (> 0) with a retry outcome. */
+static void run_and_settle(skl_worker *w, slot *s)
+{
+	run_slot(w, s);
+	skl__retry_settle(w, s);
 }
 
 static void *thread_main(void *arg)
@@ -132,7 +149,7 @@ static void *thread_main(void *arg)
 		if (w->queued == NULL)
 			w->queued_tail = NULL;
 		pthread_mutex_unlock(&w->mu);
-		run_slot(w, s);
+		run_and_settle(w, s);
 		pthread_mutex_lock(&w->mu);
 		s->next = w->done;
 		w->done = s;
@@ -496,7 +513,9 @@ skl_rc skl_worker_run(skl_worker *w, skl_error *err)
 		return skl__seterr(err, SKL_NOMEM, "out of memory");
 	for (size_t i = 0; i < w->nhandlers; i++)
 		kinds[i] = w->handlers[i].kind;
-	rc = start_threads(w, err);
+	rc = skl__retry_start(w, err);
+	if (rc == SKL_OK)
+		rc = start_threads(w, err);
 	int64_t now = skl__now_ms();
 	loop_state ls = {.poll = w->wo.poll_ms, .next_claim = now,
 	                 .next_hb = now + w->wo.lease_ms / 3,
@@ -526,6 +545,7 @@ void skl_worker_free(skl_worker *w)
 	for (size_t i = 0; i < w->nhandlers; i++)
 		skl__handler_free(&w->handlers[i]);
 	free(w->handlers);
+	skl__retry_free(w);
 	for (size_t i = 0; w->queues && w->queues[i]; i++)
 		free(w->queues[i]);
 	free(w->queues);

@@ -86,15 +86,25 @@ q "DELETE FROM skiplock.jobs"
 for i in $(seq 1 6); do "$S" enqueue --url "$URL" nap >/dev/null; done
 "$S" worker --url "$URL" --concurrency 16 "${FAST[@]}" --handler 'nap=sleep 2' 2>"$TMP/w3.log" &
 W=$!
-wait_for "SELECT count(*) FROM skiplock.jobs WHERE state = 'running'" 6 10 || fail "naps did not start"
+wait_for "SELECT count(*) FROM skiplock.jobs WHERE state = 'running'" 6 30 || fail "naps did not start"
 sleep 0.5
 check_eq "no idle-in-transaction session while handlers run" "$(q "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND state LIKE 'idle in transaction%'")" 0
 # a statement in flight holds locks while it runs; none may be held by a
-# session that is not running one (sampled while the handlers sleep)
+# session that is not running one (sampled while the handlers sleep).  One
+# sample can catch a statement that started or ended between its reads of
+# pg_stat_activity and pg_locks; a lock counts only when two samples in a
+# row see it held by a session that stayed idle in between (the same
+# state_change), which no statement in flight can produce.
+held_idle() {
+	q "SELECT a.pid||' '||a.state_change||' '||l.locktype||' '||coalesce(l.relation::text, '')||' '||l.mode FROM pg_locks l JOIN pg_stat_activity a USING (pid) WHERE a.datname = current_database() AND pid <> pg_backend_pid() AND l.locktype <> 'virtualxid' AND a.state <> 'active' ORDER BY 1"
+}
 held=0
+held_idle >"$TMP/locks.prev"
 for i in $(seq 1 10); do
-	held=$((held + $(q "SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a USING (pid) WHERE a.datname = current_database() AND pid <> pg_backend_pid() AND l.locktype <> 'virtualxid' AND a.state <> 'active'")))
 	sleep 0.1
+	held_idle >"$TMP/locks.now"
+	held=$((held + $(comm -12 "$TMP/locks.prev" "$TMP/locks.now" | wc -l)))
+	mv "$TMP/locks.now" "$TMP/locks.prev"
 done
 check_eq "no lock held between statements while handlers run" "$held" 0
 if [ "$MODE" = direct ]; then

@@ -1,0 +1,192 @@
+/*
+ * cmd_breakers.c — `skiplock breakers [list|open KIND|close KIND]`: the
+ * fleet-wide circuit breakers (skiplock/retry.h) and the operator's
+ * override.  Operands are checked before the database is contacted.
+ */
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "breakers_print.h"
+#include "cli.h"
+#include "output.h"
+
+static const char usage[] =
+	"Usage: skiplock breakers [list] [--json]\n"
+	"       skiplock breakers open KIND\n"
+	"       skiplock breakers close KIND\n"
+	"\n"
+	"Circuit breakers are shared by every worker through one row per kind in\n"
+	"skiplock.breakers; a worker started with --breaker KIND creates it.\n"
+	"  closed     jobs of KIND are claimed as usual; the outcomes recorded by\n"
+	"             every worker are counted in a window of up to `calls` calls\n"
+	"             or `window` time; when at least `min` calls were made and\n"
+	"             `rate` % of them failed (a retry), the breaker opens\n"
+	"  open       no worker claims jobs of KIND: they wait in the queue without\n"
+	"             failing or using attempts, for `open`\n"
+	"  half_open  `probes` jobs are admitted fleet-wide; when all succeed the\n"
+	"             breaker closes, when one fails it opens again\n"
+	"\n"
+	"  list         print every breaker (the default)\n"
+	"  open KIND    force KIND's breaker open until closed (creates it with the\n"
+	"               default settings when KIND has none)\n"
+	"  close KIND   close KIND's breaker now and start a new window\n"
+	"Transitions are recorded in skiplock.breaker_events.\n"
+	"\n"
+	"Breakers options:\n"
+	"  --json                 print a JSON array instead of a table: [{\"kind\",\n"
+	"                         \"state\", \"calls\", \"failures\", \"probes_left\",\n"
+	"                         \"probe_successes\", \"open_for_ms\" (null unless open;\n"
+	"                         -1 when forced), \"changed_at\", \"config\": {\"rate\",\n"
+	"                         \"min\", \"calls\", \"window_ms\", \"open_ms\", \"probes\"}}]\n"
+	"\n";
+
+static const char exit_help[] =
+	"\nExit status: 0 success, 1 the database refused or KIND has no breaker\n"
+	"(close), 2 bad usage or bad input, 3 database unreachable within --retry-for.\n";
+
+enum { O_JSON = OPT_COMMON_LAST + 1 };
+
+typedef struct breakers_args {
+	cli_common *cc;
+	bool json;
+} breakers_args;
+
+static int own_option(int code, const char *arg, void *ctx)
+{
+	(void)arg;
+	breakers_args *a = ctx;
+	if (code != O_JSON)
+		return CLI_USAGE;
+	a->json = true;
+	return CLI_OK;
+}
+
+static void add_row(cli_table *t, const skl_breaker_info *b)
+{
+	char d[32], o[32], w[32];
+	cli_table_add(t, "%s", b->kind);
+	cli_table_add(t, "%s", b->state);
+	if (strcmp(b->state, "closed") == 0)
+		cli_table_add(t, "%d of %d failed", b->failures, b->calls);
+	else if (strcmp(b->state, "half_open") == 0)
+		cli_table_add(t, "%d probe(s) left, %d succeeded", b->probes_left, b->probe_successes);
+	else if (b->open_for_ms < 0)
+		cli_table_add(t, "forced open");
+	else
+		cli_table_add(t, "half-open in %s", cli_fmt_duration(b->open_for_ms, d, sizeof(d)));
+	cli_table_add(t, "rate:%d,min:%d,calls:%d,window:%s,open:%s,probes:%d",
+	              b->config.failure_pct, b->config.min_calls, b->config.window_calls,
+	              cli_fmt_duration(b->config.window_ms, w, sizeof(w)),
+	              cli_fmt_duration(b->config.open_ms, o, sizeof(o)), b->config.probes);
+	cli_table_add(t, "%s", cli_fmt_time(b->changed_at, d, sizeof(d)));
+}
+
+bool breakers_print_table(const skl_breaker_info *rows, size_t n)
+{
+	cli_table t;
+	cli_table_init(&t, 5, "lllll");
+	const char *const head[] = {"KIND", "BREAKER", "NOW", "SETTINGS", "CHANGED"};
+	for (size_t i = 0; i < 5; i++)
+		cli_table_add(&t, "%s", head[i]);
+	for (size_t i = 0; i < n; i++)
+		add_row(&t, &rows[i]);
+	bool ok = cli_table_print(&t);
+	cli_table_free(&t);
+	return ok;
+}
+
+json_t *breakers_json(const skl_breaker_info *rows, size_t n)
+{
+	json_t *a = json_array();
+	for (size_t i = 0; a && i < n; i++) {
+		const skl_breaker_info *b = &rows[i];
+		const skl_breaker_config *c = &b->config;
+		json_t *o = json_pack(
+			"{s:s, s:s, s:i, s:i, s:i, s:i, s:o, s:s, s:{s:i, s:i, s:i, s:I, s:I, s:i}}",
+			"kind", b->kind, "state", b->state, "calls", b->calls, "failures", b->failures,
+			"probes_left", b->probes_left, "probe_successes", b->probe_successes,
+			"open_for_ms", strcmp(b->state, "open") == 0 ? json_integer(b->open_for_ms)
+			                                             : json_null(),
+			"changed_at", b->changed_at, "config", "rate", c->failure_pct, "min", c->min_calls,
+			"calls", c->window_calls, "window_ms", (json_int_t)c->window_ms, "open_ms",
+			(json_int_t)c->open_ms, "probes", c->probes);
+		if (o == NULL || json_array_append_new(a, o) != 0) {
+			json_decref(a);
+			return NULL;
+		}
+	}
+	return a;
+}
+
+static int list(breakers_args *a, skl_client *c)
+{
+	skl_breaker_info *rows;
+	size_t n;
+	skl_error err;
+	if (skl_breakers_list(c, &rows, &n, &err) != SKL_OK)
+		return cli_fail(a->cc, &err);
+	bool ok = a->json ? cli_json_print(breakers_json(rows, n)) : breakers_print_table(rows, n);
+	skl_breakers_free(rows, n);
+	if (!ok) {
+		cli_error(a->cc, "cannot write the output");
+		return CLI_PROBLEM;
+	}
+	return CLI_OK;
+}
+
+static int force(breakers_args *a, skl_client *c, const char *kind, bool open)
+{
+	skl_error err;
+	if (skl_breaker_force(c, kind, open, &err) != SKL_OK)
+		return cli_fail(a->cc, &err);
+	printf("breaker of %s %s\n", kind, open ? "forced open" : "closed");
+	return CLI_OK;
+}
+
+/* Checks the operands: "", "list", "open KIND" or "close KIND". */
+static int operands(breakers_args *a, int n, char **v, bool *open)
+{
+	const char *verb = n > 0 ? v[0] : "list";
+	if (strcmp(verb, "list") == 0 && n <= 1)
+		return CLI_OK;
+	bool is_open = strcmp(verb, "open") == 0, is_close = strcmp(verb, "close") == 0;
+	if (!is_open && !is_close) {
+		cli_error(a->cc, "unknown subcommand \"%s\" (expected list, open KIND or close KIND)",
+		          verb);
+		return CLI_USAGE;
+	}
+	if (n != 2) {
+		cli_error(a->cc, "%s: expected exactly one KIND", verb);
+		return CLI_USAGE;
+	}
+	size_t kl = strlen(v[1]);
+	if (kl == 0 || kl > SKL_KIND_MAX) {
+		cli_error(a->cc, "%s: kind must be 1 to %d bytes", verb, SKL_KIND_MAX);
+		return CLI_USAGE;
+	}
+	*open = is_open;
+	return CLI_OK;
+}
+
+int cmd_breakers(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		CLI_COMMON_LONGOPTS, {"json", no_argument, NULL, O_JSON}, {0}};
+	cli_common cc;
+	cli_common_init(&cc, "breakers");
+	breakers_args a = {.cc = &cc};
+	bool done, open = false;
+	int rc = cli_start(&cc, argc, argv, opts, own_option, &a, usage, exit_help, -1, &done);
+	if (done)
+		return rc;
+	int n = argc - optind;
+	if ((rc = operands(&a, n, argv + optind, &open)) != CLI_OK)
+		return rc;
+	skl_client *c;
+	if ((rc = cli_open(&cc, &c)) != CLI_OK)
+		return rc;
+	rc = n == 2 ? force(&a, c, argv[optind + 1], open) : list(&a, c);
+	skl_client_close(c);
+	return rc;
+}
