@@ -81,7 +81,8 @@ typedef struct chaos {
 	int worker_exits;
 	bool no_skew;                  /* no faketime here, or --no-skew */
 	bool drained;
-	bool keep;                     /* keep the database and logs */
+	bool keep;
+	unsigned only;                 /* --faults: a mask of enum fault; 0: all */                     /* keep the database and logs */
 } chaos;
 
 /* ---- fleet.c: supervised processes ---- */

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/time.h>
@@ -45,6 +46,7 @@ static pid_t spawn(char *const argv[], char *const extra[], const char *logfile)
 	pid_t pid = fork();
 	if (pid == 0) {
 		setpgid(0, 0);
+		prctl(PR_SET_PDEATHSIG, SIGKILL); /* never outlive the campaign */
 		if (fd >= 0) {
 			dup2(fd, 1);
 			dup2(fd, 2);
@@ -184,7 +186,7 @@ static pid_t start_worker(chaos *c, slot *s)
 static pid_t start_contender(chaos *c, fleet *f, slot *s)
 {
 	char ms[32], writer[16], logf[600];
-	snprintf(ms, sizeof(ms), "%lld", (long long)rng_range(&f->r, 2000, 6000));
+	snprintf(ms, sizeof(ms), "%lld", (long long)rng_range(&f->r, 4000, 10000));
 	snprintf(writer, sizeof(writer), "c%d", s->n);
 	snprintf(logf, sizeof(logf), "%s/lease%d.log", c->logdir, s->n);
 	char *argv[] = {(char *)c->bin, "lease", "run", CHAOS_LEASE, "--ttl", LEASE_TTL,

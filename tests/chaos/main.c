@@ -14,10 +14,29 @@
 #include "chaos.h"
 
 static const char usage[] =
-	"usage: chaos run [--duration SECONDS] [--seed N] [--logdir DIR] [--no-skew] [--keep]\n"
+	"usage: chaos run [--duration SECONDS] [--seed N] [--logdir DIR] [--faults F,...]\n"
+	"                 [--no-skew] [--keep]\n"
 	"       chaos handler          (run by the workers)\n"
 	"       chaos lease-writer URL WRITER MS   (run by skiplock lease run)\n"
 	"Needs the environment of tests/harness/with-cluster, SKL_BIN and SKL_CUTPROXY.\n";
+
+/* --faults kill,stop,…: only these. */
+static bool parse_faults(chaos *c, const char *list)
+{
+	char buf[256];
+	snprintf(buf, sizeof(buf), "%s", list);
+	for (char *save = NULL, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+		int f = 0;
+		while (f < F_COUNT && strcmp(fault_names[f], t) != 0)
+			f++;
+		if (f == F_COUNT) {
+			fprintf(stderr, "chaos: --faults: unknown fault \"%s\"\n", t);
+			return false;
+		}
+		c->only |= 1u << f;
+	}
+	return c->only != 0;
+}
 
 static bool parse(chaos *c, int argc, char **argv)
 {
@@ -39,6 +58,10 @@ static bool parse(chaos *c, int argc, char **argv)
 			c->duration_s = atoll(v);
 		else if (strcmp(a, "--seed") == 0)
 			c->seed = strtoull(v, NULL, 10);
+		else if (strcmp(a, "--faults") == 0 && !parse_faults(c, v))
+			return false;
+		else if (strcmp(a, "--faults") == 0)
+			;
 		else if (strcmp(a, "--logdir") == 0)
 			snprintf(c->logdir, sizeof(c->logdir), "%s", v);
 		else

@@ -37,7 +37,7 @@ nemesis *nemesis_new(chaos *c, fleet *f)
 	for (int i = 0; i < F_COUNT; i++)
 		n->max[i] = (int)(c->duration_s / 4 + 2);
 	n->max[F_PG_RESTART] = (int)(c->duration_s / 40 + 1);
-	n->max[F_BOUNCER_RESTART] = (int)(c->duration_s / 30 + 1);
+	n->max[F_BOUNCER_RESTART] = (int)(c->duration_s / 60 + 1);
 	return n;
 }
 
@@ -77,7 +77,7 @@ static int terminate_backends(nemesis *n)
 	int rows = pq_ok(r) ? PQntuples(r) : 0, want = (int)rng_range(&n->r, 1, 3), done = 0;
 	for (int i = 0; i < want && rows > 0; i++) {
 		char sql[96];
-		snprintf(sql, sizeof(sql), "SELECT pg_terminate_backend(%s)",
+		snprintf(sql, sizeof(sql), "SELECT pg_terminate_backend(%s)::int",
 		         PQgetvalue(r, (int)rng_range(&n->r, 0, rows - 1), 0));
 		done += obs_int(n->c, sql) == 1;
 	}
@@ -228,9 +228,10 @@ bool nemesis_step(nemesis *n, int64_t until_ms)
 		return false;
 	if (now < n->next_at)
 		return true;
-	for (int tries = 0; tries < 8; tries++) {
+	for (int tries = 0; tries < 64; tries++) {
 		int f = (int)rng_range(&n->r, 0, F_COUNT - 1);
-		if (n->c->faults[f] >= n->max[f] || (f == F_SKEW && n->c->no_skew))
+		if (n->c->faults[f] >= n->max[f] || (f == F_SKEW && n->c->no_skew) ||
+		    (n->c->only && !(n->c->only & (1u << f))))
 			continue;
 		if (inject(n, f, now)) {
 			n->c->faults[f]++;

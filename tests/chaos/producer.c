@@ -136,7 +136,7 @@ static void *producer(void *arg)
 		memset(e, 0, sizeof(*e));
 		produce(e, seq);
 		P.n++;
-		sleep_ms(rng_range(&P.r, 150, 450));
+		sleep_ms(rng_range(&P.r, 300, 900));
 	}
 	PQfinish(P.conn);
 	P.conn = NULL;

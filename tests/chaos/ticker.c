@@ -45,7 +45,7 @@ static void *ticker(void *arg)
 			atomic_fetch_add(&T.ticks, 1);
 		else
 			atomic_fetch_add(&T.errors, 1);
-		sleep_ms(400);
+		sleep_ms(600);
 	}
 	skl_client_close(cl);
 	return NULL;
