@@ -127,7 +127,7 @@ static void chaos_phase(chaos *c, fleet *f)
 /* Waits (bounded) until no job of the campaign is available or running. */
 static void drain(chaos *c, fleet *f)
 {
-	int64_t start = now_ms(), end = start + 180000;
+	int64_t start = now_ms(), end = start + 300000;
 	long long left = -1;
 	for (int64_t next_note = start + 10000; now_ms() < end;) {
 		fleet_tick(c, f);
