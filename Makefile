@@ -4,6 +4,8 @@
 #   make demo       the embedded demo: a private Postgres, workers, a crash
 #   make test       every test, under AddressSanitizer + UBSan, direct and
 #                   through PgBouncer, on a private cluster the harness starts
+#   make chaos      the fault campaign (DURATION=secs, SEED=n): a workload,
+#                   a nemesis and a checker on a private cluster
 #   make install    install into PREFIX (default /usr/local)
 
 PREFIX ?= /usr/local
@@ -12,7 +14,7 @@ BUILD := build/release
 ASAN := build/asan
 CTEST_ARGS ?=
 
-.PHONY: all build demo test check-asan unit bootstrap install uninstall clean
+.PHONY: all build demo test check-asan unit bootstrap install uninstall clean chaos
 
 all: build
 
@@ -43,6 +45,14 @@ test: build check-asan
 unit: bootstrap $(ASAN)/CMakeCache.txt
 	@cmake --build $(ASAN) -j $(JOBS)
 	@ctest --test-dir $(ASAN) --output-on-failure -L unit
+
+# make chaos [DURATION=secs] [SEED=n]: the fault campaign (docs/chaos.md)
+# against the optimised build, on a private PostgreSQL + PgBouncer.
+DURATION ?= 120
+chaos: build
+	@SKL_BIN=$(CURDIR)/$(BUILD)/skiplock SKL_CUTPROXY=$(CURDIR)/$(BUILD)/tests/cutproxy \
+	  SKL_SOURCE_DIR=$(CURDIR) tests/harness/with-cluster -- \
+	  $(BUILD)/tests/chaos run --duration $(DURATION) $(if $(SEED),--seed $(SEED))
 
 install: build
 	@cmake --install $(BUILD) --prefix $(PREFIX)
