@@ -22,6 +22,7 @@
 #include "skiplock/cron.h"
 #include "skiplock/idem.h"
 #include "skiplock/lease.h"
+#include "skiplock/diagnose.h"
 
 #define SKL_HAS_CLIENT 1
 #define SKL_HAS_SCHEMA 1
@@ -30,6 +31,7 @@
 #define SKL_HAS_WORKER 1
 #define SKL_HAS_IDEM 1
 #define SKL_HAS_LEASE 1
+#define SKL_HAS_DIAGNOSE 1
 
 #ifdef __cplusplus
 extern "C" {

@@ -105,5 +105,7 @@ int cmd_status(int argc, char **argv);
 int cmd_demo(int argc, char **argv);
 int cmd_idem(int argc, char **argv);
 int cmd_lease(int argc, char **argv);
+int cmd_doctor(int argc, char **argv);
+int cmd_doctor_indexes(int argc, char **argv);
 
 #endif
