@@ -106,6 +106,8 @@ int cmd_demo(int argc, char **argv);
 int cmd_idem(int argc, char **argv);
 int cmd_lease(int argc, char **argv);
 int cmd_doctor(int argc, char **argv);
+int cmd_doctor_pooler(int argc, char **argv);
 int cmd_doctor_indexes(int argc, char **argv);
+int cmd_explain(int argc, char **argv);
 
 #endif

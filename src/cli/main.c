@@ -21,6 +21,7 @@ static const struct command {
 	{"status", cmd_status, "counts and ages per queue and kind"},
 	{"lease", cmd_lease, "run a command only while holding a lease; list leases"},
 	{"doctor", cmd_doctor, "diagnostics: pooler behaviour, indexes and statistics"},
+	{"explain", cmd_explain, "compare a query's plan and buffers with a candidate index"},
 	{"demo", cmd_demo, "run the embedded demo on a private Postgres"},
 };
 
