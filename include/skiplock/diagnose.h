@@ -58,10 +58,10 @@ typedef struct skl_pooler_report {
 	char evidence[512];           /* why the verdict, for people */
 	skl_probe_result probes[SKL_PROBE_COUNT];
 	bool undone;                  /* every probe's session state was removed */
-	char undo_problem[256];       /* what could not be undone, when !undone */
+	char undo_problem[512];       /* what could not be undone, when !undone */
 	bool direct_checked;          /* a direct URL was given and reached */
 	bool same_database;           /* it reaches the same database (when checked) */
-	char direct_detail[256];      /* the identities compared */
+	char direct_detail[512];      /* the identities compared */
 } skl_pooler_report;
 
 /* Probes the URL of opts (opts->direct_url, when set, is compared with it).

@@ -13,6 +13,7 @@ static const struct doctor_cmd {
 	cli_cmd_fn fn;
 	const char *summary;
 } doctor_cmds[] = {
+	{"pooler", cmd_doctor_pooler, "what sits between client and Postgres; unsafe features"},
 	{"indexes", cmd_doctor_indexes, "unused, invalid, redundant indexes; stale statistics"},
 };
 
