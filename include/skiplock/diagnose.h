@@ -65,7 +65,8 @@ typedef struct skl_pooler_report {
 } skl_pooler_report;
 
 /* Probes the URL of opts (opts->direct_url, when set, is compared with it).
- * Opens up to six short-lived connections with the same options; each
+ * Opens short-lived connections with the same options (at most six at
+ * once: the prober, holders of open transactions, a fresh one); each
  * database call is bounded by min(opts->call_timeout_ms, 5s).  Session
  * state created by the probes (a session advisory lock on key pair
  * (0x736b6c70, random), the setting skiplock.probe, a LISTEN channel and

@@ -35,6 +35,7 @@ static const char usage[] =
 	"                       rows need\n"
 	"      claim-plan       the claim no longer reads jobs_claim_idx (checked once\n"
 	"                       skiplock.jobs holds 10,000 rows)\n"
+	"    skiplock's own indexes are never proposed for dropping.\n"
 	"    Each finding comes with one SQL line that fixes it; the fixes are printed\n"
 	"    again together at the end, in order, ready to review and run.\n"
 	"\n"

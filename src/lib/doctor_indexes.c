@@ -25,6 +25,9 @@
  *                    live rows need (from pg_stats widths)
  *   claim-plan       skiplock.jobs has >= 10,000 rows and the claim's plan
  *                    does not read jobs_claim_idx
+ * skiplock's own indexes are never proposed for dropping (unused,
+ * duplicate, redundant): its claim, rescue and retention need each one even
+ * when they have not run yet; its tables get the other checks.
  * The statements only read; each runs in the one short transaction of
  * skl__run so that SET LOCAL statement_timeout bounds it.
  */
@@ -88,8 +91,9 @@ static const char *const redundant_sql =
 	"        pg_relation_size(a.oid)"
 	"   FROM x a JOIN x b ON a.indrelid = b.indrelid AND a.oid <> b.oid AND a.relam = b.relam"
 	"    AND a.exprs IS NOT DISTINCT FROM b.exprs AND a.pred IS NOT DISTINCT FROM b.pred"
-	"  WHERE NOT a.con AND " PREFIX_OF("keys") " AND " PREFIX_OF("cls") " AND "
-	PREFIX_OF("coll") " AND " PREFIX_OF("opt")
+	"  WHERE NOT a.con AND a.nspname <> 'skiplock'"
+	"    AND " PREFIX_OF("keys") " AND " PREFIX_OF("cls")
+	"    AND " PREFIX_OF("coll") " AND " PREFIX_OF("opt")
 	"    AND cardinality(a.keys) <= cardinality(b.keys)"
 	"    AND CASE WHEN a.keys = b.keys THEN a.incl <@ b.incl"
 	"             ELSE a.incl = '{}' AND a.relam = (SELECT oid FROM pg_am WHERE amname = 'btree')"
@@ -109,6 +113,7 @@ static const char *const unused_sql =
 	"  FROM pg_stat_user_indexes s JOIN pg_index i ON i.indexrelid = s.indexrelid"
 	"  LEFT JOIN pg_stat_database d ON d.datname = current_database()"
 	" WHERE s.idx_scan = 0 AND i.indisvalid AND NOT i.indisunique"
+	"   AND s.schemaname <> 'skiplock'"
 	"   AND NOT EXISTS (SELECT 1 FROM pg_constraint k WHERE k.conindid = s.indexrelid)"
 	"   AND " SCHEMA_FILTER("s.schemaname") " AND pg_relation_size(s.indexrelid) >= $2"
 	" ORDER BY 6 DESC, 3";
