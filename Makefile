@@ -35,7 +35,7 @@ $(ASAN)/CMakeCache.txt:
 check-asan: bootstrap $(ASAN)/CMakeCache.txt
 	@cmake --build $(ASAN) -j $(JOBS)
 	@ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1 \
-	  tests/harness/with-cluster -- \
+	  tests/harness/with-cluster --session-bouncer -- \
 	  ctest --test-dir $(ASAN) --output-on-failure -j $(JOBS) $(CTEST_ARGS)
 
 # The README's test command: the optimised build must compile warning-free,

@@ -26,6 +26,7 @@
 #include "skiplock/lease.h"
 #include "skiplock/migrate.h"
 #include "skiplock/doctor.h"
+#include "skiplock/diagnose.h"
 
 #define SKL_HAS_CLIENT 1
 #define SKL_HAS_SCHEMA 1
@@ -37,6 +38,7 @@
 #define SKL_HAS_LEASE 1
 #define SKL_HAS_DOCTOR_LOCKS 1
 #define SKL_HAS_RETRY 1
+#define SKL_HAS_DIAGNOSE 1
 
 #ifdef __cplusplus
 extern "C" {

@@ -13,13 +13,16 @@ static const struct doctor_cmd {
 	const char *summary;
 } doctor_cmds[] = {
 	{"locks", cmd_doctor_locks, "advisory locks, orphans, idle transactions and blockers"},
+	{"pooler", cmd_doctor_pooler, "what sits between client and Postgres; unsafe features"},
+	{"indexes", cmd_doctor_indexes, "unused, invalid, redundant indexes; stale statistics"},
 };
+
 
 static void usage(FILE *out)
 {
 	fprintf(out,
 	        "NAME\n"
-	        "    skiplock doctor - diagnose lock and pooler trouble in any database\n"
+	        "    skiplock doctor - diagnose locks, poolers and indexes in any database\n"
 	        "\n"
 	        "SYNOPSIS\n"
 	        "    skiplock doctor SUBCOMMAND [--json] [OPTIONS]\n"

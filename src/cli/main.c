@@ -22,7 +22,8 @@ static const struct command {
 	{"breakers", cmd_breakers, "fleet-wide circuit breakers: list, open, close"},
 	{"lease", cmd_lease, "run a command only while holding a lease; list leases"},
 	{"migrate", cmd_migrate, "apply SQL migrations safely behind poolers; status, verify"},
-	{"doctor", cmd_doctor, "diagnose lock trouble: orphaned advisory locks, blockers"},
+	{"doctor", cmd_doctor, "diagnose locks, poolers and indexes before they page you"},
+	{"explain", cmd_explain, "compare a query's plan and buffers with a candidate index"},
 	{"demo", cmd_demo, "run the embedded demo on a private Postgres"},
 };
 

@@ -56,6 +56,7 @@ typedef struct skl_txn_opts {
 	int lock_timeout_ms;       /* SET LOCAL lock_timeout; 0: 5000 */
 	int statement_timeout_ms;  /* SET LOCAL statement_timeout; 0: from the deadline */
 	int idle_timeout_ms;       /* idle_in_transaction_session_timeout; 0: from the deadline */
+	int rollback;              /* end with ROLLBACK even when fn succeeds: nothing is kept */
 } skl_txn_opts;
 
 typedef skl_rc (*skl_txn_fn)(skl_client *c, void *ctx, skl_error *err);

@@ -69,7 +69,7 @@ static skl_rc run_once(skl_client *c, const skl_txn_opts *o, skl_txn_fn fn, void
 	rc = simple(c, begin, err);
 	if (rc == SKL_OK)
 		rc = fn(c, ctx, err);
-	if (rc != SKL_OK && rc != SKL_EMPTY) {
+	if ((rc != SKL_OK && rc != SKL_EMPTY) || o->rollback) {
 		rollback_quietly(c);
 		return rc;
 	}
