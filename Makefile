@@ -5,6 +5,7 @@
 #   make test       every test, under AddressSanitizer + UBSan, direct and
 #                   through PgBouncer, on a private cluster the harness starts
 #   make install    install into PREFIX (default /usr/local)
+#   make fuzz       every libFuzzer target for FUZZ_TIME seconds (default 60)
 
 PREFIX ?= /usr/local
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
@@ -12,7 +13,7 @@ BUILD := build/release
 ASAN := build/asan
 CTEST_ARGS ?=
 
-.PHONY: all build demo test check-asan unit bootstrap install uninstall clean
+.PHONY: all build demo test check-asan unit bootstrap install uninstall clean fuzz
 
 all: build
 
@@ -43,6 +44,17 @@ test: build check-asan
 unit: bootstrap $(ASAN)/CMakeCache.txt
 	@cmake --build $(ASAN) -j $(JOBS)
 	@ctest --test-dir $(ASAN) --output-on-failure -L unit
+
+# make fuzz [FUZZ_TIME=60]: each tests/fuzz/fuzz_*.c target in turn, built
+# with clang, libFuzzer, ASan and UBSan in build/fuzz (docs/security.md).
+FUZZ := build/fuzz
+FUZZ_TIME ?= 60
+
+fuzz: bootstrap
+	@cmake -S . -B $(FUZZ) -DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=Debug -DSKL_FUZZ=ON \
+	  -DSKL_TESTS=OFF >/dev/null
+	@cmake --build $(FUZZ) -j $(JOBS) --target fuzz_all >/dev/null
+	@tests/fuzz/run $(FUZZ) $(FUZZ_TIME)
 
 install: build
 	@cmake --install $(BUILD) --prefix $(PREFIX)
