@@ -58,9 +58,9 @@ grep -qF -- "$(jq_str "$K4")" "$TMP/show" && pass "jobs show --json escapes the 
 grep -qF -- "$K2" "$TMP/status" && grep -qF -- "$K3" "$TMP/status" && pass "status shows unicode and dotted names" || fail "status: $(cat "$TMP/status")"
 
 # --- cron and leases ---
-"$S" cron add --url "$URL" "$K1" '@every 1s' "$K4" --queue "$K2" >/dev/null 2>"$TMP/cron.err" &&
+"$S" cron add --url "$URL" "$K1" '@every 1s' "$K4" --queue "$K2" --at 2026-01-01T00:00:00Z >/dev/null 2>"$TMP/cron.err" &&
 	pass "cron add with hostile names" || fail "cron add: $(cat "$TMP/cron.err")"
-"$S" cron tick --url "$URL" >/dev/null 2>&1
+"$S" cron tick --url "$URL" --at 2026-01-01T00:00:01Z >/dev/null 2>&1
 check_eq "cron enqueued the hostile kind into the hostile queue" "$(count "$K4" "$K2")" 1
 "$S" cron list --url "$URL" | grep -qF -- "$K1" && pass "cron list shows the name" || fail "cron list"
 "$S" cron pause --url "$URL" "$K1" >/dev/null && "$S" cron remove --url "$URL" "$K1" >/dev/null &&
