@@ -7,6 +7,7 @@
 #   make chaos      the fault campaign (DURATION=secs, SEED=n): a workload,
 #                   a nemesis and a checker on a private cluster
 #   make install    install into PREFIX (default /usr/local)
+#   make fuzz       every libFuzzer target for FUZZ_TIME seconds (default 60)
 
 PREFIX ?= /usr/local
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
@@ -14,7 +15,7 @@ BUILD := build/release
 ASAN := build/asan
 CTEST_ARGS ?=
 
-.PHONY: all build demo test check-asan unit bootstrap install uninstall clean chaos
+.PHONY: all build demo test check-asan unit bootstrap install uninstall clean chaos fuzz
 
 all: build
 
@@ -53,6 +54,17 @@ chaos: build
 	@SKL_BIN=$(CURDIR)/$(BUILD)/skiplock SKL_CUTPROXY=$(CURDIR)/$(BUILD)/tests/cutproxy \
 	  SKL_SOURCE_DIR=$(CURDIR) tests/harness/with-cluster -- \
 	  $(BUILD)/tests/chaos run --duration $(DURATION) $(if $(SEED),--seed $(SEED))
+
+# make fuzz [FUZZ_TIME=60]: each tests/fuzz/fuzz_*.c target in turn, built
+# with clang, libFuzzer, ASan and UBSan in build/fuzz (docs/security.md).
+FUZZ := build/fuzz
+FUZZ_TIME ?= 60
+
+fuzz: bootstrap
+	@cmake -S . -B $(FUZZ) -DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=Debug -DSKL_FUZZ=ON \
+	  -DSKL_TESTS=OFF >/dev/null
+	@cmake --build $(FUZZ) -j $(JOBS) --target fuzz_all >/dev/null
+	@tests/fuzz/run $(FUZZ) $(FUZZ_TIME)
 
 install: build
 	@cmake --install $(BUILD) --prefix $(PREFIX)

@@ -148,9 +148,13 @@ static int wait_socket(PGconn *conn, short events, int64_t deadline)
 	}
 }
 
-static void conn_message(PGconn *conn, char *buf, size_t cap)
+static void conn_message(const skl_client *c, PGconn *conn, char *buf, size_t cap)
 {
-	snprintf(buf, cap, "%s", conn ? PQerrorMessage(conn) : "out of memory");
+	/* Scrubbed whole, before the copy can cut a password in two. */
+	char *full = strdup(conn ? PQerrorMessage(conn) : "out of memory");
+	skl__scrub(full, c->url);
+	snprintf(buf, cap, "%s", full ? full : "out of memory");
+	free(full);
 	size_t n = strlen(buf);
 	while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == ' '))
 		buf[--n] = '\0';
@@ -162,7 +166,7 @@ static void conn_message(PGconn *conn, char *buf, size_t cap)
 static skl_rc connect_fail(skl_client *c, PGconn *pc, const char *why, skl_error *err)
 {
 	char msg[400];
-	conn_message(pc, msg, sizeof(msg));
+	conn_message(c, pc, msg, sizeof(msg));
 	char *shown = skl_url_redact(c->url);
 	skl__seterr(err, SKL_UNREACHABLE, "could not connect to %s: %s",
 	            shown && *shown ? shown : "the database (PG* environment)",
@@ -206,7 +210,7 @@ skl_rc skl__connect(skl_client *c, skl_error *err)
 	if (PQstatus(pc) == CONNECTION_BAD) {
 		/* Rejected before any network I/O: the options themselves are bad. */
 		char msg[400];
-		conn_message(pc, msg, sizeof(msg));
+		conn_message(c, pc, msg, sizeof(msg));
 		PQfinish(pc);
 		return skl__seterr(err, SKL_INVALID, "invalid connection string: %s", msg);
 	}
@@ -238,7 +242,7 @@ skl_rc skl__connect(skl_client *c, skl_error *err)
 static skl_rc lost(skl_client *c, const char *what, skl_error *err)
 {
 	char msg[400];
-	conn_message(c->conn, msg, sizeof(msg));
+	conn_message(c, c->conn, msg, sizeof(msg));
 	bool definite = (c->tx == SKL_TX_OPEN);
 	drop_conn(c);
 	return skl__seterr(err, definite ? SKL_RETRY : SKL_INDETERMINATE, "%s%s%s", what,

@@ -104,6 +104,10 @@ skl_rc skl__run_stmt(skl_client *c, const skl_txn_opts *o, skl_stmt *s, skl_erro
 /* Ensures a live connection (one attempt, bounded by connect_timeout). */
 skl_rc skl__connect(skl_client *c, skl_error *err);
 
+/* redact.c: replaces, in place, every password found in url (3 bytes or
+ * longer, as written or percent-decoded) that occurs in msg by "***". */
+void skl__scrub(char *msg, const char *url);
+
 /* url.c */
 skl_rc skl__url_host_port(const char *url, char **host, char **port, skl_error *err);
 

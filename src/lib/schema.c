@@ -163,3 +163,72 @@ skl_rc skl_schema_install(skl_client *c, int *applied, skl_error *err)
 		skl_error_clear(err);
 	return rc;
 }
+
+/* ---- roles ---- */
+
+typedef struct grant_args {
+	const char *owner, *worker;
+} grant_args;
+
+static skl_rc check_roles_fn(skl_client *c, void *ctx, skl_error *err)
+{
+	const grant_args *g = ctx;
+	PGresult *res = NULL;
+	skl_rc rc = skl__exec(c,
+	                      "SELECT r FROM unnest(ARRAY[$1, $2]::text[]) r WHERE r IS NOT NULL "
+	                      "AND NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname::text = r)",
+	                      2, (const char *[]){g->owner, g->worker}, &res, err);
+	if (rc == SKL_OK && PQntuples(res) > 0)
+		rc = skl__seterr(err, SKL_INVALID,
+		                 "role \"%s\" does not exist; create it first (CREATE ROLE ... LOGIN "
+		                 "for a worker, NOLOGIN will do for an owner)",
+		                 PQgetvalue(res, 0, 0));
+	PQclear(res);
+	return rc;
+}
+
+static skl_rc grant_fn(skl_client *c, void *ctx, skl_error *err)
+{
+	PGresult *res = NULL;
+	const grant_args *g = ctx;
+	skl_rc rc = check_roles_fn(c, ctx, err);
+	if (rc == SKL_OK)
+		rc = skl__exec(c, "SELECT pg_advisory_xact_lock(" SKL_LOCK_SCHEMA "), "
+		                  "skiplock.grant_roles($1, $2)",
+		               2, (const char *[]){g->owner, g->worker}, &res, err);
+	PQclear(res);
+	return rc;
+}
+
+static bool role_name_ok(const char *r, skl_error *err)
+{
+	if (r == NULL || (*r && strlen(r) < 64))
+		return true;
+	skl__seterr(err, SKL_INVALID, "role name \"%.80s\" must be 1 to 63 bytes", r);
+	return false;
+}
+
+skl_rc skl_schema_check_roles(skl_client *c, const char *owner, const char *worker,
+                              skl_error *err)
+{
+	static const skl_txn_opts o = {.idempotent = 1};
+	if (!role_name_ok(owner, err) || !role_name_ok(worker, err))
+		return SKL_INVALID;
+	grant_args g = {owner, worker};
+	skl_rc rc = skl__run(c, &o, check_roles_fn, &g, err);
+	if (rc == SKL_OK)
+		skl_error_clear(err);
+	return rc;
+}
+
+skl_rc skl_schema_grant(skl_client *c, const char *owner, const char *worker, skl_error *err)
+{
+	static const skl_txn_opts o = {.txn = 1, .idempotent = 1, .lock_timeout_ms = 10000};
+	if (!role_name_ok(owner, err) || !role_name_ok(worker, err))
+		return SKL_INVALID;
+	grant_args g = {owner, worker};
+	skl_rc rc = skl__run(c, &o, grant_fn, &g, err);
+	if (rc == SKL_OK)
+		skl_error_clear(err);
+	return rc;
+}

@@ -5,6 +5,8 @@
  *
  * Invariant: a derived direct URL differs from its input only in the host
  * text; user, password, port, database and parameters stay as written.
+ * Redaction is in redact.c; libpq's parse errors are scrubbed of secrets
+ * before they reach a message (some echo part of the string).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -24,6 +26,7 @@ static skl_rc parse(const char *url, PQconninfoOption **out, skl_error *err)
 	char *msg = NULL;
 	*out = PQconninfoParse(url ? url : "", &msg);
 	if (*out == NULL) {
+		skl__scrub(msg, url);
 		skl__seterr(err, SKL_INVALID, "invalid connection string: %s",
 		            msg ? msg : "out of memory");
 		PQfreemem(msg);
@@ -206,44 +209,6 @@ skl_rc skl_url_direct(const char *url, char **out, skl_error *err)
 	if (rc == SKL_OK)
 		skl_error_clear(err);
 	return rc;
-}
-
-/* Masks the value after "password=" (key=value strings and URL parameters). */
-static void mask_kv_password(char *s)
-{
-	for (char *p = strstr(s, "password="); p; p = strstr(p + 1, "password=")) {
-		char *v = p + 9;
-		size_t n = strcspn(v, " &");
-		if (n >= 3) {
-			memset(v, '*', 3);
-			memmove(v + 3, v + n, strlen(v + n) + 1);
-		}
-	}
-}
-
-char *skl_url_redact(const char *url)
-{
-	if (url == NULL)
-		return NULL;
-	char *s = strdup(url);
-	if (s == NULL)
-		return NULL;
-	char *scheme = strstr(s, "://");
-	if (scheme) {
-		char *auth = scheme + 3;
-		char *auth_end = auth + strcspn(auth, "/?");
-		char *at = NULL;
-		for (char *p = auth; p < auth_end; p++)
-			if (*p == '@')
-				at = p;
-		char *colon = at ? memchr(auth, ':', (size_t)(at - auth)) : NULL;
-		if (colon && at - colon - 1 >= 3) {
-			memset(colon + 1, '*', 3);
-			memmove(colon + 4, at, strlen(at) + 1);
-		}
-	}
-	mask_kv_password(s);
-	return s;
 }
 
 static const char *const pooler_names[] = {

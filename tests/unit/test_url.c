@@ -117,10 +117,46 @@ static void redact(void **state)
 		{"host=h password=secret dbname=d", "host=h password=*** dbname=d"},
 		{"postgresql://h/db?password=secret&sslmode=require",
 		 "postgresql://h/db?password=***&sslmode=require"},
+		/* short passwords are masked too */
+		{"postgresql://u:ab@h/db", "postgresql://u:***@h/db"},
+		{"host=h password=x", "host=h password=***"},
+		/* libpq's key = value syntax: spaces, quotes, escapes */
+		{"host=h password = secret", "host=h password = ***"},
+		{"host=h password='sec ret' dbname=d", "host=h password=*** dbname=d"},
+		{"password='it\\'s secret' host=h", "password=*** host=h"},
+		{"host=h sslpassword=secret", "host=h sslpassword=***"},
+		/* a '?' or '@' inside the URI password */
+		{"postgresql://u:sec?ret@h/db", "postgresql://u:***@h/db"},
+		{"postgresql://u:sec@ret@h/db", "postgresql://u:***@h/db"},
+		/* a percent-encoded key is still the password */
+		{"postgresql://h/db?%70assword=secret", "postgresql://h/db?%70assword=***"},
+		{"postgres://h/db?a=1&password=secret&password=secret2",
+		 "postgres://h/db?a=1&password=***&password=***"},
 	};
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
 		char *r = skl_url_redact(cases[i][0]);
 		assert_string_equal(r, cases[i][1]);
+		assert_null(strstr(r, "secret"));
+		skl_free(r);
+	}
+}
+
+/* libpq echoes a badly percent-encoded password in its parse error. */
+static void parse_errors_hide_passwords(void **state)
+{
+	(void)state;
+	const char *bad[] = {
+		"postgresql://u:secret%zz@h/db",
+		"postgresql://u:secret%00@h/db",
+		"postgresql://h/db?password=secret%zz",
+	};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		skl_pooler p;
+		skl_error err;
+		assert_int_equal(skl_url_detect_pooler(bad[i], &p, &err), SKL_INVALID);
+		if (strstr(err.message, "secret"))
+			fail_msg("%s: message shows the password: %s", bad[i], err.message);
+		char *r = skl_url_redact(bad[i]);
 		assert_null(strstr(r, "secret"));
 		skl_free(r);
 	}
@@ -144,7 +180,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(detect_table), cmocka_unit_test(direct_table),
 		cmocka_unit_test(invalid_urls), cmocka_unit_test(redact),
-		cmocka_unit_test(pooler_names),
+		cmocka_unit_test(pooler_names), cmocka_unit_test(parse_errors_hide_passwords),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

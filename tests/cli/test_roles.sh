@@ -1,0 +1,111 @@
+#!/usr/bin/env bash
+# Least privilege and no secrets in output: `skiplock init --owner
+# --grant-worker`, then enqueue, a worker, leases, cron and the read-only
+# commands run as the worker role, which logs in with a password that is
+# in the URL of every command.  The worker role cannot DROP, ALTER or
+# TRUNCATE skiplock's tables, run grant_roles, create objects, or read
+# another schema.  Every byte those commands print, failures included
+# (wrong password, wrong database, refused connection, a URL libpq cannot
+# parse), is searched for the password.
+. "$(dirname "$0")/lib.sh"
+S=$SKL_BIN
+OWNER=$SKL_TEST_OWNER_ROLE
+W=$SKL_TEST_WORKER_ROLE
+PW=$SKL_TEST_WORKER_PASSWORD
+if [ "$MODE" = pooled ]; then PORT=$SKL_TEST_BOUNCER_PORT; else PORT=$SKL_TEST_PGPORT; fi
+WURL="postgresql://$W:$PW@$SKL_TEST_PGHOST:$PORT/$DB"
+ALL=$TMP/all-output   # everything the worker-role commands print
+: >"$ALL"
+run() { "$@" >>"$ALL" 2>&1; }
+wq() { PGPASSWORD=$PW psql -X -q -At -v ON_ERROR_STOP=1 "postgresql://$W@$SKL_TEST_PGHOST:$SKL_TEST_PGPORT/$DB" -c "$1" 2>&1; }
+wait_for() { # SQL expected timeout_s
+	local i
+	for i in $(seq 1 $(($3 * 10))); do
+		[ "$(q "$1")" = "$2" ] && return 0
+		sleep 0.1
+	done
+	return 1
+}
+
+# --- setup: the roles must exist; say so clearly ---
+expect_exit "init with an owner role that does not exist" 2 'role "no_such_role" does not exist; create it first' -- \
+	"$S" init --url "$URL" --owner no_such_role
+check_eq "nothing installed when a role is missing" "$(q "SELECT count(*) FROM pg_namespace WHERE nspname = 'skiplock'")" 0
+out=$("$S" init --url "$URL" --owner "$OWNER" --grant-worker "$W" 2>&1)
+check_eq "init --owner --grant-worker" "$(echo "$out" | tail -n 2 | tr '\n' '|')" "skiplock schema owner: $OWNER|skiplock worker role: $W|"
+check_eq "schema and every table owned by the owner" \
+	"$(q "SELECT count(*) FROM pg_class WHERE relnamespace = 'skiplock'::regnamespace AND relowner <> (SELECT oid FROM pg_roles WHERE rolname = '$OWNER')")" 0
+"$S" init --url "$URL" --owner "$OWNER" --grant-worker "$W" >/dev/null 2>&1 && pass "init with roles again" || fail "init with roles again"
+q "CREATE TABLE public.secret_table (v text); INSERT INTO public.secret_table VALUES ('x')"
+
+# --- the worker role does its work ---
+run "$S" enqueue --url "$WURL" report '{"n": 1}' && pass "enqueue as worker" || fail "enqueue as worker: $(tail -n 2 "$ALL")"
+printf '%s\n' '{"kind":"report"}' '{"kind":"report","queue":"q2"}' | run "$S" enqueue --url "$WURL" --batch - &&
+	pass "batch enqueue as worker" || fail "batch enqueue as worker: $(tail -n 2 "$ALL")"
+run "$S" cron add --url "$WURL" every-second '@every 1s' report && pass "cron add as worker" || fail "cron add as worker: $(tail -n 2 "$ALL")"
+"$S" worker --url "$WURL" --handler 'report=cat >/dev/null; echo "{\"ok\": true}"' --queue default --queue q2 \
+	--poll 50ms --poll-max 200ms --log-level debug >>"$ALL" 2>&1 &
+WPID=$!
+wait_for "SELECT count(*) >= 4 FROM skiplock.jobs WHERE state = 'completed'" t 40 &&
+	pass "worker as worker role runs jobs and cron" || fail "worker as worker role: $(q "SELECT string_agg(kind||':'||state, ' ') FROM skiplock.jobs")"
+kill -TERM $WPID; wait $WPID
+check_eq "worker exits 0" "$?" 0
+run "$S" lease run --url "$WURL" nightly-report --ttl 10s -- true && pass "lease run as worker" || fail "lease run as worker: $(tail -n 2 "$ALL")"
+for c in "jobs list" "jobs show 1" "status" "lease list" "cron list" "idem prune" "jobs prune --older-than 1d"; do
+	run "$S" $c --url "$WURL" && pass "$c as worker" || fail "$c as worker: $(tail -n 2 "$ALL")"
+done
+check_eq "idempotency keys as worker" "$(wq "SELECT outcome FROM skiplock.idem_claim('k1', 'h1')")" acquired
+
+# --- ... and nothing more ---
+denied() { # name SQL
+	local out
+	out=$(wq "$2")
+	case $out in *"permission denied"* | *"must be owner"*) pass "worker cannot $1" ;; *) fail "worker can $1: $out" ;; esac
+}
+denied "DROP a table" "DROP TABLE skiplock.jobs"
+denied "ALTER a table" "ALTER TABLE skiplock.jobs ADD COLUMN x int"
+denied "TRUNCATE a table" "TRUNCATE skiplock.leases"
+denied "DROP a function" "DROP FUNCTION skiplock.installed_version()"
+denied "create in the schema" "CREATE TABLE skiplock.mine (x int)"
+denied "run grant_roles" "SELECT skiplock.grant_roles('$W', '$W')"
+denied "write schema_version" "DELETE FROM skiplock.schema_version"
+denied "read another schema's table" "SELECT * FROM public.secret_table"
+denied "install the schema" "DROP SCHEMA skiplock CASCADE"
+run "$S" init --url "$WURL" --grant-worker "$W"; check_eq "init --grant-worker as the worker: refused, exit 1" "$?" 1
+
+# --- failures as the worker: the password never shows ---
+run "$S" status --url "postgresql://$W:$PW@$SKL_TEST_PGHOST:$PORT/no_such_db_$$" --retry-for 1s
+check_eq "wrong database fails" "$?" 3
+run "$S" status --url "postgresql://$W:$PW-wrong@$SKL_TEST_PGHOST:$SKL_TEST_PGPORT/$DB" --retry-for 1s
+check_eq "wrong password fails (direct)" "$?" 3
+grep -q 'password authentication failed' "$ALL" && pass "wrong password is named" || fail "no 'password authentication failed' in output"
+"$SKL_CUTPROXY" --listen 127.0.0.1:0 --upstream "$SKL_TEST_PGHOST:$PORT" --control "$TMP/cut.sock" \
+	--ttl 120 --port-file "$TMP/cut.port" >"$TMP/cut.out" 2>&1 &
+CUT=$!
+for i in $(seq 1 100); do [ -s "$TMP/cut.port" ] && break; sleep 0.1; done
+CPORT=$(cat "$TMP/cut.port" 2>/dev/null)
+if [ -n "$CPORT" ] && "$SKL_CUTPROXY" ctl "$TMP/cut.sock" mode refuse >/dev/null; then
+	run "$S" enqueue --url "postgresql://$W:$PW@127.0.0.1:$CPORT/$DB" k --retry-for 1s --connect-timeout 1s
+	check_eq "refused connection fails with exit 3" "$?" 3
+else
+	fail "cutproxy did not start: $(cat "$TMP/cut.err")"
+fi
+kill $CUT 2>/dev/null; wait $CUT 2>/dev/null
+run "$S" status --url "postgresql://$W:$PW@127.0.0.1:1/$DB" --retry-for 1s --connect-timeout 1s
+check_eq "unreachable port fails with exit 3" "$?" 3
+run "$S" status --url "postgresql://$W:$PW%zz@127.0.0.1:1/$DB"
+check_eq "bad percent-encoding in the password: exit 2" "$?" 2
+run "$S" status --url "host=127.0.0.1 port=1 user=$W password='$PW x' dbname=$DB" --retry-for 1s --connect-timeout 1s
+if [ "$MODE" = direct ]; then
+	for c in init enqueue worker cron jobs status lease idem; do run "$S" $c --help; done
+	run "$S" --help
+fi
+lines=$(wc -l <"$ALL")
+if grep -qF -- "$PW" "$ALL"; then
+	fail "the password shows in output: $(grep -F -- "$PW" "$ALL" | head -n 3)"
+else
+	pass "the password shows nowhere in $lines lines of output"
+fi
+grep -q '\*\*\*' "$ALL" && pass "URLs in messages are redacted" || fail "no redacted URL in the failures' messages"
+no_leftovers
+finish
