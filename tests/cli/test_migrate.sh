@@ -144,13 +144,13 @@ run leak timeout 60 "$SKL_BIN" migrate up --dir "$D" --url "$URL" "${DIRECT[@]}"
 check_eq "migrate is not blocked by the leaked lock" "$RC $(regclass after_leak)" "0 after_leak"
 [ $((SECONDS - start)) -lt 30 ] && pass "and finished promptly" || fail "took $((SECONDS - start)) s"
 check_eq "migrate took no advisory lock and left the leaked one alone" \
-	"$(q "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'")" 1
-q "SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'advisory'" >/dev/null
+	"$(q "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND database = (SELECT oid FROM pg_database WHERE datname = current_database())")" 1
+q "SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'advisory' AND database = (SELECT oid FROM pg_database WHERE datname = current_database())" >/dev/null
 
 run help "$SKL_BIN" migrate up --help
 check_eq "--help exits 0" "$RC" 0
 has "--help is a man page" "$TMP/help.out" '^SYNOPSIS'
 
-for i in $(seq 50); do [ "$(q "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'")" = 0 ] && break; sleep 0.1; done
+for i in $(seq 50); do [ "$(q "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND database = (SELECT oid FROM pg_database WHERE datname = current_database())")" = 0 ] && break; sleep 0.1; done
 no_leftovers
 finish
