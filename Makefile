@@ -4,7 +4,10 @@
 #   make demo       the embedded demo: a private Postgres, workers, a crash
 #   make test       every test, under AddressSanitizer + UBSan, direct and
 #                   through PgBouncer, on a private cluster the harness starts
-#   make install    install into PREFIX (default /usr/local)
+#   make install    install into PREFIX (default /usr/local): the command, the
+#                   libraries, headers, skiplock.pc, man pages and the
+#                   skiplock-worker@.service systemd unit template
+#   make uninstall  remove what the last make install wrote
 
 PREFIX ?= /usr/local
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
@@ -47,8 +50,9 @@ unit: bootstrap $(ASAN)/CMakeCache.txt
 install: build
 	@cmake --install $(BUILD) --prefix $(PREFIX)
 
+# Removes what the last `make install` wrote (build/release/install_manifest.txt).
 uninstall:
-	@if [ -f $(BUILD)/install_manifest.txt ]; then xargs rm -fv < $(BUILD)/install_manifest.txt; fi
+	@cmake -DMANIFEST=$(CURDIR)/$(BUILD)/install_manifest.txt -P cmake/uninstall.cmake
 
 clean:
 	rm -rf build
