@@ -17,8 +17,14 @@ PROBLEMS=0
 CHECKED=0
 problem() { PROBLEMS=$((PROBLEMS + 1)); echo "MISSING: $*"; }
 
-# --opt as roff writes it: \-\-opt, not followed by more of a name
-in_page() { grep -qE -- "\\\\-\\\\-${2//-/\\\\-}([^a-z0-9\\\\]|\\\\[^-]|$)" "$1"; }
+# --opt as roff writes it: \-\-opt, not followed by more of a name (the
+# page's text is in $TEXT; bash matching: no process per check)
+in_page() {
+	local re="\\\\-\\\\-${1//-/\\\\-}([^a-z0-9\\\\]|\\\\[^-]|$)"
+	[[ $TEXT =~ $re ]]
+}
+# word list membership without a process
+has() { [[ $'\n'$2$'\n' == *$'\n'$1$'\n'* ]]; }
 table_options() { # files...: long options of the getopt tables
 	grep -ohE '\{"[a-z][a-z0-9-]*", *(required|no|optional)_argument' "$@" 2>/dev/null |
 		sed -E 's/\{"([^"]*)".*/\1/' | sort -u
@@ -33,9 +39,11 @@ common=$(sed -n '/define CLI_COMMON_LONGOPTS/,/^$/p' "$SRC/src/cli/cli.h" |
 
 top=$MAN/skiplock.1
 [ -f "$top" ] || problem "man/skiplock.1 does not exist"
+TEXT=$(cat "$top" 2>/dev/null)
+TOP=$TEXT
 for o in $common; do
 	CHECKED=$((CHECKED + 1))
-	[ -f "$top" ] && ! in_page "$top" "$o" &&
+	[ -f "$top" ] && ! in_page "$o" &&
 		problem "man/skiplock.1: common option --$o (src/cli/cli.h CLI_COMMON_LONGOPTS) is not described"
 done
 
@@ -43,7 +51,7 @@ commands=$("$BIN" --help | sed -n '/^Commands:/,/^$/p' | sed -nE 's/^  ([a-z][a-
 [ -n "$commands" ] || problem "\`skiplock --help\` lists no commands"
 for c in $commands; do
 	CHECKED=$((CHECKED + 1))
-	[ -f "$top" ] && ! grep -q "skiplock\\\\-$c" "$top" &&
+	[ -f "$top" ] && [[ $TOP != *"skiplock\\-$c"* ]] &&
 		problem "man/skiplock.1: command $c (in \`skiplock --help\`) is not listed"
 	page=$MAN/skiplock-$c.1
 	if [ ! -f "$page" ]; then
@@ -57,20 +65,21 @@ for c in $commands; do
 	subs=$( { grep -oE "skiplock $c [a-z][a-z-]*" <<<"$help"
 		grep -ohE "Usage: skiplock $c [a-z][a-z-]*" "${files[@]}" 2>/dev/null; } |
 		awk '{print $NF}' | sort -u)
+	TEXT=$(cat "$page")
 	for s in $subs; do
-		grep -q "$s" "$page" || problem "man/skiplock-$c.1: subcommand $c $s is not described"
+		[[ $TEXT == *"$s"* ]] || problem "man/skiplock-$c.1: subcommand $c $s is not described"
 		help+=$'\n'$("$BIN" "$c" "$s" --help 2>/dev/null)
 	done
 	from_help=$(help_options <<<"$help")
 	from_table=$(table_options "${files[@]}")
 	for o in $(printf '%s\n%s\n' "$from_help" "$from_table" | sort -u); do
-		grep -qx -- "$o" <<<"$common" && continue
+		has "$o" "$common" && continue
 		CHECKED=$((CHECKED + 1))
 		where=""
-		grep -qx -- "$o" <<<"$from_table" && where="the option table in ${files[*]#"$SRC/"}"
-		grep -qx -- "$o" <<<"$from_help" && where="${where:+$where and }\`skiplock $c [SUB] --help\`"
-		in_page "$page" "$o" || problem "man/skiplock-$c.1: option --$o (in $where) is not described"
-		grep -qx -- "$o" <<<"$from_help" ||
+		has "$o" "$from_table" && where="the option table in ${files[*]#"$SRC/"}"
+		has "$o" "$from_help" && where="${where:+$where and }\`skiplock $c [SUB] --help\`"
+		in_page "$o" || problem "man/skiplock-$c.1: option --$o (in $where) is not described"
+		has "$o" "$from_help" ||
 			problem "\`skiplock $c [SUB] --help\` does not describe --$o (in ${files[*]#"$SRC/"})"
 	done
 done
