@@ -100,7 +100,10 @@ static int listen_on(const cli_common *cc, const char *addr, int *rc)
 		cli_error(cc, "--metrics: cannot resolve \"%s\": %s", host, gai_strerror(gai));
 		return -1;
 	}
-	int fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol);
+	/* non-blocking: a client gone between poll and accept must not stall
+	 * the server's thread */
+	int fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK,
+	                ai->ai_protocol);
 	int one = 1;
 	if (fd >= 0)
 		setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
