@@ -28,7 +28,7 @@
 #define MAXS 8192
 
 typedef struct family {
-	char name[200];
+	char name[256];
 	char type[16];
 	int help, done;
 } family;
@@ -39,7 +39,7 @@ static char *seen[MAXS];
 static int nseen;
 
 /* Histogram state of the series being read (labels without le). */
-static char hist_key[1024];
+static char hist_key[1400];
 static double hist_last, hist_inf = -1;
 
 /* The first violation: "promcheck: line N: why" and exit 1. */
