@@ -6,7 +6,10 @@
 #                   through PgBouncer, on a private cluster the harness starts
 #   make chaos      the fault campaign (DURATION=secs, SEED=n): a workload,
 #                   a nemesis and a checker on a private cluster
-#   make install    install into PREFIX (default /usr/local)
+#   make install    install into PREFIX (default /usr/local): the command, the
+#                   libraries, headers, skiplock.pc, man pages and the
+#                   skiplock-worker@.service systemd unit template
+#   make uninstall  remove what the last make install wrote
 #   make fuzz       every libFuzzer target for FUZZ_TIME seconds (default 60)
 
 PREFIX ?= /usr/local
@@ -69,8 +72,9 @@ fuzz: bootstrap
 install: build
 	@cmake --install $(BUILD) --prefix $(PREFIX)
 
+# Removes what the last `make install` wrote (build/release/install_manifest.txt).
 uninstall:
-	@if [ -f $(BUILD)/install_manifest.txt ]; then xargs rm -fv < $(BUILD)/install_manifest.txt; fi
+	@cmake -DMANIFEST=$(CURDIR)/$(BUILD)/install_manifest.txt -P cmake/uninstall.cmake
 
 clean:
 	rm -rf build

@@ -79,6 +79,10 @@ SKL_API skl_pooler skl_client_pooler(const skl_client *c);
 /* Number of times the client (re)connected since it was opened. */
 SKL_API uint64_t skl_client_connects(const skl_client *c);
 
+/* Number of calls whose outcome was indeterminate (SKL_INDETERMINATE: the
+ * connection died after a write or COMMIT was sent), retried or not. */
+SKL_API uint64_t skl_client_indeterminate(const skl_client *c);
+
 /* The backend pid of the current connection, or 0 when not connected. */
 SKL_API int skl_client_backend_pid(const skl_client *c);
 

@@ -36,8 +36,16 @@
  * used instead of the strategy's, never shortened, and counts against the
  * budget like any retry: over the budget the job waits max(asked, cap).
  *
+ * Observability: skl_worker_metrics renders the worker's counters (per
+ * queue and kind), handler durations and gauges in the Prometheus text
+ * format (docs/metrics.md); the log_record callback receives each message
+ * with its context (worker, job id, queue, kind, attempt, fencing) as
+ * fields instead of a prefix.  Payloads are never logged unless
+ * log_payloads is set.
+ *
  * Thread-safety: skl_worker_stop may be called from any thread or a signal
- * handler; every other call from one thread.
+ * handler, skl_worker_metrics and skl_worker_get_stats from any thread;
+ * every other call from one thread.
  */
 #ifndef SKIPLOCK_WORKER_H
 #define SKIPLOCK_WORKER_H
@@ -53,6 +61,21 @@ enum { SKL_JOB_OK = 0, SKL_JOB_DISCARD = 65, SKL_JOB_RETRY = 75 };
 typedef int (*skl_handler_fn)(const skl_job *job, void *ctx);
 
 typedef struct skl_worker skl_worker;
+
+/* What a log message is about.  Unset fields are NULL or 0. */
+typedef struct skl_log_context {
+	const char *worker;    /* the worker's lease owner name */
+	int64_t job_id;
+	const char *queue;
+	const char *kind;
+	int attempt;
+	int64_t fencing;
+	const char *payload;   /* the job's JSON payload, only with log_payloads */
+} skl_log_context;
+
+/* A structured log callback: msg carries no context prefix. */
+typedef void (*skl_log_record_fn)(void *ctx, skl_log_level level, const skl_log_context *lc,
+                                  const char *msg);
 
 typedef struct skl_worker_options {
 	const char *const *queues;   /* NULL: every queue */
@@ -76,6 +99,12 @@ typedef struct skl_worker_options {
 	skl_backoff backoff;         /* default strategy; DEFAULT means full jitter */
 	int retry_budget_pct;        /* retries per 100 first attempts; default 10;
 	                              * 0 or less: no budget */
+	skl_log_record_fn log_record;/* optional; used instead of log when set (same
+	                              * log_ctx); called from the worker's threads */
+	bool log_payloads;           /* put job payloads in log contexts (off: never) */
+	int64_t queue_stats_every_ms;/* > 0: read the queue gauges of
+	                              * skl_worker_metrics this often (one bounded
+	                              * statement on the worker's connection); 0: off */
 } skl_worker_options;
 
 /* The budget's floor: retries a second each kind may always make. */
@@ -138,6 +167,14 @@ typedef struct skl_worker_stats {
 
 /* Counters since skl_worker_run started.  Any thread. */
 SKL_API void skl_worker_get_stats(skl_worker *w, skl_worker_stats *out);
+
+/* The worker's metrics in the Prometheus text exposition format (0.0.4):
+ * counters and handler durations per queue and kind, job leases held,
+ * reconnects, indeterminate outcomes, and (with queue_stats_every_ms) queue
+ * depth and oldest due job age as last read.  Never touches the database.
+ * On SKL_OK *text is a new string (free with skl_free); SKL_NOMEM otherwise.
+ * Any thread, also while skl_worker_run runs. */
+SKL_API skl_rc skl_worker_metrics(skl_worker *w, char **text, skl_error *err);
 
 /* From inside a C handler: keep JSON text as the job's result, or text as
  * the attempt's error (copied, at most 64 KiB / 4 KiB). */

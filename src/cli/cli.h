@@ -93,6 +93,11 @@ void cli_log(skl_log_level level, const char *fmt, ...) __attribute__((format(pr
 void cli_error(const cli_common *cc, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* The library's log callback: forwards to cli_log. */
 void cli_log_sink(void *ctx, skl_log_level level, const char *msg);
+/* The worker's structured log callback: context as fields (JSON) or as a
+ * "job=… kind=…:" prefix (text). */
+void cli_log_record(void *ctx, skl_log_level level, const skl_log_context *lc, const char *msg);
+/* Names the subcommand in JSON lines ("command"). */
+void cli_log_command(const char *name);
 
 /* One subcommand. */
 typedef int (*cli_cmd_fn)(int argc, char **argv);

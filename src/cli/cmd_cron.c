@@ -123,6 +123,13 @@ static const char tick_usage[] =
 	"\n"
 	"Evaluate every due schedule once, as a worker does, at TIME (default: the\n"
 	"database's now()), and print what happened. For tests and simulations.\n"
+	"\n"
+	"Tick options:\n"
+	"  --at TIME              evaluate at TIME instead of the database's now()\n"
+	"  --catch-up-bound N     catch-up all enqueues at most the newest N fire\n"
+	"                         times of one schedule per tick (default 100)\n"
+	"  --grace DUR            a schedule is behind when its oldest due fire time\n"
+	"                         is older than DUR (default 1m)\n"
 	"\n";
 
 static const char common_exit[] =

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "metrics_http.h"
 
 static const char usage[] =
 	"Usage: skiplock worker --handler KIND=COMMAND [--handler …] [OPTIONS]\n"
@@ -93,16 +94,24 @@ static const char usage[] =
 	"  --owner NAME            lease owner written on claims (default host:pid)\n"
 	"  --no-cron               do not evaluate cron schedules (by default every\n"
 	"                          worker does, about once a second; see skiplock cron)\n"
+	"  --metrics HOST:PORT     serve Prometheus metrics at http://HOST:PORT/metrics\n"
+	"                          (e.g. 127.0.0.1:9187; port 0 picks a free one and logs\n"
+	"                          it); queue gauges are read every --metrics-every\n"
+	"  --metrics-every DUR     how often to read queue depth and age (default 5s)\n"
+	"  --log-payloads          put job payloads in log lines about a job (never\n"
+	"                          otherwise; payloads may hold personal data)\n"
 	"\n";
 
 static const char exit_help[] =
-	"\nExit status: 0 drained after SIGTERM/SIGINT, 2 bad usage (including a\n"
+	"\nExit status: 0 drained after SIGTERM/SIGINT, 1 cannot listen on the\n"
+	"--metrics address, 2 bad usage (including a\n"
 	"webhook URL that is not http(s) with a host, or an unset secret variable),\n"
 	"3 database unreachable at start within --retry-for.\n";
 
 enum { O_HANDLER = OPT_COMMON_LAST + 1, O_QUEUE, O_CONC, O_LEASE, O_POLL, O_POLLMAX,
        O_TIMEOUT, O_GRACE, O_SHUTDOWN, O_BACKOFF, O_BBASE, O_BCAP, O_RESCUE, O_OWNER,
-       O_NO_CRON, O_WEBHOOK, O_WH_TIMEOUT, O_WH_SECRET, O_BUDGET, O_BREAKER };
+       O_NO_CRON, O_WEBHOOK, O_WH_TIMEOUT, O_WH_SECRET, O_BUDGET, O_BREAKER,
+       O_METRICS, O_METRICS_EVERY, O_LOG_PAYLOADS };
 
 #define MAX_KIND_OPTS 64
 
@@ -129,6 +138,8 @@ typedef struct worker_args {
 	size_t nqueues;
 	kind_opt kinds[MAX_KIND_OPTS];
 	size_t nkinds;
+	const char *metrics;
+	int64_t metrics_every_ms;
 } worker_args;
 
 static bool dur(worker_args *a, const char *name, const char *arg, int64_t *out)
@@ -317,6 +328,9 @@ static int own_option(int code, const char *arg, void *ctx)
 	case O_RESCUE: ok = dur(a, "--rescue-every", arg, &o->rescue_every_ms); break;
 	case O_OWNER: o->owner = arg; break;
 	case O_NO_CRON: o->no_cron = true; break;
+	case O_METRICS: a->metrics = arg; break;
+	case O_METRICS_EVERY: ok = dur(a, "--metrics-every", arg, &a->metrics_every_ms); break;
+	case O_LOG_PAYLOADS: o->log_payloads = true; break;
 	default: return CLI_USAGE;
 	}
 	return ok ? CLI_OK : CLI_USAGE;
@@ -506,6 +520,9 @@ int cmd_worker(int argc, char **argv)
 		{"no-cron", no_argument, NULL, O_NO_CRON},
 		{"retry-budget", required_argument, NULL, O_BUDGET},
 		{"breaker", required_argument, NULL, O_BREAKER},
+		{"metrics", required_argument, NULL, O_METRICS},
+		{"metrics-every", required_argument, NULL, O_METRICS_EVERY},
+		{"log-payloads", no_argument, NULL, O_LOG_PAYLOADS},
 		{0}};
 	cli_common cc;
 	cli_common_init(&cc, "worker");
@@ -524,18 +541,24 @@ int cmd_worker(int argc, char **argv)
 		return CLI_USAGE;
 	a.wo.queues = a.queues;
 	a.wo.nqueues = a.nqueues;
-	a.wo.log = cli_log_sink;
+	a.wo.log_record = cli_log_record;
+	if (a.metrics)
+		a.wo.queue_stats_every_ms = a.metrics_every_ms > 0 ? a.metrics_every_ms : 5000;
 	skl_worker *w = NULL;
 	skl_error err;
 	if (skl_worker_new(&cc.client, &a.wo, &w, &err) != SKL_OK)
 		return cli_fail(&cc, &err);
 	rc = add_handlers(&a, w);
+	cli_metrics *m = NULL;
+	if (rc == CLI_OK && a.metrics)
+		rc = cli_metrics_start(&cc, a.metrics, w, &m);
 	if (rc == CLI_OK)
 		rc = add_webhooks(&a, w);
 	if (rc == CLI_OK)
 		rc = add_retry_settings(&a, w);
 	if (rc == CLI_OK)
 		rc = run(&a, w);
+	cli_metrics_stop(m);
 	skl_worker_free(w);
 	return rc;
 }

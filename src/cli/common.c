@@ -31,6 +31,7 @@ void cli_common_init(cli_common *cc, const char *command)
 {
 	memset(cc, 0, sizeof(*cc));
 	cc->command = command;
+	cli_log_command(command);
 	skl_client_options_init(&cc->client);
 	cc->client.log = cli_log_sink;
 }

@@ -2,8 +2,12 @@
  * log.c — diagnostics of the command on stderr: levels, text or JSON lines.
  *
  * Text lines follow PostgreSQL's message style: "skiplock: LEVEL: message",
- * primary message lower case, no final period.  JSON lines carry time,
- * level and message.
+ * primary message lower case, no final period; a line about a job starts
+ * with its context ("job=… kind=… attempt=… fencing=… queue=…:").  JSON
+ * lines (one object per line) carry time, level, message, command and the
+ * context as fields: worker, job_id, queue, kind, attempt, fencing, and
+ * payload only when the worker was asked to (--log-payloads).  Nothing
+ * here prints a URL: the library redacts passwords before logging one.
  */
 #include <jansson.h>
 #include <stdarg.h>
@@ -17,7 +21,14 @@
 static skl_log_level min_level = SKL_LOG_INFO;
 static cli_log_format format = LOG_TEXT;
 
+static const char *command;  /* the subcommand, for JSON lines */
+
 static const char *const level_names[] = {"debug", "info", "warning", "error"};
+
+void cli_log_command(const char *name)
+{
+	command = name;
+}
 
 void cli_log_setup(skl_log_level level, cli_log_format fmt)
 {
@@ -46,26 +57,86 @@ bool cli_log_parse_format(const char *s, cli_log_format *out)
 	return true;
 }
 
-static void emit(skl_log_level level, const char *msg)
+static void timestamp(char *ts, size_t cap)
+{
+	struct timeval tv;
+	gettimeofday(&tv, NULL);
+	struct tm tm;
+	gmtime_r(&tv.tv_sec, &tm);
+	size_t n = strftime(ts, cap, "%Y-%m-%dT%H:%M:%S", &tm);
+	snprintf(ts + n, cap - n, ".%03ldZ", (long)(tv.tv_usec / 1000));
+}
+
+/* The context as JSON fields; a payload that is not JSON goes as text. */
+static void add_context(json_t *o, const skl_log_context *lc)
+{
+	if (lc->worker)
+		json_object_set_new(o, "worker", json_string(lc->worker));
+	if (lc->job_id)
+		json_object_set_new(o, "job_id", json_integer(lc->job_id));
+	if (lc->queue)
+		json_object_set_new(o, "queue", json_string(lc->queue));
+	if (lc->kind)
+		json_object_set_new(o, "kind", json_string(lc->kind));
+	if (lc->attempt)
+		json_object_set_new(o, "attempt", json_integer(lc->attempt));
+	if (lc->fencing)
+		json_object_set_new(o, "fencing", json_integer(lc->fencing));
+	if (lc->payload) {
+		json_t *p = json_loads(lc->payload, JSON_DECODE_ANY, NULL);
+		json_object_set_new(o, "payload", p ? p : json_string(lc->payload));
+	}
+}
+
+static void emit_json(skl_log_level level, const skl_log_context *lc, const char *msg)
+{
+	char ts[40];
+	timestamp(ts, sizeof(ts));
+	json_t *o = json_pack("{s:s, s:s, s:s}", "time", ts, "level", level_names[level],
+	                      "message", msg);
+	if (o && command)
+		json_object_set_new(o, "command", json_string(command));
+	if (o && lc)
+		add_context(o, lc);
+	/* invalid UTF-8 in a message must not lose the line */
+	char *line = o ? json_dumps(o, JSON_COMPACT) : NULL;
+	if (line == NULL) {
+		json_decref(o);
+		o = json_pack("{s:s, s:s, s:s}", "time", ts, "level", level_names[level], "message",
+		              "(message not valid UTF-8)");
+		line = o ? json_dumps(o, JSON_COMPACT) : NULL;
+	}
+	if (line)
+		fprintf(stderr, "%s\n", line);
+	free(line);
+	json_decref(o);
+}
+
+static void emit(skl_log_level level, const skl_log_context *lc, const char *msg)
 {
 	if (format == LOG_JSON) {
-		struct timeval tv;
-		gettimeofday(&tv, NULL);
-		struct tm tm;
-		gmtime_r(&tv.tv_sec, &tm);
-		char ts[40];
-		size_t n = strftime(ts, sizeof(ts), "%Y-%m-%dT%H:%M:%S", &tm);
-		snprintf(ts + n, sizeof(ts) - n, ".%03ldZ", (long)(tv.tv_usec / 1000));
-		json_t *o = json_pack("{s:s, s:s, s:s}", "time", ts, "level", level_names[level],
-		                      "message", msg);
-		char *line = o ? json_dumps(o, JSON_COMPACT) : NULL;
-		if (line)
-			fprintf(stderr, "%s\n", line);
-		free(line);
-		json_decref(o);
-	} else {
-		fprintf(stderr, "skiplock: %s: %s\n", level_names[level], msg);
+		emit_json(level, lc, msg);
+		return;
 	}
+	if (lc == NULL || lc->job_id == 0) {
+		fprintf(stderr, "skiplock: %s: %s\n", level_names[level], msg);
+		return;
+	}
+	fprintf(stderr, "skiplock: %s: job=%lld kind=%s attempt=%d fencing=%lld queue=%s%s%s: %s\n",
+	        level_names[level], (long long)lc->job_id, lc->kind ? lc->kind : "",
+	        lc->attempt, (long long)lc->fencing, lc->queue ? lc->queue : "",
+	        lc->payload ? " payload=" : "", lc->payload ? lc->payload : "", msg);
+}
+
+/* One line: trailing blanks dropped, newlines turned into spaces. */
+static void one_line(char *buf)
+{
+	size_t n = strlen(buf);
+	while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == ' '))
+		buf[--n] = '\0';
+	for (char *p = buf; *p; p++)
+		if (*p == '\n')
+			*p = ' ';
 }
 
 void cli_log(skl_log_level level, const char *fmt, ...)
@@ -77,13 +148,8 @@ void cli_log(skl_log_level level, const char *fmt, ...)
 	va_start(ap, fmt);
 	vsnprintf(buf, sizeof(buf), fmt, ap);
 	va_end(ap);
-	size_t n = strlen(buf);
-	while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == ' '))
-		buf[--n] = '\0';
-	for (char *p = buf; *p; p++)
-		if (*p == '\n')
-			*p = ' ';
-	emit(level, buf);
+	one_line(buf);
+	emit(level, NULL, buf);
 }
 
 void cli_error(const cli_common *cc, const char *fmt, ...)
@@ -93,14 +159,9 @@ void cli_error(const cli_common *cc, const char *fmt, ...)
 	va_start(ap, fmt);
 	vsnprintf(buf, sizeof(buf), fmt, ap);
 	va_end(ap);
-	for (char *p = buf; *p; p++)
-		if (*p == '\n')
-			*p = ' ';
+	one_line(buf);
 	if (format == LOG_JSON) {
-		char line[2200];
-		snprintf(line, sizeof(line), "%s%s%s", cc && cc->command ? cc->command : "",
-		         cc && cc->command ? ": " : "", buf);
-		emit(SKL_LOG_ERROR, line);
+		emit(SKL_LOG_ERROR, NULL, buf);
 		return;
 	}
 	if (cc && cc->command)
@@ -113,4 +174,15 @@ void cli_log_sink(void *ctx, skl_log_level level, const char *msg)
 {
 	(void)ctx;
 	cli_log(level, "%s", msg);
+}
+
+void cli_log_record(void *ctx, skl_log_level level, const skl_log_context *lc, const char *msg)
+{
+	(void)ctx;
+	if (level < min_level)
+		return;
+	char buf[2048];
+	snprintf(buf, sizeof(buf), "%s", msg);
+	one_line(buf);
+	emit(level, lc, buf);
 }

@@ -123,6 +123,11 @@ uint64_t skl_client_connects(const skl_client *c)
 	return c->connects;
 }
 
+uint64_t skl_client_indeterminate(const skl_client *c)
+{
+	return c->indeterminate;
+}
+
 int skl_client_backend_pid(const skl_client *c)
 {
 	return c->conn ? PQbackendPID(c->conn) : 0;

@@ -44,6 +44,7 @@ struct skl_client {
 	skl_tx_state tx;
 	int server_version;
 	uint64_t connects;
+	uint64_t indeterminate;  /* outcomes skl__run saw as SKL_INDETERMINATE */
 	uint64_t rng;
 	int err_position;      /* the last server error's statement position (1-based
 	                        * characters), 0 when it had none */
@@ -107,6 +108,13 @@ skl_rc skl__connect(skl_client *c, skl_error *err);
 /* redact.c: replaces, in place, every password found in url (3 bytes or
  * longer, as written or percent-decoded) that occurs in msg by "***". */
 void skl__scrub(char *msg, const char *url);
+/* queue.c: skl_rescue, calling fn (when not NULL) with the queue and kind
+ * of every job whose expired lease was ended, and whether it was discarded
+ * (its last attempt). */
+typedef void (*skl__rescued_fn)(void *ctx, const char *queue, const char *kind,
+                                bool discarded);
+skl_rc skl__rescue_each(skl_client *c, int limit, skl__rescued_fn fn, void *ctx,
+                        int *rescued, int *discarded, skl_error *err);
 
 /* url.c */
 skl_rc skl__url_host_port(const char *url, char **host, char **port, skl_error *err);

@@ -623,7 +623,7 @@ static const char *const rescue_sql =
 	"   errors = " SKL_ERRORS_APPEND("'lease expired: ' || coalesce(j.lease_owner, '?') ||"
 	                                 " ' stopped renewing it'")
 	"  FROM r WHERE j.id = r.id"
-	" RETURNING j.state";
+	" RETURNING j.state, j.queue, j.kind";
 
 typedef struct count_call {
 	const char *sql;
@@ -648,18 +648,45 @@ static skl_rc count_fn(skl_client *c, void *ctx, skl_error *err)
 	return SKL_OK;
 }
 
-skl_rc skl_rescue(skl_client *c, int limit, int *rescued, int *discarded, skl_error *err)
+typedef struct rescue_call {
+	const char *params[1];
+	PGresult *res;
+} rescue_call;
+
+static skl_rc rescue_fn(skl_client *c, void *ctx, skl_error *err)
+{
+	rescue_call *rc = ctx;
+	PQclear(rc->res);
+	rc->res = NULL;
+	return skl__exec(c, rescue_sql, 1, rc->params, &rc->res, err);
+}
+
+skl_rc skl__rescue_each(skl_client *c, int limit, skl__rescued_fn fn, void *ctx,
+                        int *rescued, int *discarded, skl_error *err)
 {
 	char lim[16];
 	snprintf(lim, sizeof(lim), "%d", limit > 0 ? limit : 1000);
-	count_call cc = {.sql = rescue_sql, .nparams = 1, .params = {lim}};
+	rescue_call call = {.params = {lim}};
 	static const skl_txn_opts o = {.idempotent = 1};
-	skl_rc rc = skl__run(c, &o, count_fn, &cc, err);
+	skl_rc rc = skl__run(c, &o, rescue_fn, &call, err);
+	int rows = 0, gone = 0;
+	for (int i = 0; rc == SKL_OK && i < PQntuples(call.res); i++, rows++) {
+		bool d = strcmp(PQgetvalue(call.res, i, 0), "discarded") == 0;
+		gone += d;
+		if (fn)
+			fn(ctx, PQgetvalue(call.res, i, 1), PQgetvalue(call.res, i, 2), d);
+	}
+	PQclear(call.res);
 	if (rescued)
-		*rescued = rc == SKL_OK ? (int)(cc.rows - cc.discarded) : 0;
+		*rescued = rows - gone;
 	if (discarded)
-		*discarded = rc == SKL_OK ? (int)cc.discarded : 0;
+		*discarded = gone;
 	return rc;
+}
+
+skl_rc skl_rescue(skl_client *c, int limit, int *rescued, int *discarded, skl_error *err)
+{
+	return skl__rescue_each(c, limit, NULL, NULL, rescued, discarded, err);
 }
 
 static const char *const retry_sql =

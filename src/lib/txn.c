@@ -99,6 +99,8 @@ skl_rc skl__run(skl_client *c, const skl_txn_opts *o, skl_txn_fn fn, void *ctx, 
 	int64_t start = skl__now_ms();
 	for (int attempt = 0;; attempt++) {
 		skl_rc rc = run_once(c, o, fn, ctx, err);
+		if (rc == SKL_INDETERMINATE)
+			c->indeterminate++;
 		if (!retryable(rc, o))
 			return rc;
 		int64_t delay = skl__backoff_full(attempt, c->retry_base_ms, c->retry_cap_ms, &c->rng);

@@ -29,16 +29,49 @@
 #include "internal.h"
 #include "worker_int.h"
 
-void skl__wlog(const skl_worker *w, skl_log_level lvl, const char *fmt, ...)
+static void wlog(const skl_worker *w, skl_log_level lvl, const skl_job *job, const char *fmt,
+                 va_list ap)
 {
-	if (w->wo.log == NULL)
+	if (w->wo.log == NULL && w->wo.log_record == NULL)
 		return;
 	char buf[1024];
+	vsnprintf(buf, sizeof(buf), fmt, ap);
+	if (w->wo.log_record) {
+		skl_log_context lc = {.worker = w->wo.owner};
+		if (job)
+			lc = (skl_log_context){.worker = w->wo.owner, .job_id = job->id,
+			                       .queue = job->queue, .kind = job->kind,
+			                       .attempt = job->attempt, .fencing = job->fencing,
+			                       .payload = w->wo.log_payloads ? job->payload : NULL};
+		w->wo.log_record(w->wo.log_ctx, lvl, &lc, buf);
+		return;
+	}
+	if (job == NULL) {
+		w->wo.log(w->wo.log_ctx, lvl, buf);
+		return;
+	}
+	char line[1400];
+	snprintf(line, sizeof(line),
+	         "job=%" PRId64 " kind=%s attempt=%d fencing=%" PRId64 " queue=%s: %s", job->id,
+	         job->kind, job->attempt, job->fencing, job->queue, buf);
+	w->wo.log(w->wo.log_ctx, lvl, line);
+}
+
+void skl__wlog(const skl_worker *w, skl_log_level lvl, const char *fmt, ...)
+{
 	va_list ap;
 	va_start(ap, fmt);
-	vsnprintf(buf, sizeof(buf), fmt, ap);
+	wlog(w, lvl, NULL, fmt, ap);
 	va_end(ap);
-	w->wo.log(w->wo.log_ctx, lvl, buf);
+}
+
+void skl__wlog_job(const skl_worker *w, skl_log_level lvl, const skl_job *job,
+                   const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	wlog(w, lvl, job, fmt, ap);
+	va_end(ap);
 }
 
 void skl_worker_options_init(skl_worker_options *o)
@@ -108,7 +141,8 @@ skl_rc skl_worker_new(const skl_client_options *co, const skl_worker_options *wo
 	pthread_mutex_init(&w->mu, NULL);
 	pthread_cond_init(&w->work, NULL);
 	w->wake[0] = w->wake[1] = -1;
-	if (w->queues == NULL || pipe2(w->wake, O_CLOEXEC | O_NONBLOCK) != 0) {
+	w->metrics = skl__wm_new();
+	if (w->queues == NULL || w->metrics == NULL || pipe2(w->wake, O_CLOEXEC | O_NONBLOCK) != 0) {
 		skl_worker_free(w);
 		return skl__seterr(err, SKL_IO, "cannot create the worker's wake-up pipe");
 	}
@@ -197,6 +231,15 @@ void skl_worker_get_stats(skl_worker *w, skl_worker_stats *s)
 		.discarded = w->st_discarded, .fenced_out = w->st_fenced, .rescued = w->st_rescued,
 		.heartbeats = w->st_heartbeats,
 	};
+}
+
+skl_rc skl_worker_metrics(skl_worker *w, char **text, skl_error *err)
+{
+	*text = skl__wm_render(w->metrics);
+	if (*text == NULL)
+		return skl__seterr(err, SKL_NOMEM, "out of memory");
+	skl_error_clear(err);
+	return SKL_OK;
 }
 
 static slot *slot_of(const skl_job *job)

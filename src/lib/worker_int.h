@@ -10,6 +10,7 @@
 #include <stdatomic.h>
 
 #include "internal.h"
+#include "wmetrics.h"
 
 #define SLOT_MAGIC 0x736b6c6aU
 
@@ -25,6 +26,7 @@ typedef struct slot {
 	                              * over the computed backoff */
 	char *result;                /* JSON or NULL */
 	char *error;                 /* text or NULL */
+	double seconds;              /* how long the handler ran */
 } slot;
 
 typedef struct handler {
@@ -81,6 +83,7 @@ struct skl_worker {
 	int wake[2];
 	volatile sig_atomic_t stop;
 	uint64_t rng;
+	skl_wmetrics *metrics;       /* per queue and kind; see wmetrics.h */
 	_Atomic uint64_t st_claimed, st_completed, st_retried, st_discarded, st_fenced,
 		st_rescued, st_heartbeats;
 };
@@ -103,5 +106,10 @@ kind_retry *skl__retry_kind(skl_worker *w, const char *kind, bool create);
 void skl__retry_free(skl_worker *w);
 
 void skl__wlog(const skl_worker *w, skl_log_level lvl, const char *fmt, ...) SKL_PRINTF(3, 4);
+/* A message about one job: its context goes to log_record as fields, or
+ * before the message ("job=… kind=… attempt=… fencing=… queue=…: ") for the
+ * plain log callback. */
+void skl__wlog_job(const skl_worker *w, skl_log_level lvl, const skl_job *job,
+                   const char *fmt, ...) SKL_PRINTF(4, 5);
 
 #endif

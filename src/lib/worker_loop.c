@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <jansson.h>
@@ -104,9 +105,18 @@ static int run_handler(skl_worker *w, slot *s)
 	return s->h->fn(&s->job, s->h->ctx);
 }
 
+static double seconds_now(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
 static void run_slot(skl_worker *w, slot *s)
 {
+	double start = seconds_now();
 	int code = run_handler(w, s);
+	s->seconds = seconds_now() - start;
 	if (code == SKL_JOB_OK) {
 		s->outcome = SKL_OUTCOME_COMPLETE;
 		return;
@@ -202,26 +212,34 @@ static void give_back(skl_worker *w, slot *list)
 	pthread_mutex_unlock(&w->mu);
 }
 
+static void count(skl_worker *w, const slot *s, skl_wm_counter c)
+{
+	skl__wm_count(w->metrics, s->job.queue, s->job.kind, c, 1);
+}
+
 static void log_outcome(skl_worker *w, const slot *s, bool accepted)
 {
+	const skl_job *j = &s->job;
+	skl__wm_duration(w->metrics, j->queue, j->kind, s->seconds);
 	if (!accepted) {
 		w->st_fenced++;
-		skl__wlog(w, SKL_LOG_WARNING,
-		          "job=%" PRId64 " kind=%s attempt=%d fencing=%" PRId64
-		          ": lease lost, outcome dropped", s->job.id, s->job.kind, s->job.attempt,
-		          s->job.fencing);
+		count(w, s, WM_FENCED);
+		skl__wlog_job(w, SKL_LOG_WARNING, j, "lease lost, outcome dropped");
 	} else if (s->outcome == SKL_OUTCOME_COMPLETE) {
 		w->st_completed++;
-	} else if (s->outcome == SKL_OUTCOME_DISCARD || s->job.attempt >= s->job.max_attempts) {
+		count(w, s, WM_COMPLETED);
+		skl__wlog_job(w, SKL_LOG_DEBUG, j, "completed in %.3f s", s->seconds);
+	} else if (s->outcome == SKL_OUTCOME_DISCARD || j->attempt >= j->max_attempts) {
 		w->st_discarded++;
-		skl__wlog(w, SKL_LOG_WARNING, "job=%" PRId64 " kind=%s attempt=%d: discarded: %s",
-		          s->job.id, s->job.kind, s->job.attempt, s->error ? s->error : "");
+		count(w, s, WM_FAILED);
+		count(w, s, WM_DISCARDED);
+		skl__wlog_job(w, SKL_LOG_WARNING, j, "discarded: %s", s->error ? s->error : "");
 	} else {
 		w->st_retried++;
-		skl__wlog(w, SKL_LOG_INFO,
-		          "job=%" PRId64 " kind=%s attempt=%d: failed, retry in %" PRId64 " ms: %s",
-		          s->job.id, s->job.kind, s->job.attempt, s->retry_delay_ms,
-		          s->error ? s->error : "");
+		count(w, s, WM_FAILED);
+		count(w, s, WM_RETRIED);
+		skl__wlog_job(w, SKL_LOG_INFO, j, "failed, retry in %" PRId64 " ms: %s",
+		              s->retry_delay_ms, s->error ? s->error : "");
 	}
 }
 
@@ -269,6 +287,8 @@ static void dispatch(skl_worker *w, skl_job *jobs, size_t n)
 		s->magic = SLOT_MAGIC;
 		s->h = find_handler(w, s->job.kind);
 		w->running[w->nrunning++] = s;
+		count(w, s, WM_CLAIMED);
+		skl__wlog_job(w, SKL_LOG_DEBUG, &s->job, "claimed");
 		pthread_mutex_lock(&w->mu);
 		if (w->queued_tail)
 			w->queued_tail->next = s;
@@ -337,8 +357,8 @@ static void heartbeat(skl_worker *w)
 		for (size_t i = 0; i < n; i++)
 			if (!alive[i] && !w->running[i]->lost) {
 				w->running[i]->lost = 1;
-				skl__wlog(w, SKL_LOG_WARNING, "job=%" PRId64 " kind=%s: lease lost; stopping it",
-				          ids[i], w->running[i]->job.kind);
+				skl__wlog_job(w, SKL_LOG_WARNING, &w->running[i]->job,
+				              "lease lost; stopping it");
 			}
 	} else {
 		skl__wlog(w, SKL_LOG_WARNING, "heartbeat failed: %s",
@@ -349,11 +369,19 @@ static void heartbeat(skl_worker *w)
 	free(alive);
 }
 
+static void count_rescue(void *ctx, const char *queue, const char *kind, bool discarded)
+{
+	skl_worker *w = ctx;
+	skl__wm_count(w->metrics, queue, kind, WM_RESCUED, 1);
+	if (discarded)
+		skl__wm_count(w->metrics, queue, kind, WM_DISCARDED, 1);
+}
+
 static void rescue(skl_worker *w)
 {
 	int rescued = 0, discarded = 0;
 	skl_error err;
-	if (skl_rescue(w->db, 1000, &rescued, &discarded, &err) != SKL_OK) {
+	if (skl__rescue_each(w->db, 1000, count_rescue, w, &rescued, &discarded, &err) != SKL_OK) {
 		skl__wlog(w, SKL_LOG_WARNING, "rescue failed: %s", err.message);
 		return;
 	}
@@ -419,6 +447,7 @@ static void stop_threads(skl_worker *w)
 
 typedef struct loop_state {
 	int64_t poll, next_claim, next_hb, next_rescue, stop_at, kill_sent, next_cron, cron_warned;
+	int64_t next_stats, stats_warned;
 } loop_state;
 
 /* Uniform in [ms/2, 3ms/2). The generator is shared with handler threads. */
@@ -445,6 +474,49 @@ static void cron_tick(skl_worker *w, loop_state *ls, int64_t now)
 	}
 	int64_t every = w->wo.cron_every_ms > 0 ? w->wo.cron_every_ms : 1000;
 	ls->next_cron = now + jitter(w, every);
+}
+
+/* The cached queue gauges of skl_worker_metrics; a failure keeps the old
+ * values and is logged at most once a minute. */
+static void queue_stats(skl_worker *w, loop_state *ls, int64_t now)
+{
+	skl_error err;
+	skl_rc rc = skl__wm_refresh(w->metrics, w->db, w->wo.queues, w->wo.nqueues, &err);
+	if (rc != SKL_OK && now - ls->stats_warned >= 60000) {
+		ls->stats_warned = now;
+		skl__wlog(w, SKL_LOG_WARNING, "queue gauges: %s", err.message);
+	}
+	ls->next_stats = now + w->wo.queue_stats_every_ms;
+}
+
+/* Periodic work besides claims and outcomes; returns the earliest time
+ * one of them is due next. */
+static int64_t chores(skl_worker *w, loop_state *ls, int64_t now)
+{
+	if (now >= ls->next_hb) {
+		heartbeat(w);
+		ls->next_hb = now + w->wo.lease_ms / 3;
+	}
+	if (!w->stop && now >= ls->next_rescue) {
+		rescue(w);
+		ls->next_rescue = now + jitter(w, w->wo.rescue_every_ms);
+	}
+	if (!w->stop && !w->wo.no_cron && now >= ls->next_cron)
+		cron_tick(w, ls, now);
+	bool stats = !w->stop && w->wo.queue_stats_every_ms > 0;
+	if (stats && now >= ls->next_stats)
+		queue_stats(w, ls, now);
+	skl__wm_set_scalars(w->metrics, w->nrunning,
+	                    skl_client_connects(w->db) ? skl_client_connects(w->db) - 1 : 0,
+	                    skl_client_indeterminate(w->db));
+	int64_t until = ls->next_hb;
+	if (!w->stop && ls->next_rescue < until)
+		until = ls->next_rescue;
+	if (!w->stop && !w->wo.no_cron && ls->next_cron < until)
+		until = ls->next_cron;
+	if (stats && ls->next_stats < until)
+		until = ls->next_stats;
+	return until;
 }
 
 /* One turn of the loop; returns false when the drain is complete. */
@@ -480,23 +552,9 @@ static bool turn(skl_worker *w, loop_state *ls, const char *const *kinds)
 			ls->poll = ls->poll * 2 > w->wo.poll_max_ms ? w->wo.poll_max_ms : ls->poll * 2;
 		}
 	}
-	if (now >= ls->next_hb) {
-		heartbeat(w);
-		ls->next_hb = now + w->wo.lease_ms / 3;
-	}
-	if (!w->stop && now >= ls->next_rescue) {
-		rescue(w);
-		ls->next_rescue = now + jitter(w, w->wo.rescue_every_ms);
-	}
-	if (!w->stop && !w->wo.no_cron && now >= ls->next_cron)
-		cron_tick(w, ls, now);
-	int64_t until = ls->next_hb;
+	int64_t until = chores(w, ls, now);
 	if (!w->stop && pending_count(w) < (size_t)w->wo.concurrency && ls->next_claim < until)
 		until = ls->next_claim;
-	if (!w->stop && ls->next_rescue < until)
-		until = ls->next_rescue;
-	if (!w->stop && !w->wo.no_cron && ls->next_cron < until)
-		until = ls->next_cron;
 	wait_wake(w, until - skl__now_ms());
 	return true;
 }
@@ -520,7 +578,8 @@ skl_rc skl_worker_run(skl_worker *w, skl_error *err)
 	loop_state ls = {.poll = w->wo.poll_ms, .next_claim = now,
 	                 .next_hb = now + w->wo.lease_ms / 3,
 	                 .next_rescue = now + jitter(w, w->wo.rescue_every_ms),
-	                 .next_cron = now, .cron_warned = now - 60000};
+	                 .next_cron = now, .cron_warned = now - 60000, .next_stats = now,
+	                 .stats_warned = now - 60000};
 	skl__wlog(w, SKL_LOG_INFO, "worker %s started: %zu kind(s), concurrency %d, lease %" PRId64
 	          " ms", w->wo.owner, w->nhandlers, w->wo.concurrency, w->wo.lease_ms);
 	while (rc == SKL_OK && turn(w, &ls, kinds))
@@ -558,5 +617,6 @@ void skl_worker_free(skl_worker *w)
 		close(w->wake[1]);
 	pthread_mutex_destroy(&w->mu);
 	pthread_cond_destroy(&w->work);
+	skl__wm_free(w->metrics);
 	free(w);
 }

@@ -1,0 +1,28 @@
+# Removes what the last install into this build directory wrote (its
+# install_manifest.txt), then the directories it created if they are empty.
+#   cmake -DMANIFEST=build/release/install_manifest.txt -P cmake/uninstall.cmake
+if(NOT EXISTS "${MANIFEST}")
+  message(FATAL_ERROR "nothing to uninstall: ${MANIFEST} not found (run make install first)")
+endif()
+file(STRINGS "${MANIFEST}" files)
+set(dirs "")
+foreach(f IN LISTS files)
+  if(EXISTS "${f}" OR IS_SYMLINK "${f}")
+    message(STATUS "removing ${f}")
+    file(REMOVE "${f}")
+  endif()
+  get_filename_component(d "${f}" DIRECTORY)
+  list(APPEND dirs "${d}")
+endforeach()
+# skiplock's own directories, deepest first, only when empty
+list(REMOVE_DUPLICATES dirs)
+list(SORT dirs ORDER DESCENDING)
+foreach(d IN LISTS dirs)
+  if(d MATCHES "/skiplock$")
+    file(GLOB left "${d}/*")
+    if(NOT left)
+      file(REMOVE_RECURSE "${d}")
+    endif()
+  endif()
+endforeach()
+file(REMOVE "${MANIFEST}")
