@@ -105,5 +105,6 @@ int cmd_status(int argc, char **argv);
 int cmd_demo(int argc, char **argv);
 int cmd_idem(int argc, char **argv);
 int cmd_lease(int argc, char **argv);
+int cmd_dashboard(int argc, char **argv);
 
 #endif

@@ -20,6 +20,7 @@ static const struct command {
 	{"idem", cmd_idem, "idempotency keys: prune the expired"},
 	{"status", cmd_status, "counts and ages per queue and kind"},
 	{"lease", cmd_lease, "run a command only while holding a lease; list leases"},
+	{"dashboard", cmd_dashboard, "a web page of queues, jobs, schedules and leases"},
 	{"demo", cmd_demo, "run the embedded demo on a private Postgres"},
 };
 
