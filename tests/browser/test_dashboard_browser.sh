@@ -39,10 +39,14 @@ start_dash() { # NAME ARGS...: sets PORT and PID
 
 # Jobs: three discarded by a failing handler (two queues), two completed,
 # one delayed.
-for i in 1 2; do "$S" enqueue --url "$URL" bad "{\"n\": $i}" --max-attempts 1 >/dev/null; done
-"$S" enqueue --url "$URL" bad '{"n": 3}' --max-attempts 1 --queue mail >/dev/null
-for i in 1 2; do "$S" enqueue --url "$URL" ok "{\"n\": $i}" >/dev/null; done
-"$S" enqueue --url "$URL" later --delay 1h --queue mail >/dev/null
+"$S" enqueue --url "$URL" --batch - >/dev/null <<'JOBS' || fail "enqueue"
+{"kind": "bad", "payload": {"n": 1}, "max_attempts": 1}
+{"kind": "bad", "payload": {"n": 2}, "max_attempts": 1}
+{"kind": "bad", "payload": {"n": 3}, "max_attempts": 1, "queue": "mail"}
+{"kind": "ok", "payload": {"n": 1}}
+{"kind": "ok", "payload": {"n": 2}}
+{"kind": "later", "delay": "1h", "queue": "mail"}
+JOBS
 "$S" worker --url "$URL" --poll 50ms --poll-max 200ms --log-level error --queue default \
 	--queue mail --handler 'bad=echo broken >&2; exit 1' --handler 'ok=cat >/dev/null' \
 	2>"$TMP/w.log" &
