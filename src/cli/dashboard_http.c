@@ -104,6 +104,22 @@ static bool authorized(const dash_server *s, struct MHD_Connection *conn)
 	return dash_secret_equal(h + 7, s->token);
 }
 
+/* Without a token, only a loopback Host is served: a page from another
+ * site whose name was made to resolve to 127.0.0.1 (DNS rebinding) sends
+ * its own name and is refused. */
+static bool host_allowed(const dash_server *s, struct MHD_Connection *conn)
+{
+	if (s->token != NULL)
+		return true;
+	const char *h = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Host");
+	if (h == NULL)
+		return false;
+	size_t n = strcspn(h, "]") < strlen(h) ? strcspn(h, "]") + 1 : strcspn(h, ":");
+	return (n == 9 && strncmp(h, "localhost", 9) == 0) ||
+	       (n == 5 && strncmp(h, "[::1]", 5) == 0) ||
+	       (n >= 9 && n <= 15 && strncmp(h, "127.", 4) == 0 && strspn(h, "0123456789.") == n);
+}
+
 static const char *query_arg(void *ctx, const char *name)
 {
 	return MHD_lookup_connection_value(ctx, MHD_GET_ARGUMENT_KIND, name);
@@ -148,6 +164,8 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *conn, const char
 	dash_server *s = cls;
 	if (!authorized(s, conn))
 		return send_error(conn, 401, "a valid bearer token is required");
+	if (!host_allowed(s, conn))
+		return send_error(conn, 403, "the Host header must name a loopback address");
 	if (strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0)
 		return do_get(s, conn, url);
 	if (strcmp(method, "POST") == 0)

@@ -66,13 +66,15 @@ check_eq "right token: 200" "$(http GET /api/queues -H "Authorization: Bearer $T
 stop_dash auth
 
 # --- loopback: the page, CSRF, counts ---
-start_dash rw
+start_dash rw --listen 127.0.0.1:0
 check_eq "page: 200" "$(http GET /)" 200
 CSRF=$(sed -n 's|.*name="csrf-token" content="\([0-9a-f]*\)".*|\1|p' "$TMP/body")
 check_eq "page carries a 64-hex CSRF token" "${#CSRF}" 64
 grep -q 'data-read-only="false"' "$TMP/body" && pass "page: actions enabled" || fail "page: read-only flag"
 check_eq "script: 200" "$(http GET /app.js)" 200
 check_eq "unknown page: 404" "$(http GET /nope)" 404
+check_eq "foreign Host (DNS rebinding): 403" "$(http GET /api/queues -H "Host: rebind.example:$PORT")" 403
+check_eq "Host localhost: 200" "$(http GET /api/queues -H "Host: localhost:$PORT")" 200
 check_eq "bad state filter: 400" "$(http GET '/api/jobs?state=lost')" 400
 check_eq "jobs filtered by queue" "$(http GET '/api/jobs?queue=q2')" 200
 check_eq "one job in q2" "$(grep -o '"queue":"q2"' "$TMP/body" | wc -l)" 1
@@ -99,7 +101,7 @@ check_eq "DELETE: 405" "$(http DELETE "/api/jobs/$d2")" 405
 stop_dash rw
 
 # --- --read-only: actions refused even with the right CSRF token ---
-start_dash ro --read-only
+start_dash ro --listen 127.0.0.1:0 --read-only
 http GET / >/dev/null
 grep -q 'data-read-only="true"' "$TMP/body" && pass "read-only page" || fail "read-only flag missing"
 CSRF=$(sed -n 's|.*name="csrf-token" content="\([0-9a-f]*\)".*|\1|p' "$TMP/body")
