@@ -117,5 +117,6 @@ int cmd_breakers(int argc, char **argv);
 int cmd_doctor_pooler(int argc, char **argv);
 int cmd_doctor_indexes(int argc, char **argv);
 int cmd_explain(int argc, char **argv);
+int cmd_dashboard(int argc, char **argv);
 
 #endif

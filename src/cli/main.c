@@ -24,6 +24,7 @@ static const struct command {
 	{"migrate", cmd_migrate, "apply SQL migrations safely behind poolers; status, verify"},
 	{"doctor", cmd_doctor, "diagnose locks, poolers and indexes before they page you"},
 	{"explain", cmd_explain, "compare a query's plan and buffers with a candidate index"},
+	{"dashboard", cmd_dashboard, "a web page of queues, jobs, schedules and leases"},
 	{"demo", cmd_demo, "run the embedded demo on a private Postgres"},
 };
 

@@ -1,0 +1,64 @@
+/*
+ * dashboard.h — the pieces of `skiplock dashboard`: the embedded assets,
+ * the server's shared state, the HTTP layer (dashboard_http.c: routing,
+ * bearer token, CSRF token) and the JSON endpoints (dashboard_api.c).
+ */
+#ifndef SKL_CLI_DASHBOARD_H
+#define SKL_CLI_DASHBOARD_H
+
+#include <jansson.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "skiplock.h"
+
+/* One static file, embedded at build time by cmake/embed_assets.cmake. */
+typedef struct dash_asset {
+	const char *path;          /* "/index.html" */
+	const char *content_type;
+	const char *data;
+	size_t len;
+} dash_asset;
+extern const dash_asset dash_assets[];
+extern const int dash_nassets;
+
+/* The server's state, shared by every connection thread.  The client is
+ * used under `lock` only: an skl_client serves one thread at a time. */
+typedef struct dash_server {
+	skl_client *client;
+	pthread_mutex_t lock;
+	bool read_only;
+	const char *token;         /* bearer token; NULL: none required */
+	char csrf[65];             /* per-process random, hex */
+	char *index_html;          /* the page with the CSRF token filled in */
+	size_t index_len;
+} dash_server;
+
+/* True when a and b are equal, compared in constant time (over SHA-256
+ * digests, so the length of the secret does not leak either). */
+bool dash_secret_equal(const char *a, const char *b);
+
+/* Fills s->csrf with 32 random bytes in hex and builds s->index_html;
+ * false when out of randomness or memory. */
+bool dash_page_init(dash_server *s);
+
+/* Starts the HTTP daemon, one thread per connection, on addr (a struct
+ * sockaddr_in, or a sockaddr_in6 when v6); returns it (a struct
+ * MHD_Daemon *) or NULL.  *port gets the bound port. */
+void *dash_http_start(dash_server *s, const void *addr, bool v6, unsigned *port);
+void dash_http_stop(void *daemon);
+
+/* A JSON endpoint's answer: an HTTP status and a document (owned). */
+typedef struct dash_reply {
+	unsigned status;
+	json_t *body;
+} dash_reply;
+
+/* GET endpoints; `arg` reads one query argument (NULL when absent). */
+typedef const char *(*dash_arg_fn)(void *ctx, const char *name);
+dash_reply dash_api_get(dash_server *s, const char *path, dash_arg_fn arg, void *ctx);
+/* POST /api/jobs/ID/retry and /api/jobs/ID/cancel. */
+dash_reply dash_api_post(dash_server *s, const char *path);
+
+#endif
