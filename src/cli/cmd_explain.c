@@ -57,9 +57,10 @@ static const char usage[] =
 static const char exit_help[] =
 	"\n"
 	"EXIT STATUS\n"
-	"    0 the index reduces the shared buffers by at least 10%; 1 it does not (or\n"
-	"    the database refused); 2 bad usage, a statement of the wrong shape, or a\n"
-	"    production-sized table without --yes (nothing ran); 3 database\n"
+	"    0 the index reduces the shared buffers by at least 10%; 1 it does not;\n"
+	"    2 bad usage, a statement of the wrong shape or one the server rejects\n"
+	"    (syntax, unknown column, a unique index over duplicate keys), or a\n"
+	"    production-sized table without --yes (nothing is kept); 3 database\n"
 	"    unreachable within --retry-for.\n"
 	"\n"
 	"EXAMPLES\n"
