@@ -24,14 +24,15 @@ metric() { # file series: its value, or "absent"
 		END { if (!found) print "absent" }' "$1"
 }
 
+# The flaky and poison jobs run to the end first, then the ok jobs are
+# enqueued and held at the gate (retries never wait behind held slots).
 {
-	# higher priority: their retries go before the ok jobs that wait at the gate
 	for i in 1 2 3; do echo '{"kind": "flaky", "queue": "slow", "priority": 9, "max_attempts": 3}'; done
 	for i in 1 2; do echo '{"kind": "poison", "queue": "slow", "priority": 9}'; done
-	for i in $(seq 1 12); do echo "{\"kind\": \"ok\", \"queue\": \"fast\", \"payload\": {\"i\": $i}}"; done
 	echo '{"kind": "ok", "queue": "fast", "delay": "1h"}'        # not due: not in the depth
 	for i in 1 2 3 4; do echo '{"kind": "orphan", "queue": "idle \"q\""}'; done  # no handler
 } >"$TMP/jobs.ndjson"
+for i in $(seq 1 12); do echo "{\"kind\": \"ok\", \"queue\": \"fast\", \"payload\": {\"i\": $i}}"; done >"$TMP/ok.ndjson"
 "$S" enqueue --url "$URL" --batch "$TMP/jobs.ndjson" >/dev/null || fail "enqueue"
 GATE=$TMP/gate
 "$S" worker --url "$URL" --metrics 127.0.0.1:0 --metrics-every 200ms --concurrency 4 \
@@ -48,8 +49,9 @@ done
 [ -n "$PORT" ] && pass "the worker logged its metrics port ($PORT)" || fail "no metrics port in the log: $(cat "$TMP/w.log")"
 
 # --- while ok jobs are held at the gate: none completed, leases held ---
-wait_for "SELECT count(*) FROM skiplock.jobs WHERE kind = 'ok' AND state = 'running'" 4 20 || fail "ok jobs did not start"
-wait_for "SELECT count(*) FROM skiplock.jobs WHERE kind IN ('flaky', 'poison') AND state = 'discarded'" 5 20 || fail "flaky and poison jobs did not finish"
+wait_for "SELECT count(*) FROM skiplock.jobs WHERE kind IN ('flaky', 'poison') AND state = 'discarded'" 5 30 || fail "flaky and poison jobs did not finish"
+"$S" enqueue --url "$URL" --batch "$TMP/ok.ndjson" >/dev/null || fail "enqueue ok jobs"
+wait_for "SELECT count(*) FROM skiplock.jobs WHERE kind = 'ok' AND state = 'running'" 4 30 || fail "ok jobs did not start"
 scrape "$TMP/s1"
 check_eq "before the gate opens: no ok job completed" "$(metric "$TMP/s1" 'skiplock_jobs_completed_total{queue="fast",kind="ok"}')" 0
 check_eq "before the gate opens: 4 leases held (concurrency 4)" "$(metric "$TMP/s1" skiplock_worker_leases_held)" 4
