@@ -96,18 +96,10 @@ skl_rc skl_breaker_config_parse(const char *spec, skl_breaker_config *c, skl_err
 static const skl_txn_opts write_opts = {.idempotent = 1};
 static const skl_txn_opts read_opts = {.txn = 1, .idempotent = 1};
 
-static skl_rc check_kind(const char *kind, skl_error *err)
-{
-	size_t kl = kind ? strlen(kind) : 0;
-	if (kl == 0 || kl > SKL_KIND_MAX)
-		return skl__seterr(err, SKL_INVALID, "job kind must be 1 to %d bytes", SKL_KIND_MAX);
-	return SKL_OK;
-}
-
 skl_rc skl_breaker_configure(skl_client *c, const char *kind, const skl_breaker_config *cfg,
                              skl_error *err)
 {
-	if (check_kind(kind, err) != SKL_OK)
+	if (skl__check_kind(kind, err) != SKL_OK)
 		return SKL_INVALID;
 	skl_breaker_config d;
 	skl_breaker_config_init(&d);
@@ -154,7 +146,7 @@ static const char *const force_sql[2] = {
 
 skl_rc skl_breaker_force(skl_client *c, const char *kind, bool open, skl_error *err)
 {
-	if (check_kind(kind, err) != SKL_OK)
+	if (skl__check_kind(kind, err) != SKL_OK)
 		return SKL_INVALID;
 	skl_stmt s = {.sql = force_sql[open], .nparams = 1, .params = {kind}};
 	skl_rc rc = skl__run_stmt(c, &write_opts, &s, err);

@@ -75,6 +75,8 @@ uint64_t skl__seed(void);              /* from the kernel's entropy */
 uint64_t skl__rand(uint64_t *state);   /* xorshift64*; state never 0 */
 double skl__rand01(uint64_t *state);   /* uniform in [0, 1) */
 char *skl__strdup(const char *s);      /* NULL in, NULL out */
+/* SKL_OK for a job kind of 1..SKL_KIND_MAX bytes, else SKL_INVALID saying so. */
+skl_rc skl__check_kind(const char *kind, skl_error *err);
 
 /* backoff.c: delay in ms before retry number `attempt` (0-based), uniform
  * in [0, min(cap, base * 2^attempt)] — "full jitter". */

@@ -40,18 +40,10 @@ kind_retry *skl__retry_kind(skl_worker *w, const char *kind, bool create)
 	return r;
 }
 
-static skl_rc check_kind(const char *kind, skl_error *err)
-{
-	size_t kl = kind ? strlen(kind) : 0;
-	if (kl == 0 || kl > SKL_KIND_MAX)
-		return skl__seterr(err, SKL_INVALID, "job kind must be 1 to %d bytes", SKL_KIND_MAX);
-	return SKL_OK;
-}
-
 skl_rc skl_worker_retry_policy(skl_worker *w, const char *kind, const skl_retry_policy *p,
                                skl_error *err)
 {
-	if (check_kind(kind, err) != SKL_OK)
+	if (skl__check_kind(kind, err) != SKL_OK)
 		return SKL_INVALID;
 	if (p == NULL || p->backoff_base_ms < 0 || p->backoff_cap_ms < 0 ||
 	    (p->backoff != SKL_BACKOFF_DEFAULT && skl_backoff_name(p->backoff) == NULL))
@@ -66,7 +58,7 @@ skl_rc skl_worker_retry_policy(skl_worker *w, const char *kind, const skl_retry_
 skl_rc skl_worker_breaker(skl_worker *w, const char *kind, const skl_breaker_config *config,
                           skl_error *err)
 {
-	if (check_kind(kind, err) != SKL_OK)
+	if (skl__check_kind(kind, err) != SKL_OK)
 		return SKL_INVALID;
 	kind_retry *k = skl__retry_kind(w, kind, true);
 	if (k == NULL)

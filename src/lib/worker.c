@@ -157,9 +157,8 @@ skl_rc skl_worker_new(const skl_client_options *co, const skl_worker_options *wo
 
 skl_rc skl__handler_add(skl_worker *w, const char *kind, const handler *tmpl, skl_error *err)
 {
-	size_t kl = kind ? strlen(kind) : 0;
-	if (kl == 0 || kl > SKL_KIND_MAX)
-		return skl__seterr(err, SKL_INVALID, "job kind must be 1 to %d bytes", SKL_KIND_MAX);
+	if (skl__check_kind(kind, err) != SKL_OK)
+		return SKL_INVALID;
 	for (size_t i = 0; i < w->nhandlers; i++)
 		if (strcmp(w->handlers[i].kind, kind) == 0)
 			return skl__seterr(err, SKL_CONFLICT, "kind \"%s\" already has a handler", kind);

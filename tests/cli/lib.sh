@@ -52,6 +52,29 @@ expect_exit() {
 		pass "$name (exit $rc: $(cat "$TMP/err"))"
 	fi
 }
+# wait_until DESCRIPTION SECONDS CMD...: polls CMD until it succeeds.
+wait_until() {
+	local what=$1 end=$((SECONDS + $2))
+	shift 2
+	until "$@" >/dev/null 2>&1; do
+		if [ "$SECONDS" -ge "$end" ]; then fail "timed out waiting for: $what"; return 1; fi
+		sleep 0.05
+	done
+}
+# wait_exit PID SECONDS: waits for a background process; sets RC.
+wait_exit() {
+	local end=$((SECONDS + $2))
+	while kill -0 "$1" 2>/dev/null; do
+		if [ "$SECONDS" -ge "$end" ]; then
+			fail "process $1 still running after $2 s"
+			kill -KILL "$1" 2>/dev/null
+			break
+		fi
+		sleep 0.05
+	done
+	wait "$1"
+	RC=$?
+}
 no_leftovers() {
 	check_eq "no advisory locks left" "$(q "SELECT count(*) FROM pg_locks l JOIN pg_database d ON d.oid = l.database WHERE locktype = 'advisory' AND d.datname = current_database()")" 0
 	check_eq "no idle-in-transaction sessions" "$(q "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND state LIKE 'idle in transaction%' AND pid <> pg_backend_pid()")" 0

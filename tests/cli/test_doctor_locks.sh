@@ -11,29 +11,6 @@
 . "$(dirname "$0")/lib.sh"
 
 doctor() { "$SKL_BIN" doctor locks --url "$URL" "$@"; }
-# wait_until DESCRIPTION SECONDS CMD...: poll CMD every 100 ms.
-wait_until() {
-	local what=$1 end=$((SECONDS + $2))
-	shift 2
-	until "$@" >/dev/null 2>&1; do
-		if [ "$SECONDS" -ge "$end" ]; then fail "timed out waiting for: $what"; return 1; fi
-		sleep 0.1
-	done
-}
-# wait_exit PID SECONDS: waits for a background process; sets RC.
-wait_exit() {
-	local end=$((SECONDS + $2))
-	while kill -0 "$1" 2>/dev/null; do
-		if [ "$SECONDS" -ge "$end" ]; then
-			fail "process $1 still running after $2 s"
-			kill -KILL "$1" 2>/dev/null
-			break
-		fi
-		sleep 0.1
-	done
-	wait "$1"
-	RC=$?
-}
 has() { grep -q -- "$2" "$1"; }
 # Views over the whole cluster, narrowed to this test's database: other
 # tests run beside this one.

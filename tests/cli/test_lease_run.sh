@@ -26,29 +26,6 @@ lease() { "$SKL_BIN" lease run "$1" --url "$URL" "${@:2}"; }
 # bg_lease NAME ARGS...: the same in the background; $! is skiplock's pid.
 bg_lease() { "$SKL_BIN" lease run "$1" --url "$URL" "${@:2}" & }
 
-# wait_until DESCRIPTION SECONDS CMD...: poll CMD every 50 ms.
-wait_until() {
-	local what=$1 end=$((SECONDS + $2))
-	shift 2
-	until "$@" >/dev/null 2>&1; do
-		if [ "$SECONDS" -ge "$end" ]; then fail "timed out waiting for: $what"; return 1; fi
-		sleep 0.05
-	done
-}
-# wait_exit PID SECONDS: waits for a background process; sets RC.
-wait_exit() {
-	local end=$((SECONDS + $2))
-	while kill -0 "$1" 2>/dev/null; do
-		if [ "$SECONDS" -ge "$end" ]; then
-			fail "process $1 still running after $2 s"
-			kill -KILL "$1" 2>/dev/null
-			break
-		fi
-		sleep 0.05
-	done
-	wait "$1"
-	RC=$?
-}
 lease_gone() { [ "$(q "SELECT count(*) FROM skiplock.leases WHERE name = '$1' AND expires_at > now()")" = 0 ]; }
 # No live (non-zombie) process left in process group $1.
 group_gone() { ! ps -e -o pgid=,stat= | awk -v g="$1" '$1 == g && $2 !~ /^Z/ { f = 1 } END { exit !f }'; }

@@ -16,23 +16,6 @@ run() { local n=$1; shift; "$@" >"$TMP/$n.out" 2>"$TMP/$n.err"; RC=$?; }
 has() { # DESCRIPTION FILE PATTERN
 	if grep -qE -- "$3" "$2"; then pass "$1"; else fail "$1: /$3/ not in: $(head -c 800 "$2")"; fi
 }
-wait_until() { # DESCRIPTION SECONDS CMD...
-	local what=$1 end=$((SECONDS + $2))
-	shift 2
-	until "$@" >/dev/null 2>&1; do
-		if [ "$SECONDS" -ge "$end" ]; then fail "timed out waiting for: $what"; return 1; fi
-		sleep 0.05
-	done
-}
-wait_exit() { # PID SECONDS: sets RC
-	local end=$((SECONDS + $2))
-	while kill -0 "$1" 2>/dev/null; do
-		if [ "$SECONDS" -ge "$end" ]; then fail "process $1 still running after $2 s"; kill -KILL "$1"; break; fi
-		sleep 0.05
-	done
-	wait "$1"
-	RC=$?
-}
 pid_of() { q "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND application_name = '$1' AND state = '$2'"; }
 has_session() { [ -n "$(pid_of "$1" "$2")" ]; }
 column_exists() { q "SELECT count(*) FROM information_schema.columns WHERE table_name = '$1' AND column_name = '$2'"; }
