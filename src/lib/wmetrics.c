@@ -8,9 +8,8 @@
  * oldest due job, read by the loop thread every few seconds with one
  * bounded statement and cached here; a scrape only copies numbers.
  *
- * Hook for the fleet-wide circuit breakers: their gauge
- * (skiplock_breaker_state{kind}) is read in skl__wm_refresh next to the
- * queue statement and written by render_gauges, once their table exists.
+ * The fleet-wide circuit breakers' states (skiplock_breaker_state{kind,
+ * state}) are read with the queue gauges, by a second bounded statement.
  */
 #include <inttypes.h>
 #include <pthread.h>
@@ -39,6 +38,8 @@ struct skl_wmetrics {
 	size_t ns, caps;
 	skl_wm_queue *q;
 	size_t nq;
+	skl_wm_queue *b;            /* breakers: .queue is the kind, .depth the state */
+	size_t nb;
 	int64_t q_at_ms;            /* when the queue gauges were read; 0: never */
 	uint64_t leases_held, reconnects, indeterminate;
 };
@@ -68,6 +69,7 @@ void skl__wm_free(skl_wmetrics *m)
 	}
 	free(m->s);
 	free_queues(m->q, m->nq);
+	free_queues(m->b, m->nb);
 	pthread_mutex_destroy(&m->mu);
 	free(m);
 }
@@ -189,6 +191,46 @@ static skl_wm_queue *queue_rows(PGresult *res, size_t *n)
 	return rows;
 }
 
+/* The breakers' states, as rows of (kind, state index, 0). */
+static const char *const breakers_sql =
+	"SELECT kind, CASE state WHEN 'closed' THEN 0 WHEN 'half_open' THEN 1 ELSE 2 END, 0"
+	"  FROM skiplock.breakers ORDER BY kind LIMIT 1000";
+
+/* Runs one gauge statement: a single attempt, bounded (cached gauges are
+ * not worth a wait).  *rows NULL and SKL_NOMEM when out of memory. */
+static skl_rc gauge_rows(skl_client *c, skl_stmt *s, skl_wm_queue **rows, size_t *n,
+                         skl_error *err)
+{
+	static const skl_txn_opts o = {.txn = 1, .idempotent = 1, .statement_timeout_ms = 2000};
+	int keep = c->retry_max_ms;
+	c->retry_max_ms = 0;
+	skl_rc rc = skl__run_stmt(c, &o, s, err);
+	c->retry_max_ms = keep;
+	if (rc != SKL_OK)
+		return rc;
+	*rows = queue_rows(s->res, n);
+	PQclear(s->res);
+	return *rows ? SKL_OK : skl__seterr(err, SKL_NOMEM, "out of memory");
+}
+
+static skl_rc refresh_breakers(skl_wmetrics *m, skl_client *c, skl_error *err)
+{
+	skl_stmt s = {.sql = breakers_sql};
+	skl_wm_queue *rows;
+	size_t n;
+	skl_rc rc = gauge_rows(c, &s, &rows, &n, err);
+	if (rc != SKL_OK)
+		return rc;
+	pthread_mutex_lock(&m->mu);
+	skl_wm_queue *old = m->b;
+	size_t nold = m->nb;
+	m->b = rows;
+	m->nb = n;
+	pthread_mutex_unlock(&m->mu);
+	free_queues(old, nold);
+	return SKL_OK;
+}
+
 skl_rc skl__wm_refresh(skl_wmetrics *m, skl_client *c, const char *const *queues,
                        size_t nqueues, skl_error *err)
 {
@@ -210,22 +252,14 @@ skl_rc skl__wm_refresh(skl_wmetrics *m, skl_client *c, const char *const *queues
 	snprintf(cap, sizeof(cap), "%d", SKL_WM_DEPTH_CAP);
 	skl_stmt s = {.sql = queues_sql, .nparams = 2,
 	              .params = {cap, nqueues ? skl_buf_str(&arr) : NULL}};
-	/* Cached gauges are not worth a wait: one attempt, bounded. */
-	static const skl_txn_opts o = {.txn = 1, .idempotent = 1, .statement_timeout_ms = 2000};
-	int keep = c->retry_max_ms;
-	c->retry_max_ms = 0;
-	skl_rc rc = skl__run_stmt(c, &o, &s, err);
-	c->retry_max_ms = keep;
+	skl_wm_queue *rows;
+	size_t n;
+	skl_rc rc = gauge_rows(c, &s, &rows, &n, err);
 	skl_buf_free(&arr);
 	if (rc != SKL_OK)
 		return rc;
-	size_t n;
-	skl_wm_queue *rows = queue_rows(s.res, &n);
-	PQclear(s.res);
-	if (rows == NULL)
-		return skl__seterr(err, SKL_NOMEM, "out of memory");
 	skl__wm_set_queues(m, rows, n);
-	return SKL_OK;
+	return refresh_breakers(m, c, err);
 }
 
 /* ---- the text exposition ---- */
@@ -312,6 +346,23 @@ static void render_histogram(skl_buf *b, const skl_wmetrics *m)
 	}
 }
 
+static void render_breakers(skl_buf *b, const skl_wmetrics *m)
+{
+	static const char *const states[] = {"closed", "half_open", "open"};
+	if (m->nb == 0)
+		return;
+	head(b, "skiplock_breaker_state", "gauge",
+	     "Fleet-wide circuit breaker of a kind: 1 for its current state, 0 for the others.");
+	for (size_t i = 0; i < m->nb; i++)
+		for (int st = 0; st < 3; st++) {
+			skl_buf_adds(b, "skiplock_breaker_state{");
+			label(b, "kind", m->b[i].queue);
+			skl_buf_adds(b, ",");
+			label(b, "state", states[st]);
+			skl_buf_printf(b, "} %d\n", m->b[i].depth == st);
+		}
+}
+
 static void render_gauges(skl_buf *b, const skl_wmetrics *m)
 {
 	head(b, "skiplock_worker_leases_held", "gauge",
@@ -340,6 +391,7 @@ static void render_gauges(skl_buf *b, const skl_wmetrics *m)
 		label(b, "queue", m->q[i].queue);
 		skl_buf_printf(b, "} %.3f\n", m->q[i].oldest_s);
 	}
+	render_breakers(b, m);
 	head(b, "skiplock_queue_stats_age_seconds", "gauge",
 	     "Seconds since the queue gauges were read from the database.");
 	skl_buf_printf(b, "skiplock_queue_stats_age_seconds %.3f\n",

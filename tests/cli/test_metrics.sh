@@ -38,7 +38,7 @@ GATE=$TMP/gate
 "$S" worker --url "$URL" --metrics 127.0.0.1:0 --metrics-every 200ms --concurrency 4 \
 	--poll 50ms --poll-max 200ms --backoff-base 20ms --backoff-cap 50ms \
 	--handler "ok=cat >/dev/null; while [ ! -e '$GATE' ]; do sleep 0.05; done" \
-	--handler 'flaky=exit 75' --handler 'poison=exit 65' 2>"$TMP/w.log" &
+	--handler 'flaky=exit 75' --handler 'poison=exit 65' --breaker ok 2>"$TMP/w.log" &
 W=$!
 PORT=
 for i in $(seq 1 100); do
@@ -111,6 +111,21 @@ if [ "$MODE" = direct ]; then
 	done
 	check_eq "the reconnect was counted" "$(metric "$TMP/s3" skiplock_db_reconnects_total)" $((before + 1))
 fi
+
+# --- breaker states: the ok kind's breaker, then an operator opens it ---
+breaker() { # file state
+	metric "$1" "skiplock_breaker_state{kind=\"ok\",state=\"$2\"}"
+}
+check_eq "ok's breaker is closed" "$(breaker "$TMP/s2" closed) $(breaker "$TMP/s2" open)" "1 0"
+"$S" breakers open ok --url "$URL" >/dev/null || fail "breakers open ok"
+for i in $(seq 1 100); do
+	scrape "$TMP/s4" || break
+	[ "$(breaker "$TMP/s4" open)" = 1 ] && break
+	sleep 0.1
+done
+check_eq "an opened breaker shows as open" \
+	"$(breaker "$TMP/s4" closed) $(breaker "$TMP/s4" half_open) $(breaker "$TMP/s4" open)" "0 0 1"
+"$S" breakers close ok --url "$URL" >/dev/null || fail "breakers close ok"
 
 check_eq "other paths: 404" "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$PORT/")" 404
 expect_exit "port in use" 1 'cannot listen on 127.0.0.1:'"$PORT" -- "$S" worker --url "$URL" --handler 'a=true' --metrics "127.0.0.1:$PORT"
