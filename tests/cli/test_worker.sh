@@ -24,7 +24,7 @@ for i in $(seq 1 20); do "$S" enqueue --url "$URL" flaky --max-attempts 4 >/dev/
 "$S" enqueue --url "$URL" poison >/dev/null
 "$S" enqueue --url "$URL" broken --max-attempts 3 >/dev/null
 "$S" enqueue --url "$URL" good '{"n": 7}' >/dev/null
-"$S" worker --url "$URL" --concurrency 8 "${FAST[@]}" --backoff-base 300ms --backoff-cap 10s \
+"$S" worker --url "$URL" --concurrency 8 "${FAST[@]}" --backoff-base 300ms --backoff-cap 10s --retry-budget off \
 	--handler 'flaky=echo "try $SKIPLOCK_ATTEMPT" >&2; exit 75' \
 	--handler 'poison=echo "cannot parse" >&2; exit 65' \
 	--handler 'broken=echo "disk on fire" >&2; exit 3' \
