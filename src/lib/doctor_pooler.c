@@ -144,6 +144,11 @@ static int hold(probe *p, int i)
 
 /* ---- 1. setup: the state, in one transaction on P1 ---- */
 
+/* The probe creates session state on purpose — a session advisory lock, a
+ * session setting (set_config(..., false)), a LISTEN and a named PREPARE —
+ * to see whether it survives into the next transaction; cleanup() removes
+ * every piece on P1 itself.  Nothing else in skiplock does this. */
+
 static skl_rc setup(probe *p, skl_error *err)
 {
 	char sql[160];

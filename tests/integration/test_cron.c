@@ -24,16 +24,7 @@
 
 static skl_client *open_client(itest_ctx *t, bool install)
 {
-	skl_client_options o;
-	skl_client_options_init(&o);
-	o.url = t->url;
-	o.application_name = "itest-cron";
-	skl_client *c = NULL;
-	skl_error err;
-	if (skl_client_open(&o, &c, &err) != SKL_OK ||
-	    (install && skl_schema_install(c, NULL, &err) != SKL_OK))
-		itest_fail(__FILE__, __LINE__, "open/init: %s", err.message);
-	return c;
+	return itest_client(t, "itest-cron", install);
 }
 
 static int64_t T(const char *iso)

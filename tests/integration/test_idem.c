@@ -14,15 +14,7 @@
 
 static skl_client *open_client(itest_ctx *t)
 {
-	skl_client_options o;
-	skl_client_options_init(&o);
-	o.url = t->url;
-	o.application_name = "itest-idem";
-	skl_client *c = NULL;
-	skl_error err;
-	if (skl_client_open(&o, &c, &err) != SKL_OK || skl_schema_install(c, NULL, &err) != SKL_OK)
-		itest_fail(__FILE__, __LINE__, "open/init: %s", err.message);
-	return c;
+	return itest_client(t, "itest-idem", true);
 }
 
 static skl_idem_outcome claim(skl_client *c, const char *key, const char *hash,

@@ -129,14 +129,7 @@ static void workers_stop(pid_t *pids, int n)
 
 static skl_client *open_client(itest_ctx *t)
 {
-	skl_client_options o;
-	skl_client_options_init(&o);
-	o.url = t->url;
-	skl_client *c = NULL;
-	skl_error err;
-	if (skl_client_open(&o, &c, &err) != SKL_OK || skl_schema_install(c, NULL, &err) != SKL_OK)
-		itest_fail(__FILE__, __LINE__, "open/init: %s", err.message);
-	return c;
+	return itest_client(t, NULL, true);
 }
 
 static void enqueue_n(skl_client *c, const char *kind, int n)

@@ -3,6 +3,7 @@
  * database per case, assertions that print both sides.
  */
 #include "itest.h"
+#include "skiplock.h"
 
 #include <signal.h>
 #include <stdarg.h>
@@ -258,4 +259,19 @@ int itest_main(int argc, char **argv, const itest_case *cases, int ncases)
 	}
 	printf("%s [%s]: %d of %d cases passed\n", suite, mode, ran - failed, ran);
 	return failed || ran == 0 ? 1 : 0;
+}
+
+skl_client *itest_client(itest_ctx *t, const char *app, bool install)
+{
+	skl_client_options o;
+	skl_client_options_init(&o);
+	o.url = t->url;
+	if (app)
+		o.application_name = app;
+	skl_client *c = NULL;
+	skl_error err;
+	if (skl_client_open(&o, &c, &err) != SKL_OK ||
+	    (install && skl_schema_install(c, NULL, &err) != SKL_OK))
+		itest_fail(__FILE__, __LINE__, "open/init: %s", err.message);
+	return c;
 }

@@ -26,6 +26,12 @@ typedef struct itest_ctx {
 
 typedef void (*itest_fn)(itest_ctx *t);
 
+/* A skiplock client on the case's URL named app (NULL: the default name),
+ * with skiplock's schema installed when install; fails the case when
+ * either fails. */
+typedef struct skl_client skl_client;
+skl_client *itest_client(itest_ctx *t, const char *app, bool install);
+
 typedef struct itest_case {
 	const char *name;
 	itest_fn fn;
