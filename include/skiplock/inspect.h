@@ -147,6 +147,29 @@ SKL_API skl_rc skl_queue_status_get(skl_client *c, int64_t window_ms, skl_queue_
 /* Frees n rows returned by skl_queue_status_get.  Accepts NULL. */
 SKL_API void skl_queue_status_free(skl_queue_status *rows, size_t n);
 
+/* Jobs finished per time bucket for one (queue, kind) pair.  completed[i]
+ * and discarded[i] count the jobs that reached that state in bucket i;
+ * bucket nbuckets-1 is the latest, [now - bucket_ms, now] by the database
+ * clock, bucket 0 the oldest.  Cancelled jobs are not counted. */
+typedef struct skl_queue_rate {
+	const char *queue;
+	const char *kind;
+	int64_t *completed;           /* nbuckets counts */
+	int64_t *discarded;           /* nbuckets counts */
+	void *internal;               /* owned by the library */
+} skl_queue_rate;
+
+/* Reads, for every (queue, kind) pair with jobs finished in the last
+ * nbuckets × bucket_ms (1 to 1440 buckets of 1 s to 1 day), the counts per
+ * bucket, ordered by queue then kind.  Reads only finished jobs of the
+ * window (an index range); jobs already pruned are not counted.  *rows
+ * (free with skl_queue_rate_free) is NULL and *n 0 when nothing finished. */
+SKL_API skl_rc skl_queue_throughput(skl_client *c, int nbuckets, int64_t bucket_ms,
+                                    skl_queue_rate **rows, size_t *n, skl_error *err);
+
+/* Frees n rows returned by skl_queue_throughput.  Accepts NULL. */
+SKL_API void skl_queue_rate_free(skl_queue_rate *rows, size_t n);
+
 #ifdef __cplusplus
 }
 #endif
