@@ -16,12 +16,14 @@
 
 static const char usage[] =
 	"Usage: skiplock dashboard [--listen ADDR:PORT] [--read-only]\n"
-	"                          [--auth-token-file FILE]\n"
+	"                          [--auth-token-file FILE] [--idle-for DUR]\n"
 	"\n"
-	"Serve a web dashboard of the queue: jobs by state per queue and kind, the\n"
-	"job list with state, queue and kind filters, each job with its payload,\n"
-	"attempts, errors, lease and fencing token, cron schedules with their next\n"
-	"fire time, and leases. Retry and cancel buttons act on one job (POST with\n"
+	"Serve a web dashboard of the queue: jobs by state per queue and kind, jobs\n"
+	"finished per minute over the last hour (a sparkline per queue and kind),\n"
+	"the job list with state, queue and kind filters, each job with its\n"
+	"payload, attempts, errors, lease and fencing token, cron schedules with\n"
+	"their next fire time, leases, circuit breakers, and the findings of\n"
+	"`skiplock doctor locks`. Retry and cancel buttons act on one job (POST with\n"
 	"a per-process CSRF token). The page, script and style sheet are built\n"
 	"into the command; nothing is loaded from elsewhere. Prints \"listening on\n"
 	"http://ADDR:PORT/\" once ready, and serves until SIGINT or SIGTERM.\n"
@@ -36,18 +38,21 @@ static const char usage[] =
 	"  --auth-token-file FILE every request must carry \"Authorization: Bearer\n"
 	"                         TOKEN\", TOKEN being the file's first line\n"
 	"                         (compared in constant time); else 401\n"
+	"  --idle-for DUR         the age that makes an advisory-lock holder a\n"
+	"                         finding, as in doctor locks (default 60s)\n"
 	"\n";
 
 static const char exit_help[] =
 	"\nExit status: 0 stopped by a signal, 1 could not listen, 2 bad usage or bad\n"
 	"input, 3 database unreachable within --retry-for.\n";
 
-enum { O_LISTEN = OPT_COMMON_LAST + 1, O_READ_ONLY, O_TOKEN_FILE };
+enum { O_LISTEN = OPT_COMMON_LAST + 1, O_READ_ONLY, O_TOKEN_FILE, O_IDLE_FOR };
 
 typedef struct dash_args {
 	cli_common *cc;
 	const char *listen;
 	const char *token_file;
+	int64_t idle_for_ms;
 	bool read_only;
 } dash_args;
 
@@ -58,6 +63,13 @@ static int own_option(int code, const char *arg, void *ctx)
 	case O_LISTEN: a->listen = arg; return CLI_OK;
 	case O_READ_ONLY: a->read_only = true; return CLI_OK;
 	case O_TOKEN_FILE: a->token_file = arg; return CLI_OK;
+	case O_IDLE_FOR:
+		if (!cli_duration(a->cc, "--idle-for", arg, &a->idle_for_ms))
+			return CLI_USAGE;
+		if (a->idle_for_ms > 0)
+			return CLI_OK;
+		cli_error(a->cc, "--idle-for must be longer than 0");
+		return CLI_USAGE;
 	default: return CLI_USAGE;
 	}
 }
@@ -164,7 +176,7 @@ static int serve(const cli_common *cc, dash_server *s, const listen_addr *la, co
 
 static int run(cli_common *cc, dash_args *a, const listen_addr *la)
 {
-	dash_server s = {.read_only = a->read_only};
+	dash_server s = {.read_only = a->read_only, .idle_for_ms = a->idle_for_ms};
 	char *token = NULL;
 	if (a->token_file && (token = read_token(cc, a->token_file)) == NULL)
 		return CLI_USAGE;
@@ -198,10 +210,11 @@ int cmd_dashboard(int argc, char **argv)
 		{"listen", required_argument, NULL, O_LISTEN},
 		{"read-only", no_argument, NULL, O_READ_ONLY},
 		{"auth-token-file", required_argument, NULL, O_TOKEN_FILE},
+		{"idle-for", required_argument, NULL, O_IDLE_FOR},
 		{0}};
 	cli_common cc;
 	cli_common_init(&cc, "dashboard");
-	dash_args a = {.cc = &cc, .listen = "127.0.0.1:8080"};
+	dash_args a = {.cc = &cc, .listen = "127.0.0.1:8080", .idle_for_ms = 60000};
 	bool done;
 	int rc = cli_start(&cc, argc, argv, opts, own_option, &a, usage, exit_help, 0, &done);
 	if (done)

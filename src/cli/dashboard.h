@@ -29,6 +29,7 @@ typedef struct dash_server {
 	skl_client *client;
 	pthread_mutex_t lock;
 	bool read_only;
+	int64_t idle_for_ms;       /* doctor locks: the age that makes a finding */
 	const char *token;         /* bearer token; NULL: none required */
 	char csrf[65];             /* per-process random, hex */
 	char *index_html;          /* the page with the CSRF token filled in */

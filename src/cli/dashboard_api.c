@@ -8,6 +8,10 @@
  *   GET  /api/jobs/ID            one job: payload, attempts, errors, lease
  *   GET  /api/schedules          cron schedules with their next fire time
  *   GET  /api/leases             leases with their fencing token
+ *   GET  /api/throughput         jobs finished per minute, last hour, per
+ *                                queue and kind
+ *   GET  /api/breakers           circuit breakers and their state
+ *   GET  /api/doctor/locks       `doctor locks` findings (report only)
  *   POST /api/jobs/ID/retry, /api/jobs/ID/cancel
  */
 #include <errno.h>
@@ -15,7 +19,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "breakers_print.h"
 #include "dashboard.h"
+#include "doctor_locks_print.h"
 #include "jobs_print.h"
 #include "output.h"
 
@@ -175,6 +181,62 @@ static dash_reply get_leases(dash_server *s)
 	return reply(200, arr);
 }
 
+/* The sparklines' data: one bucket a minute over the last hour. */
+enum { RATE_BUCKETS = 60, RATE_BUCKET_MS = 60000 };
+
+static json_t *counts_json(const int64_t *v)
+{
+	json_t *a = json_array();
+	for (int i = 0; a && i < RATE_BUCKETS; i++)
+		json_array_append_new(a, json_integer(v[i]));
+	return a;
+}
+
+static dash_reply get_throughput(dash_server *s)
+{
+	skl_queue_rate *rows;
+	size_t n;
+	skl_error err;
+	skl_rc rc = skl_queue_throughput(s->client, RATE_BUCKETS, RATE_BUCKET_MS, &rows, &n, &err);
+	if (rc != SKL_OK)
+		return lib_fail(rc, &err);
+	json_t *arr = json_array();
+	for (size_t i = 0; arr && i < n; i++)
+		json_array_append_new(arr, json_pack("{s:o, s:o, s:o, s:o}", "queue",
+		                                     cli_json_str(rows[i].queue), "kind",
+		                                     cli_json_str(rows[i].kind), "completed",
+		                                     counts_json(rows[i].completed), "discarded",
+		                                     counts_json(rows[i].discarded)));
+	skl_queue_rate_free(rows, n);
+	return reply(200, json_pack("{s:i, s:o}", "bucket_ms", RATE_BUCKET_MS, "queues", arr));
+}
+
+static dash_reply get_breakers(dash_server *s)
+{
+	skl_breaker_info *rows;
+	size_t n;
+	skl_error err;
+	skl_rc rc = skl_breakers_list(s->client, &rows, &n, &err);
+	if (rc != SKL_OK)
+		return lib_fail(rc, &err);
+	json_t *arr = breakers_json(rows, n);
+	skl_breakers_free(rows, n);
+	return reply(200, arr);
+}
+
+/* The report only: the dashboard never terminates anything. */
+static dash_reply get_doctor_locks(dash_server *s)
+{
+	skl_lock_report *r;
+	skl_error err;
+	skl_rc rc = skl_doctor_locks(s->client, s->idle_for_ms, &r, &err);
+	if (rc != SKL_OK)
+		return lib_fail(rc, &err);
+	json_t *doc = doctor_locks_doc(r, NULL, 0, r->nfindings > 0);
+	skl_lock_report_free(r);
+	return reply(200, doc);
+}
+
 static dash_reply route_get(dash_server *s, const char *path, dash_arg_fn arg, void *ctx)
 {
 	if (strcmp(path, "/api/queues") == 0)
@@ -187,6 +249,12 @@ static dash_reply route_get(dash_server *s, const char *path, dash_arg_fn arg, v
 		return get_schedules(s);
 	if (strcmp(path, "/api/leases") == 0)
 		return get_leases(s);
+	if (strcmp(path, "/api/throughput") == 0)
+		return get_throughput(s);
+	if (strcmp(path, "/api/breakers") == 0)
+		return get_breakers(s);
+	if (strcmp(path, "/api/doctor/locks") == 0)
+		return get_doctor_locks(s);
 	return fail(404, "no such page");
 }
 

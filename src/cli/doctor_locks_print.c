@@ -223,8 +223,8 @@ static const char *action_json(skl_action_result r)
 	return "unknown";
 }
 
-bool doctor_locks_json(const skl_lock_report *r, const skl_lock_action *act, size_t nact,
-                       bool needs_action)
+json_t *doctor_locks_doc(const skl_lock_report *r, const skl_lock_action *act, size_t nact,
+                         bool needs_action)
 {
 	json_t *locks = json_array(), *findings = json_array(), *actions = json_array();
 	for (size_t i = 0; i < r->nlocks; i++)
@@ -239,5 +239,11 @@ bool doctor_locks_json(const skl_lock_report *r, const skl_lock_action *act, siz
 	                        "role", r->role, "idle_for_ms", (json_int_t)r->idle_for_ms, "locks",
 	                        locks, "findings", findings, "actions", actions, "needs_action",
 	                        needs_action, "hidden_sessions", r->hidden_sessions);
-	return cli_json_print(doc);
+	return doc;
+}
+
+bool doctor_locks_json(const skl_lock_report *r, const skl_lock_action *act, size_t nact,
+                       bool needs_action)
+{
+	return cli_json_print(doctor_locks_doc(r, act, nact, needs_action));
 }

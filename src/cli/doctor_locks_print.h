@@ -5,6 +5,7 @@
 #ifndef SKL_CLI_DOCTOR_LOCKS_PRINT_H
 #define SKL_CLI_DOCTOR_LOCKS_PRINT_H
 
+#include <jansson.h>
 #include <stdbool.h>
 #include <stddef.h>
 
@@ -16,5 +17,10 @@ bool doctor_locks_table(const skl_lock_report *r, const skl_lock_action *act, si
                         bool terminate);
 bool doctor_locks_json(const skl_lock_report *r, const skl_lock_action *act, size_t nact,
                        bool needs_action);
+
+/* The document doctor_locks_json prints (new reference; NULL when out of
+ * memory), also served by the dashboard. */
+json_t *doctor_locks_doc(const skl_lock_report *r, const skl_lock_action *act, size_t nact,
+                         bool needs_action);
 
 #endif

@@ -2,8 +2,10 @@
 //   node dashboard.mjs URL RO_URL JOB_ID SCREENSHOT
 // Prints one observation per line for the calling script to check against
 // SQL: "row QUEUE KIND available running completed discarded cancelled",
-// "retried ID STATE", "job-page STATE", "ro-buttons N"; exits non-zero on any
-// error (a missing element or a timeout included).
+// "rate QUEUE KIND LAST COMPLETED DISCARDED POINTS" (the throughput table and
+// the number of points of its sparkline), "breaker KIND STATE", "finding
+// KIND PID", "retried ID STATE", "job-page STATE", "ro-buttons N"; exits
+// non-zero on any error (a missing element or a timeout included).
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -36,10 +38,25 @@ try {
   const total = await page.$$eval('#totals td[data-state]', tds =>
     tds.map(td => td.dataset.state + '=' + td.textContent).join(' '));
   console.log('total ' + total);
+  for (const r of await page.$$eval('#throughput tbody tr', trs => trs.map(tr =>
+    [tr.dataset.queue, tr.dataset.kind,
+     ...['last', 'completed', 'discarded'].map(f => tr.querySelector(`td[data-field="${f}"]`).textContent),
+     tr.querySelector('svg.spark polyline').getAttribute('points').split(' ').length].join(' '))))
+    console.log('rate ' + r);
+  for (const r of await page.$$eval('#breakers tbody tr', trs => trs.map(tr =>
+    tr.dataset.kind + ' ' + tr.querySelector('td[data-field="state"]').textContent)))
+    console.log('breaker ' + r);
+  for (const r of await page.$$eval('#findings tbody tr', trs => trs.map(tr =>
+    tr.querySelector('td[data-field="kind"]').textContent + ' ' + tr.dataset.pid)))
+    console.log('finding ' + r);
 
+  // The retry's own refresh renders every table at once (app.js), so once
+  // the job shows as available, the counts come from after the retry too.
+  const gen = await page.evaluate(() => Number(document.body.dataset.generation));
   await page.click(`#jobs button[data-action="retry"][data-id="${jobId}"]`);
   const cell = `#jobs tr[data-id="${jobId}"] td[data-field="state"]`;
-  await page.waitForFunction(sel => document.querySelector(sel)?.textContent === 'available', cell);
+  await page.waitForFunction(([sel, g]) => Number(document.body.dataset.generation) > g &&
+    document.querySelector(sel)?.textContent === 'available', [cell, gen]);
   console.log(`retried ${jobId} ` + await page.textContent(cell));
   for (const r of await rows(page)) console.log('after ' + r);
 

@@ -2,7 +2,8 @@
 # `skiplock dashboard` over HTTP: a non-loopback listener is refused without
 # a token file, the bearer token is required (401 without it or with a wrong
 # one), POST needs the page's CSRF token (403 without it), --read-only
-# refuses every action, and the JSON counts equal SQL counts.
+# refuses every action, the JSON counts equal SQL counts, and the
+# throughput, breakers and lock-doctor endpoints answer.
 # shellcheck disable=SC2015  # A && pass || fail
 . "$(dirname "$0")/lib.sh"
 S=$SKL_BIN
@@ -96,6 +97,15 @@ check_eq "retried job available" "$(q "SELECT state FROM skiplock.jobs WHERE id 
 check_eq "cancel with CSRF: 200" "$(http POST "/api/jobs/$a1/cancel" -H "X-CSRF-Token: $CSRF")" 200
 check_eq "cancelled job" "$(q "SELECT state FROM skiplock.jobs WHERE id = $a1")" cancelled
 check_eq "cancel a cancelled job: 409" "$(http POST "/api/jobs/$a1/cancel" -H "X-CSRF-Token: $CSRF")" 409
+check_eq "throughput: 200" "$(http GET /api/throughput)" 200
+check_eq "throughput: 60 one-minute buckets" "$(jq -c '[.bucket_ms, (.queues | map(.completed | length) | unique)]' "$TMP/body")" '[60000,[60]]'
+"$S" breakers open slow --url "$URL" >/dev/null 2>&1 || fail "breakers open"
+check_eq "breakers: 200" "$(http GET /api/breakers)" 200
+check_eq "breakers: as breakers --json" "$(jq -c 'map({kind, state})' "$TMP/body")" \
+	"$("$S" breakers --json --url "$URL" | jq -c 'map({kind, state})')"
+"$S" breakers close slow --url "$URL" >/dev/null 2>&1 || fail "breakers close"
+check_eq "doctor locks: 200" "$(http GET /api/doctor/locks)" 200
+check_eq "doctor locks: a report, no action" "$(jq -c '[.findings, .actions]' "$TMP/body")" '[[],[]]'
 check_eq "GET on an action: 404" "$(http GET "/api/jobs/$d2/retry")" 404
 check_eq "DELETE: 405" "$(http DELETE "/api/jobs/$d2")" 405
 stop_dash rw

@@ -39,8 +39,7 @@ function count(n, state, queue, kind) {
   return el('td', n, attrs);
 }
 
-async function loadQueues() {
-  const qs = await api('/api/queues');
+function renderQueues(qs) {
   const total = Object.fromEntries(STATES.map(s => [s, 0]));
   fill('queues', qs.map(q => {
     STATES.forEach(s => { total[s] += q[s]; });
@@ -49,6 +48,41 @@ async function loadQueues() {
   const foot = row([el('td', 'total', {colspan: 2}), ...STATES.map(s => count(total[s], s))]);
   foot.id = 'totals';
   fill('queues', [foot], 'tfoot');
+}
+
+const SVG = 'http://www.w3.org/2000/svg';
+
+// An inline SVG line of the counts (oldest first), scaled to its maximum.
+function sparkline(counts, label) {
+  const w = 180, h = 28, max = Math.max(1, ...counts);
+  const svg = document.createElementNS(SVG, 'svg');
+  svg.setAttribute('viewBox', `0 0 ${w} ${h}`);
+  svg.setAttribute('width', w);
+  svg.setAttribute('height', h);
+  svg.setAttribute('class', 'spark');
+  svg.setAttribute('role', 'img');
+  svg.setAttribute('aria-label', label);
+  const line = document.createElementNS(SVG, 'polyline');
+  const step = counts.length > 1 ? w / (counts.length - 1) : w;
+  line.setAttribute('points', counts.map((c, i) =>
+    (i * step).toFixed(1) + ',' + (h - 2 - (c / max) * (h - 4)).toFixed(1)).join(' '));
+  svg.appendChild(line);
+  return svg;
+}
+
+function renderThroughput(t) {
+  const sum = v => v.reduce((a, b) => a + b, 0);
+  fill('throughput', t.queues.map(q => {
+    const spark = el('td');
+    spark.appendChild(sparkline(q.completed, 'completed per minute, ' + q.queue + ' ' + q.kind));
+    const last = q.completed[q.completed.length - 1];
+    const tr = row([q.queue, q.kind, spark, el('td', last, {class: 'num', 'data-field': 'last'}),
+      el('td', sum(q.completed), {class: 'num', 'data-field': 'completed'}),
+      el('td', sum(q.discarded), {class: 'num', 'data-field': 'discarded'})]);
+    tr.dataset.queue = q.queue;
+    tr.dataset.kind = q.kind;
+    return tr;
+  }));
 }
 
 function actionButton(job, action) {
@@ -74,34 +108,69 @@ function jobRow(j) {
   return tr;
 }
 
-async function loadJobs() {
+function jobsPath() {
   const q = new URLSearchParams(new FormData(document.getElementById('filters')));
   for (const [k, v] of [...q]) if (!v) q.delete(k);
-  fill('jobs', (await api('/api/jobs?' + q)).map(jobRow));
+  return '/api/jobs?' + q;
 }
 
-async function loadSchedules() {
-  fill('schedules', (await api('/api/schedules')).map(s =>
+function renderSchedules(list) {
+  fill('schedules', list.map(s =>
     row([s.name, s.expression, s.zone, s.kind, s.queue, s.enabled ? 'yes' : 'paused',
          s.last_fire || '-', s.next_fire || '-'])));
 }
 
-async function loadLeases() {
-  fill('leases', (await api('/api/leases')).map(l =>
+function renderLeases(list) {
+  fill('leases', list.map(l =>
     row([l.name, l.owner, el('td', l.fencing, {class: 'num'}), l.live ? 'yes' : 'expired',
          l.expires_at])));
+}
+
+function renderBreakers(list) {
+  fill('breakers', list.map(b => {
+    const tr = row([b.kind, el('td', b.state, {class: 'state-' + b.state, 'data-field': 'state'}),
+      el('td', b.calls + ' / ' + b.failures, {class: 'num'}),
+      el('td', b.state === 'half_open' ? b.probes_left : '-', {class: 'num'}),
+      b.open_for_ms === null || b.open_for_ms === undefined ? '-'
+        : b.open_for_ms < 0 ? 'until closed' : Math.ceil(b.open_for_ms / 1000) + ' s',
+      b.changed_at || '-']);
+    tr.dataset.kind = b.kind;
+    return tr;
+  }));
+}
+
+function age(ms) {
+  return ms === null || ms === undefined ? '-' : (ms / 1000).toFixed(0) + ' s';
+}
+
+function renderLocks(doc) {
+  fill('findings', doc.findings.map(f => {
+    const s = f.session;
+    const tr = row([el('td', f.kind, {'data-field': 'kind'}), el('td', s.pid, {class: 'num'}),
+      s.state || '-', age(s.state_age_ms), s.application_name || '-', s.client_addr || 'local',
+      f.holds || '-', f.blocked.length ? f.blocked.join(', ') : '-']);
+    tr.dataset.pid = s.pid;
+    return tr;
+  }));
+  document.getElementById('locks-summary').textContent = doc.findings.length
+    ? doc.findings.length + ' finding(s) need action: run skiplock doctor locks for the details and the fix'
+    : 'no findings (' + doc.locks.length + ' advisory lock(s) held or awaited)';
 }
 
 const JOB_FIELDS = ['queue', 'kind', 'state', 'priority', 'attempt', 'max_attempts', 'fencing',
   'run_at', 'created_at', 'attempted_at', 'finished_at', 'lease_owner', 'lease_expires_at',
   'unique_key', 'result'];
 
-async function loadJob() {
+// The job of the page's #job/ID hash, or null when there is none.
+async function fetchJob() {
   const m = /^#job\/(\d+)$/.exec(location.hash);
+  return m ? api('/api/jobs/' + m[1]) : null;
+}
+
+function renderJob(j) {
   const box = document.getElementById('job');
-  box.hidden = !m;
-  if (!m) return;
-  const j = await api('/api/jobs/' + m[1]);
+  box.hidden = !j;
+  if (!j) return;
   document.getElementById('job-id').textContent = j.id;
   const dl = document.getElementById('job-fields');
   dl.replaceChildren();
@@ -116,17 +185,37 @@ async function loadJob() {
     el('li', 'attempt ' + e.attempt + ' at ' + e.at + ': ' + e.error)));
 }
 
+// Every refresh reads all endpoints, then renders them together, so the
+// tables on the page always come from one moment.  Only the newest refresh
+// renders: an action bumps the generation too, so a refresh that started
+// before the action cannot paint its older answers over the newer ones.
+let generation = 0;
+
 async function refresh() {
+  const gen = ++generation;
   try {
-    await Promise.all([loadQueues(), loadJobs(), loadSchedules(), loadLeases(), loadJob()]);
+    const [queues, rate, jobs, schedules, leases, breakers, locks, job] = await Promise.all([
+      api('/api/queues'), api('/api/throughput'), api(jobsPath()), api('/api/schedules'),
+      api('/api/leases'), api('/api/breakers'), api('/api/doctor/locks'), fetchJob()]);
+    if (gen !== generation) return;
+    renderQueues(queues);
+    renderThroughput(rate);
+    fill('jobs', jobs.map(jobRow));
+    renderSchedules(schedules);
+    renderLeases(leases);
+    renderBreakers(breakers);
+    renderLocks(locks);
+    renderJob(job);
     say('updated ' + new Date().toLocaleTimeString());
+    document.body.dataset.generation = gen;
     document.body.dataset.loaded = 'true';
   } catch (e) {
-    say('error: ' + e.message);
+    if (gen === generation) say('error: ' + e.message);
   }
 }
 
 async function act(id, action) {
+  generation++;
   try {
     await api('/api/jobs/' + id + '/' + action, {method: 'POST', headers: {'X-CSRF-Token': csrf}});
     say('job ' + id + ': ' + action + ' done');
