@@ -21,8 +21,8 @@ static const char migrate_usage[] =
 	"                        [--max-wait DUR] [--lease-ttl DUR]\n"
 	"                        [--terminate-idle-holders [--idle-for DUR]]\n"
 	"                        [--allow-pooler] [OPTIONS]\n"
-	"    skiplock migrate status --dir DIR [--table NAME] [OPTIONS]\n"
-	"    skiplock migrate verify --dir DIR [--table NAME] [OPTIONS]\n"
+	"    skiplock migrate status --dir DIR [--table NAME] [--json] [OPTIONS]\n"
+	"    skiplock migrate verify --dir DIR [--table NAME] [--json] [OPTIONS]\n"
 	"\n"
 	"DESCRIPTION\n"
 	"    DIR holds files NNNN_name.sql (a version of 1 to 18 digits, '_', a name\n"
@@ -82,6 +82,10 @@ static const char migrate_usage[] =
 	"    --idle-for DUR          see above (default 60s)\n"
 	"    --allow-pooler          run through a transaction pooler when no direct\n"
 	"                            endpoint is known (blockers may not be named)\n"
+	"    --json                  status and verify: one JSON document instead of\n"
+	"                            text: {\"table\", \"drift\" (verify's verdict),\n"
+	"                            \"migrations\": [{\"version\", \"name\", \"state\",\n"
+	"                            \"applied_at\", \"duration_ms\", \"applied_by\"}]}\n"
 	"    --call-timeout defaults to 1h here: one statement of a file may run that\n"
 	"    long.\n"
 	"\n";
@@ -103,7 +107,7 @@ static const char migrate_tail[] =
 
 enum {
 	O_DIR = OPT_COMMON_LAST + 1, O_TABLE, O_LOCK_TIMEOUT, O_MAX_WAIT, O_LEASE_TTL,
-	O_TERMINATE, O_IDLE_FOR, O_ALLOW_POOLER
+	O_TERMINATE, O_IDLE_FOR, O_ALLOW_POOLER, O_JSON
 };
 
 typedef struct mig_args {
@@ -111,6 +115,7 @@ typedef struct mig_args {
 	const char *dir;
 	skl_migrate_options o;
 	bool allow_pooler;
+	bool json;
 	bool bad;
 } mig_args;
 
@@ -139,6 +144,7 @@ static int own_option(int code, const char *arg, void *ctx)
 	case O_TERMINATE: a->o.terminate_idle_holders = true; break;
 	case O_IDLE_FOR: ok = dur(a, "--idle-for", arg, 0, &a->o.idle_for_ms); break;
 	case O_ALLOW_POOLER: a->allow_pooler = true; break;
+	case O_JSON: a->json = true; break;
 	default: return CLI_USAGE;
 	}
 	return ok ? CLI_OK : CLI_USAGE;
@@ -225,6 +231,7 @@ static int prepare(cli_common *cc, mig_args *a, int argc, char **argv,
 		{"terminate-idle-holders", no_argument, NULL, O_TERMINATE},
 		{"idle-for", required_argument, NULL, O_IDLE_FOR},
 		{"allow-pooler", no_argument, NULL, O_ALLOW_POOLER},
+		{"json", no_argument, NULL, O_JSON},
 		{0}}, own_option, a, migrate_usage, migrate_tail, 0, done);
 	if (*done)
 		return rc;
@@ -304,6 +311,30 @@ static bool print_status(const skl_migrate_row *rows, size_t n)
 	return ok;
 }
 
+static bool drifted(const skl_migrate_row *r)
+{
+	return r->applied && (!r->present || r->changed);
+}
+
+static bool print_json(const char *table, const skl_migrate_row *rows, size_t n)
+{
+	json_t *list = json_array();
+	bool drift = false;
+	for (size_t i = 0; list && i < n; i++) {
+		const skl_migrate_row *r = &rows[i];
+		drift = drift || drifted(r);
+		json_array_append_new(list, json_pack(
+			"{s:I, s:s, s:s, s:o, s:o, s:o}", "version", (json_int_t)r->version, "name",
+			r->name, "state", row_state(r), "applied_at",
+			r->applied ? json_string(r->applied_at) : json_null(), "duration_ms",
+			r->applied ? json_integer(r->duration_ms) : json_null(), "applied_by",
+			r->applied ? cli_json_str(r->applied_by) : json_null()));
+	}
+	return cli_json_print(json_pack("{s:s, s:b, s:o}", "table",
+	                                table ? table : "skiplock.migrations", "drift", drift,
+	                                "migrations", list));
+}
+
 /* Prints each drifted migration; returns how many. */
 static int print_drift(const skl_migrate_row *rows, size_t n, const skl_migration_set *set)
 {
@@ -316,12 +347,26 @@ static int print_drift(const skl_migrate_row *rows, size_t n, const skl_migratio
 		else if (r->changed)
 			printf("changed: version %" PRId64 " (%s) differs from what was applied at %s\n",
 			       r->version, r->name, r->applied_at);
-		bad += r->applied && (!r->present || r->changed);
+		bad += drifted(r);
 	}
 	if (bad == 0)
 		printf("verified: %zu file%s, none changed since applied\n", set->n,
 		       set->n == 1 ? "" : "s");
 	return bad;
+}
+
+static int drift_count(const skl_migrate_row *rows, size_t n)
+{
+	int bad = 0;
+	for (size_t i = 0; i < n; i++)
+		bad += drifted(&rows[i]);
+	return bad;
+}
+
+static int output_failed(const cli_common *cc)
+{
+	cli_error(cc, "cannot write the output");
+	return CLI_PROBLEM;
 }
 
 static int run_read(cli_common *cc, mig_args *a, const skl_migration_set *set, bool verify)
@@ -335,12 +380,14 @@ static int run_read(cli_common *cc, mig_args *a, const skl_migration_set *set, b
 	skl_error err;
 	if (skl_migrate_status(c, set, a->o.table, &rows, &n, &err) != SKL_OK)
 		rc = exit_for(cc, &err);
+	else if (a->json && !print_json(a->o.table, rows, n))
+		rc = output_failed(cc);
+	else if (a->json)
+		rc = verify && drift_count(rows, n) ? CLI_PROBLEM : CLI_OK;
 	else if (verify)
 		rc = print_drift(rows, n, set) ? CLI_PROBLEM : CLI_OK;
-	else if (!print_status(rows, n)) {
-		cli_error(cc, "cannot write the output");
-		rc = CLI_PROBLEM;
-	}
+	else if (!print_status(rows, n))
+		rc = output_failed(cc);
 	skl_free(rows);
 	skl_client_close(c);
 	return rc;
@@ -356,7 +403,10 @@ static int sub(const char *name, int argc, char **argv)
 	skl_migration_set set = {0};
 	bool done;
 	int rc = prepare(&cc, &a, argc, argv, &set, &done);
-	if (!done)
+	if (!done && a.json && strcmp(name, "up") == 0) {
+		cli_error(&cc, "--json applies to migrate status and verify, not up");
+		rc = CLI_USAGE;
+	} else if (!done)
 		rc = strcmp(name, "up") == 0 ? run_up(&cc, &a, &set)
 		                             : run_read(&cc, &a, &set, strcmp(name, "verify") == 0);
 	skl_migrate_set_free(&set);

@@ -90,6 +90,13 @@ check_eq "the checksum is the file's SHA-256" \
 	"$(sha256sum <"$D/0001_create.sql" | cut -d' ' -f1)"
 run status mig status --dir "$D"
 has "status: applied and pending" "$TMP/status.out" '^ +3 +bad +pending'
+run sjson mig status --dir "$D" --json
+check_eq "status --json: states and the drift verdict" \
+	"$RC $(jq -c '[.table, .drift, [.migrations[] | [.version, .name, .state, (.duration_ms != null)]]]' "$TMP/sjson.out")" \
+	'0 ["skiplock.migrations",false,[[1,"create","applied",true],[2,"index","applied",true],[3,"bad","pending",false]]]'
+run ujson mig up --dir "$D" --json
+check_eq "up --json: exit 2, nothing applied" "$RC $(applied)" "2 1,2"
+has "up --json says why" "$TMP/ujson.err" '--json applies to migrate status and verify, not up'
 sed -i 's/^       nope$/       id/' "$D/0003_bad.sql"
 run good mig up --dir "$D"
 check_eq "fixed file applies" "$RC $(applied) $(q 'SELECT count(*) FROM ta')" "0 1,2,3 2"
@@ -106,6 +113,10 @@ echo '-- edited' >>"$D/0001_create.sql"
 run edited mig verify --dir "$D"
 check_eq "verify: an edited file exits 1" "$RC" 1
 has "verify names it" "$TMP/edited.out" '^changed: version 1 \(create\)'
+run vjson mig verify --dir "$D" --json
+check_eq "verify --json: exit 1, drift, the changed one" \
+	"$RC $(jq -c '[.drift, [.migrations[] | select(.state != "applied") | .version]]' "$TMP/vjson.out")" \
+	'1 [true,[1]]'
 run edited_up mig up --dir "$D"
 check_eq "up refuses while an applied file changed" "$RC" 1
 has "up says which" "$TMP/edited_up.err" '0001_create.sql was changed after it was applied'
