@@ -1,6 +1,11 @@
 /*
  * batch.c — NDJSON job batches: bounded line reading, one JSON object per
  * line, every field checked before anything is sent.
+ *
+ * Each line's JSON is freed as soon as it is checked: the strings a job
+ * needs (kind, payload text, queue, run_at, unique key) are copied into
+ * large blocks, so reading 100,000 lines costs a few hundred allocations
+ * of memory instead of keeping 100,000 parsed objects alive.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -17,7 +22,8 @@ bool cli_check_len(const cli_common *cc, const char *what, const char *s, size_t
 	return true;
 }
 
-bool cli_check_payload(const cli_common *cc, long long max, const char *json, const char *where)
+static bool payload_size(const cli_common *cc, long long max, const char *json,
+                         const char *where)
 {
 	size_t n = strlen(json);
 	if ((long long)n > max) {
@@ -25,6 +31,13 @@ bool cli_check_payload(const cli_common *cc, long long max, const char *json, co
 		          n, max);
 		return false;
 	}
+	return true;
+}
+
+bool cli_check_payload(const cli_common *cc, long long max, const char *json, const char *where)
+{
+	if (!payload_size(cc, max, json, where))
+		return false;
 	json_error_t e;
 	json_t *v = json_loads(json, JSON_DECODE_ANY, &e);
 	if (v == NULL) {
@@ -36,16 +49,62 @@ bool cli_check_payload(const cli_common *cc, long long max, const char *json, co
 	return true;
 }
 
+struct cli_batch_block {
+	struct cli_batch_block *next;
+	size_t used, cap;
+	char data[];
+};
+
+#define BLOCK_MIN ((size_t)256 << 10)
+
 void cli_batch_free(cli_batch *b)
 {
-	for (size_t i = 0; i < b->n; i++) {
-		json_decref(b->lines[i]);
-		free(b->payloads[i]);
+	for (struct cli_batch_block *k = b->strings, *next; k; k = next) {
+		next = k->next;
+		free(k);
 	}
 	free(b->specs);
-	free(b->lines);
-	free(b->payloads);
 	memset(b, 0, sizeof(*b));
+}
+
+/* Room for n bytes in the current block, or a new block. */
+static char *block_alloc(cli_batch *b, size_t n)
+{
+	struct cli_batch_block *k = b->strings;
+	if (k == NULL || k->cap - k->used < n) {
+		size_t cap = n > BLOCK_MIN ? n : BLOCK_MIN;
+		if ((k = malloc(sizeof(*k) + cap)) == NULL)
+			return NULL;
+		*k = (struct cli_batch_block){.next = b->strings, .cap = cap};
+		b->strings = k;
+	}
+	char *p = k->data + k->used;
+	k->used += n;
+	return p;
+}
+
+/* *s copied into the batch's blocks, unless it is the default (which
+ * outlives the batch) rather than a string of the line's JSON. */
+static bool keep(cli_batch *b, const char **s, const char *dflt)
+{
+	if (*s == NULL || *s == dflt)
+		return true;
+	size_t n = strlen(*s) + 1;
+	char *p = block_alloc(b, n);
+	if (p)
+		*s = memcpy(p, *s, n);
+	return p != NULL;
+}
+
+/* The payload's compact JSON text, written into the batch's blocks. */
+static const char *keep_json(cli_batch *b, json_t *v)
+{
+	size_t n = json_dumpb(v, NULL, 0, JSON_COMPACT | JSON_ENCODE_ANY);
+	char *p = n ? block_alloc(b, n + 1) : NULL;
+	if (p == NULL || json_dumpb(v, p, n, JSON_COMPACT | JSON_ENCODE_ANY) != n)
+		return NULL;
+	p[n] = '\0';
+	return p;
 }
 
 static bool grow(cli_batch *b)
@@ -54,16 +113,9 @@ static bool grow(cli_batch *b)
 		return true;
 	size_t cap = b->cap ? b->cap * 2 : 256;
 	skl_job_spec *s = realloc(b->specs, cap * sizeof(*s));
-	if (s)
-		b->specs = s;
-	json_t **l = realloc(b->lines, cap * sizeof(*l));
-	if (l)
-		b->lines = l;
-	char **p = realloc(b->payloads, cap * sizeof(*p));
-	if (p)
-		b->payloads = p;
-	if (!s || !l || !p)
+	if (s == NULL)
 		return false;
+	b->specs = s;
 	b->cap = cap;
 	return true;
 }
@@ -152,7 +204,8 @@ static bool check_fields(const cli_common *cc, const cli_batch_limits *lim, json
 	       cli_check_len(cc, "queue name", s->opts.queue, SKL_KIND_MAX) &&
 	       (s->opts.unique_key == NULL ||
 	        cli_check_len(cc, "unique key", s->opts.unique_key, SKL_UNIQUE_KEY_MAX)) &&
-	       (s->payload == NULL || cli_check_payload(cc, lim->max_payload, s->payload, where));
+	       /* the payload was parsed with its line: only its size is left */
+	       (s->payload == NULL || payload_size(cc, lim->max_payload, s->payload, where));
 }
 
 static int parse_line(const cli_common *cc, const skl_enqueue_opts *defaults,
@@ -171,14 +224,22 @@ static int parse_line(const cli_common *cc, const skl_enqueue_opts *defaults,
 	}
 	skl_job_spec *s = &b->specs[b->n];
 	*s = (skl_job_spec){.opts = *defaults};
-	b->lines[b->n] = o;
-	b->payloads[b->n] = NULL;
-	b->n++;
 	json_t *p = json_object_get(o, "payload");
-	if (p && (b->payloads[b->n - 1] = json_dumps(p, JSON_COMPACT | JSON_ENCODE_ANY)) == NULL)
-		return CLI_PROBLEM;
-	s->payload = b->payloads[b->n - 1];
-	return check_fields(cc, lim, o, s, where) ? CLI_OK : CLI_USAGE;
+	int rc = CLI_OK;
+	if (p && (s->payload = keep_json(b, p)) == NULL)
+		rc = CLI_PROBLEM;
+	else if (!check_fields(cc, lim, o, s, where))
+		rc = CLI_USAGE;
+	else if (!keep(b, &s->kind, NULL) || !keep(b, &s->opts.queue, defaults->queue) ||
+	         !keep(b, &s->opts.run_at, defaults->run_at) ||
+	         !keep(b, &s->opts.unique_key, defaults->unique_key))
+		rc = CLI_PROBLEM;
+	else
+		b->n++;
+	if (rc == CLI_PROBLEM)
+		cli_error(cc, "out of memory reading the batch");
+	json_decref(o);
+	return rc;
 }
 
 /* Reads one line (without its end) into *buf, at most max bytes: returns

@@ -24,10 +24,11 @@ typedef struct cli_batch_limits {
 	long long max_jobs;      /* lines with a job */
 } cli_batch_limits;
 
+struct cli_batch_block;
+
 typedef struct cli_batch {
 	skl_job_spec *specs;
-	json_t **lines;          /* the parsed lines: specs point into them */
-	char **payloads;
+	struct cli_batch_block *strings; /* the specs' strings, copied from their lines */
 	size_t n, cap;
 } cli_batch;
 

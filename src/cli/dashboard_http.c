@@ -4,7 +4,6 @@
  * and assets, the JSON endpoints, and the CSRF token and read-only switch
  * that guard every POST.
  */
-#include <microhttpd.h>
 #include <openssl/crypto.h>
 #include <openssl/rand.h>
 #include <openssl/sha.h>
@@ -13,6 +12,7 @@
 #include <string.h>
 
 #include "dashboard.h"
+#include "mhd_lazy.h"
 
 bool dash_secret_equal(const char *a, const char *b)
 {
@@ -175,6 +175,8 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *conn, const char
 
 void *dash_http_start(dash_server *s, const void *addr, bool v6, unsigned *port)
 {
+	if (!cli_mhd_load(NULL))
+		return NULL;
 	unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION;
 	if (v6)
 		flags |= MHD_USE_IPv6;

@@ -9,7 +9,6 @@
  * logged) and handed to libmicrohttpd.
  */
 #include <errno.h>
-#include <microhttpd.h>
 #include <netdb.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,6 +18,7 @@
 
 #include "cli.h"
 #include "metrics_http.h"
+#include "mhd_lazy.h"
 
 struct cli_metrics {
 	struct MHD_Daemon *d;
@@ -146,6 +146,13 @@ int cli_metrics_start(const cli_common *cc, const char *addr, skl_worker *w, cli
 	}
 	m->w = w;
 	int port = bound_port(fd);
+	const char *why = NULL;
+	if (!cli_mhd_load(&why)) {
+		close(fd);
+		free(m);
+		cli_error(cc, "--metrics: %s", why);
+		return CLI_PROBLEM;
+	}
 	m->d = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD, 0, NULL, NULL, handle, m,
 	                        MHD_OPTION_LISTEN_SOCKET, fd, MHD_OPTION_CONNECTION_LIMIT,
 	                        (unsigned)16, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)10,

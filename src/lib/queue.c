@@ -33,44 +33,68 @@ static const char *const enqueue_sql =
 enum { EQ_KIND, EQ_PAYLOAD, EQ_QUEUE, EQ_RUN_AT, EQ_DELAY, EQ_PRIO, EQ_UKEY, EQ_MAX, EQ_TMO, EQ_BB,
        EQ_BC, EQ_BS, EQ_NCOLS };
 
+/* Jobs per statement.  A larger batch is sent in chunks of this many, one
+ * statement each, inside one transaction: the server never holds more
+ * than a chunk's arrays and rows in memory, and no column's array literal
+ * nears the 64 MiB buffer cap for ordinary payloads. */
+#define EQ_CHUNK 5000
+
 typedef struct enqueue_call {
-	char token[33];
+	char base[33];           /* the call's retry token; chunk k sends base-k */
+	char token[48];
 	skl_buf cols[EQ_NCOLS];
+	bool set[EQ_NCOLS];      /* some job has a non-NULL value in the column */
+	const skl_job_spec *jobs;
 	size_t n;
 	int64_t *ids;
 } enqueue_call;
 
-static void add_int(skl_buf *b, int64_t v, bool null_if_zero)
+/* One array element; NULL (the column's default) is written unquoted. */
+static void add_str(enqueue_call *e, int col, const char *v)
 {
-	if (null_if_zero && v == 0)
-		skl_buf_adds(b, "NULL");
-	else
-		skl_buf_printf(b, "%" PRId64, v);
+	e->set[col] |= v != NULL;
+	skl_buf_array_elem(&e->cols[col], v);
 }
 
+static void add_int(enqueue_call *e, int col, int64_t v, bool null_if_zero)
+{
+	if (null_if_zero && v == 0) {
+		skl_buf_adds(&e->cols[col], "NULL");
+		return;
+	}
+	e->set[col] = true;
+	skl_buf_printf(&e->cols[col], "%" PRId64, v);
+}
+
+/* The jobs as one array literal per column.  Defaults are sent as NULL
+ * (the function fills them in), and a column no job sets as a NULL array:
+ * most batches set two columns of twelve, so the statement stays small. */
 static skl_rc build_columns(enqueue_call *e, const skl_job_spec *jobs, size_t n, skl_error *err)
 {
-	for (int c = 0; c < EQ_NCOLS; c++)
+	for (int c = 0; c < EQ_NCOLS; c++) {
+		skl_buf_reset(&e->cols[c]);
+		e->set[c] = false;
 		skl_buf_adds(&e->cols[c], "{");
+	}
 	for (size_t i = 0; i < n; i++) {
 		const skl_job_spec *j = &jobs[i];
 		const skl_enqueue_opts *o = &j->opts;
 		if (i > 0)
 			for (int c = 0; c < EQ_NCOLS; c++)
 				skl_buf_adds(&e->cols[c], ",");
-		skl_buf_array_elem(&e->cols[EQ_KIND], j->kind ? j->kind : "");
-		skl_buf_array_elem(&e->cols[EQ_PAYLOAD], j->payload ? j->payload : "{}");
-		skl_buf_array_elem(&e->cols[EQ_QUEUE], o->queue ? o->queue : "default");
-		skl_buf_array_elem(&e->cols[EQ_RUN_AT], o->run_at);
+		add_str(e, EQ_KIND, j->kind ? j->kind : "");
+		add_str(e, EQ_PAYLOAD, j->payload);
+		add_str(e, EQ_QUEUE, o->queue);
+		add_str(e, EQ_RUN_AT, o->run_at);
 		/* a delay is added to the database clock, never the client's */
-		add_int(&e->cols[EQ_DELAY], o->delay_ms, true);
-		add_int(&e->cols[EQ_PRIO], o->priority, false);
-		skl_buf_array_elem(&e->cols[EQ_UKEY], o->unique_key);
-		add_int(&e->cols[EQ_MAX], o->max_attempts > 0 ? o->max_attempts : 25, false);
-		add_int(&e->cols[EQ_TMO], o->timeout_ms, true);
-		add_int(&e->cols[EQ_BB], o->backoff_base_ms, true);
-		add_int(&e->cols[EQ_BC], o->backoff_cap_ms, true);
-		skl_buf_array_elem(&e->cols[EQ_BS], skl_backoff_name(o->backoff));
+		add_int(e, EQ_DELAY, o->delay_ms, true);
+		add_int(e, EQ_PRIO, o->priority, true);
+		add_str(e, EQ_UKEY, o->unique_key);
+		add_int(e, EQ_MAX, o->max_attempts > 0 ? o->max_attempts : 0, true);
+		add_int(e, EQ_TMO, o->timeout_ms, true);
+		add_int(e, EQ_BB, o->backoff_base_ms, true);
+		add_int(e, EQ_BC, o->backoff_cap_ms, true);
+		add_str(e, EQ_BS, skl_backoff_name(o->backoff));
 	}
 	for (int c = 0; c < EQ_NCOLS; c++)
 		if (!skl_buf_adds(&e->cols[c], "}"))
@@ -78,26 +102,43 @@ static skl_rc build_columns(enqueue_call *e, const skl_job_spec *jobs, size_t n,
 	return SKL_OK;
 }
 
-static skl_rc enqueue_fn(skl_client *c, void *ctx, skl_error *err)
+/* Sends jobs[from, from + n) as one statement; their ids go to ids[from...]. */
+static skl_rc enqueue_chunk(skl_client *c, enqueue_call *e, size_t from, size_t n,
+                            skl_error *err)
 {
-	enqueue_call *e = ctx;
+	skl_rc rc = build_columns(e, e->jobs + from, n, err);
+	if (rc != SKL_OK)
+		return rc;
+	if (e->n > EQ_CHUNK)
+		snprintf(e->token, sizeof(e->token), "%s-%zx", e->base, from / EQ_CHUNK);
+	else
+		memcpy(e->token, e->base, sizeof(e->base));
 	const char *vals[1 + EQ_NCOLS];
 	vals[0] = e->token;
 	for (int i = 0; i < EQ_NCOLS; i++)
-		vals[1 + i] = skl_buf_str(&e->cols[i]);
+		vals[1 + i] = e->set[i] || i == EQ_KIND ? skl_buf_str(&e->cols[i]) : NULL;
 	PGresult *res = NULL;
-	skl_rc rc = skl__exec(c, enqueue_sql, 1 + EQ_NCOLS, vals, &res, err);
+	rc = skl__exec(c, enqueue_sql, 1 + EQ_NCOLS, vals, &res, err);
 	if (rc != SKL_OK)
 		return rc;
-	if ((size_t)PQntuples(res) != e->n) {
+	if ((size_t)PQntuples(res) != n) {
 		PQclear(res);
 		return skl__seterr(err, SKL_DB, "enqueue returned %d ids for %zu jobs",
-		                   PQntuples(res), e->n);
+		                   PQntuples(res), n);
 	}
-	for (size_t i = 0; i < e->n; i++)
-		e->ids[i] = strtoll(PQgetvalue(res, (int)i, 0), NULL, 10);
+	for (size_t i = 0; i < n; i++)
+		e->ids[from + i] = strtoll(PQgetvalue(res, (int)i, 0), NULL, 10);
 	PQclear(res);
 	return SKL_OK;
+}
+
+static skl_rc enqueue_fn(skl_client *c, void *ctx, skl_error *err)
+{
+	enqueue_call *e = ctx;
+	skl_rc rc = SKL_OK;
+	for (size_t from = 0; rc == SKL_OK && from < e->n; from += EQ_CHUNK)
+		rc = enqueue_chunk(c, e, from, e->n - from < EQ_CHUNK ? e->n - from : EQ_CHUNK, err);
+	return rc;
 }
 
 static skl_rc validate_spec(const skl_job_spec *j, size_t i, skl_error *err)
@@ -133,15 +174,15 @@ skl_rc skl_enqueue_bulk(skl_client *c, const skl_job_spec *jobs, size_t n, int64
 	for (size_t i = 0; i < n; i++)
 		if (validate_spec(&jobs[i], i, err) != SKL_OK)
 			return SKL_INVALID;
-	enqueue_call e = {.n = n, .ids = ids};
-	snprintf(e.token, sizeof(e.token), "%016" PRIx64 "%016" PRIx64, skl__rand(&c->rng),
+	enqueue_call e = {.jobs = jobs, .n = n, .ids = ids};
+	snprintf(e.base, sizeof(e.base), "%016" PRIx64 "%016" PRIx64, skl__rand(&c->rng),
 	         skl__rand(&c->rng));
-	skl_rc rc = build_columns(&e, jobs, n, err);
-	/* Idempotent: the token makes a retry after a lost answer return the
-	 * first call's ids. */
-	static const skl_txn_opts o = {.idempotent = 1};
-	if (rc == SKL_OK)
-		rc = skl__run(c, &o, enqueue_fn, &e, err);
+	/* Idempotent: the tokens make a retry after a lost answer return the
+	 * first call's ids.  Up to EQ_CHUNK jobs are one autocommit statement;
+	 * more are one transaction of several, all or nothing. */
+	static const skl_txn_opts one = {.idempotent = 1};
+	static const skl_txn_opts chunked = {.idempotent = 1, .txn = 1};
+	skl_rc rc = skl__run(c, n > EQ_CHUNK ? &chunked : &one, enqueue_fn, &e, err);
 	for (int i = 0; i < EQ_NCOLS; i++)
 		skl_buf_free(&e.cols[i]);
 	return rc;

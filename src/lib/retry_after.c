@@ -11,8 +11,7 @@
 #include <ctype.h>
 #include <string.h>
 
-#include <curl/curl.h>
-
+#include "curl_lazy.h"
 #include "internal.h"
 #include "skiplock/webhook.h"
 
@@ -43,6 +42,8 @@ static bool parse_date(const char *s, int64_t now_s, int64_t *ms)
 		digit |= isdigit((unsigned char)*p) != 0;
 	}
 	if (!alpha || !digit)
+		return false;
+	if (!skl__curl_load(NULL))
 		return false;
 	time_t t = curl_getdate(s, NULL);
 	if (t == (time_t)-1)

@@ -1,6 +1,7 @@
 /*
  * webhook.c — webhook handlers (see skiplock/webhook.h): one HTTP POST per
- * attempt with libcurl, the status mapped to a job outcome.
+ * attempt with libcurl, the status mapped to a job outcome.  libcurl is
+ * opened on first use (curl_lazy.h): a worker without webhooks never maps it.
  *
  * Each handler thread keeps one CURL easy handle in thread-specific data
  * (freed when the thread ends); curl_easy_reset between requests keeps its
@@ -17,11 +18,11 @@
 #include <strings.h>
 #include <time.h>
 
-#include <curl/curl.h>
 #include <jansson.h>
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
 
+#include "curl_lazy.h"
 #include "skiplock/webhook.h"
 #include "webhook_int.h"
 #include "worker_int.h"
@@ -39,6 +40,8 @@ static void free_handle(void *c)
 
 static void init_curl(void)
 {
+	if (!skl__curl_load(NULL))
+		return;
 	curl_init_rc = curl_global_init(CURL_GLOBAL_DEFAULT);
 	if (curl_init_rc == CURLE_OK && pthread_key_create(&curl_key, free_handle) != 0)
 		curl_init_rc = CURLE_FAILED_INIT;
@@ -67,6 +70,9 @@ skl_rc skl_webhook_url_check(const char *url, skl_error *err)
 {
 	if (url == NULL || *url == '\0')
 		return skl__seterr(err, SKL_INVALID, "webhook URL is empty");
+	const char *why;
+	if (!skl__curl_load(&why))
+		return skl__seterr(err, SKL_IO, "webhooks need libcurl: %s", why);
 	CURLU *u = curl_url();
 	if (u == NULL)
 		return skl__seterr(err, SKL_NOMEM, "out of memory");
@@ -121,7 +127,8 @@ skl_rc skl_worker_handle_webhook(skl_worker *w, const char *kind, const char *ur
 	pthread_once(&curl_once, init_curl);
 	if (curl_init_rc != CURLE_OK)
 		return skl__seterr(err, SKL_IO, "cannot initialise libcurl: %s",
-		                   curl_easy_strerror(curl_init_rc));
+		                   skl__curl_load(NULL) ? curl_easy_strerror(curl_init_rc)
+		                                        : "libcurl.so.4 not loaded");
 	handler t = {.url = strdup(url), .url_timeout_ms = o.timeout_ms,
 	             .url_connect_ms = o.connect_timeout_ms};
 	rc = t.url ? read_secret(o.secret_env, &t.secret, err)

@@ -38,6 +38,24 @@ big=$(for i in $(seq 1 2000); do printf '{"kind":"bulk","payload":{"i":%d}}\n' "
 printf '%s\n' "$big" | "$S" enqueue --url "$URL" --batch - >"$TMP/bulk.ids"
 check_eq "2000-job batch from stdin" "$(q "SELECT count(*) FROM skiplock.jobs WHERE kind = 'bulk'")" 2000
 
+# a batch over the library's chunk (5,000 jobs per statement), keyed and
+# plain lines mixed: one transaction, ids in input order
+awk 'BEGIN { for (i = 1; i <= 12001; i++)
+	if (i % 1000 == 0) printf "{\"kind\":\"chunked\",\"unique_key\":\"ck\",\"payload\":{\"i\":%d}}\n", i;
+	else printf "{\"kind\":\"chunked\",\"priority\":%d,\"payload\":{\"i\":%d}}\n", i % 3, i }' >"$TMP/chunked.ndjson"
+"$S" enqueue --url "$URL" --batch "$TMP/chunked.ndjson" >"$TMP/chunked.ids"
+check_eq "12001-line batch prints one id per line" "$(wc -l <"$TMP/chunked.ids")" 12001
+check_eq "12001-line batch: 11990 jobs, one per unique key" "$(q "SELECT count(*) FROM skiplock.jobs WHERE kind = 'chunked'")" 11990
+check_eq "every keyed line across chunks gets the holder's id" "$(awk 'NR % 1000 == 0' "$TMP/chunked.ids" | sort -u | wc -l)" 1
+check_eq "line 7777 is the job with payload 7777 and priority 1" \
+	"$(q "SELECT (payload->>'i')||' '||priority FROM skiplock.jobs WHERE id = $(sed -n 7777p "$TMP/chunked.ids")")" "7777 1"
+check_eq "ids rise in input order" "$(awk 'NR % 1000 != 0' "$TMP/chunked.ids" | sort -c -n && echo sorted)" sorted
+before=$(count)
+{ cat "$TMP/chunked.ndjson"; echo '{"kind":"chunked","run_at":"not a time"}'; } >"$TMP/chunked-bad.ndjson"
+expect_exit "a bad run_at in the last chunk fails the whole batch" 2 'invalid input syntax for type timestamp' -- \
+	"$S" enqueue --url "$URL" --batch "$TMP/chunked-bad.ndjson"
+check_eq "nothing of the failed batch was written" "$(count)" "$before"
+
 echo '{"from":"stdin"}' | "$S" enqueue --url "$URL" stdin-kind - >/dev/null
 check_eq "payload from stdin" "$(q "SELECT payload->>'from' FROM skiplock.jobs WHERE kind = 'stdin-kind'")" stdin
 
