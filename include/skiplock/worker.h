@@ -116,7 +116,7 @@ typedef struct skl_worker_options {
 	                              * statement on the worker's connection); 0: off */
 	int64_t poll_idle_ms;        /* once idle (nothing claimed for 10 x poll_max_ms)
 	                              * one statement every [poll_idle, 1.25 x poll_idle)
-	                              * ms at most; default 300000 (docs/performance.md) */
+	                              * ms at most; default 600000 (docs/performance.md) */
 } skl_worker_options;
 
 /* The budget's floor: retries a second each kind may always make. */

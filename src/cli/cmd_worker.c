@@ -59,7 +59,7 @@ static const char usage[] =
 	"  --poll-idle DUR         after 10 x --poll-max without a job the worker is\n"
 	"                          idle: one statement every DUR to 1.25 x DUR at most\n"
 	"                          (sooner when a delayed job, a cron fire time or a\n"
-	"                          lease expiry is due; default 5m). On a direct\n"
+	"                          lease expiry is due; default 10m). On a direct\n"
 	"                          connection (--pooler none) it also LISTENs and\n"
 	"                          claims as soon as a job is enqueued\n"
 	"  --timeout DUR           default handler timeout (default 5m)\n"

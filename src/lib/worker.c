@@ -89,7 +89,7 @@ void skl_worker_options_init(skl_worker_options *o)
 	o->rescue_every_ms = 5000;
 	o->backoff = SKL_BACKOFF_FULL;
 	o->retry_budget_pct = 10;
-	o->poll_idle_ms = 300000;
+	o->poll_idle_ms = 600000;
 }
 
 static char *keep(skl_worker *w, int i, const char *s)

@@ -19,12 +19,14 @@ if ! admin -c "SHOW shared_preload_libraries" | grep -q pg_stat_statements; then
 fi
 q "CREATE EXTENSION IF NOT EXISTS pg_stat_statements" >/dev/null
 # Statements run in this database, without the counting query itself and
-# PgBouncer's server_check_query (it checks a server connection idle for
-# over server_check_delay before handing it out; the worker never sends it).
+# PgBouncer's server_check_query, merged by pg_stat_statements with the
+# worker's start-up "SELECT 1" (it checks a server connection idle for
+# over server_check_delay before handing it out; the worker sends "SELECT 1"
+# only when it starts).
 calls() {
 	q "SELECT coalesce(sum(calls), 0) FROM pg_stat_statements s JOIN pg_database d ON d.oid = s.dbid
 	    WHERE d.datname = current_database() AND s.query NOT LIKE '%pg_stat_statements%'
-	      AND s.query <> 'select \$1'"
+	      AND lower(s.query) <> 'select \$1'"
 }
 # start_worker LOG POLL_IDLE: a worker; waits until it says it is idle.
 start_worker() {
