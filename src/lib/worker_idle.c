@@ -24,14 +24,18 @@
 #include "worker_int.h"
 
 #define CHANNEL "skiplock_jobs"
-/* Milliseconds from now until x (negative when past); NULL stays NULL. */
-#define MS_UNTIL(x) "(extract(epoch FROM (" x ") - now()) * 1000)::bigint"
+/* Milliseconds from now until x (negative when past); NULL and
+ * 'infinity' (a breaker opened by an operator) are NULL. */
+#define MS_UNTIL(x) "(extract(epoch FROM nullif(" x ", 'infinity') - now()) * 1000)::bigint"
 
+/* A kind whose breaker is open is not claimable before open_until: its
+ * jobs count from then on. */
 static const char *const idle_sql =
 	"SELECT"
-	" (SELECT " MS_UNTIL("min(run_at)") " FROM skiplock.jobs"
-	"   WHERE state = 'available' AND kind = ANY ($2::text[])"
-	"     AND ($1::text[] IS NULL OR queue = ANY ($1::text[]))),"
+	" (SELECT " MS_UNTIL("min(greatest(j.run_at, b.open_until))") " FROM skiplock.jobs j"
+	"    LEFT JOIN skiplock.breakers b ON b.kind = j.kind AND b.state = 'open'"
+	"   WHERE j.state = 'available' AND j.kind = ANY ($2::text[])"
+	"     AND ($1::text[] IS NULL OR j.queue = ANY ($1::text[]))),"
 	" (SELECT " MS_UNTIL("min(next_fire)") " FROM skiplock.schedules WHERE enabled),"
 	" (SELECT " MS_UNTIL("min(lease_expires_at)") " FROM skiplock.jobs"
 	"   WHERE state = 'running')";

@@ -3,7 +3,8 @@
 # wake-ups by LISTEN on a direct connection (a job enqueued while it idles
 # with a 60 s idle poll runs within 2 s, also after its backend was
 # terminated), plain polling through PgBouncer, and a job whose
-# notification never came (SET skiplock.notify = off) found by polling.
+# notification never came (SET skiplock.notify = off) found by polling, and
+# a due job behind an open circuit breaker that does not end the idle.
 . "$(dirname "$0")/lib.sh"
 S=$SKL_BIN
 "$S" init --url "$URL" >/dev/null 2>&1 || fail "init"
@@ -107,5 +108,18 @@ ms=$(ms_to_done "$id")
 check_eq "polled job completed" "$(q "SELECT state FROM skiplock.jobs WHERE id = $id")" completed
 echo "     (without a notification: done in $ms ms, idle poll 2-2.5 s)"
 stop_worker w2
+
+if [ "$MODE" = pooled ]; then
+	# --- a due job whose kind's breaker is open does not end the idle ---
+	"$S" breakers open ping --url "$URL" >/dev/null || fail "breakers open ping"
+	"$S" enqueue --url "$URL" ping >/dev/null
+	start_worker w3.log 60s
+	sleep 0.5
+	c0=$(calls)
+	sleep 4
+	n=$(($(calls) - c0))
+	if [ "$n" -le 1 ]; then pass "open breaker: $n statement(s) in 4 s"; else fail "open breaker: $n statements in 4 s"; fi
+	stop_worker w3
+fi
 no_leftovers
 finish
