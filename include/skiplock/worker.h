@@ -36,6 +36,15 @@
  * used instead of the strategy's, never shortened, and counts against the
  * budget like any retry: over the budget the job waits max(asked, cap).
  *
+ * Idle cost and wake-ups: a worker that has claimed nothing for 10 x
+ * poll_max_ms is idle and sends one statement (the idle poll) every
+ * poll_idle_ms, sooner when a delayed job, a cron fire time or a lease
+ * expiry is due earlier.  On a direct connection (the pooler mode is
+ * "none") it LISTENs on channel skiplock_jobs (sql/0009_notify.sql) and
+ * claims as soon as a job is enqueued or made available again; through a
+ * pooler it never LISTENs and relies on polling.  A lost notification only
+ * costs latency: polling always finds the job.
+ *
  * Observability: skl_worker_metrics renders the worker's counters (per
  * queue and kind), handler durations and gauges in the Prometheus text
  * format (docs/metrics.md); the log_record callback receives each message
@@ -105,6 +114,9 @@ typedef struct skl_worker_options {
 	int64_t queue_stats_every_ms;/* > 0: read the queue gauges of
 	                              * skl_worker_metrics this often (one bounded
 	                              * statement on the worker's connection); 0: off */
+	int64_t poll_idle_ms;        /* once idle (nothing claimed for 10 x poll_max_ms)
+	                              * one statement every [poll_idle, 1.25 x poll_idle)
+	                              * ms at most; default 600000 (docs/performance.md) */
 } skl_worker_options;
 
 /* The budget's floor: retries a second each kind may always make. */

@@ -56,6 +56,12 @@ static const char usage[] =
 	"  --lease DUR             lease per claim, renewed every DUR/3 (default 30s)\n"
 	"  --poll DUR              first poll interval when idle (default 200ms)\n"
 	"  --poll-max DUR          idle polling slows down up to this (default 5s)\n"
+	"  --poll-idle DUR         after 10 x --poll-max without a job the worker is\n"
+	"                          idle: one statement every DUR to 1.25 x DUR at most\n"
+	"                          (sooner when a delayed job, a cron fire time or a\n"
+	"                          lease expiry is due; default 10m). On a direct\n"
+	"                          connection (--pooler none) it also LISTENs and\n"
+	"                          claims as soon as a job is enqueued\n"
 	"  --timeout DUR           default handler timeout (default 5m)\n"
 	"  --kill-grace DUR        SIGTERM to SIGKILL (default 5s)\n"
 	"  --shutdown-timeout DUR  drain bound after SIGTERM (default 30s)\n"
@@ -93,7 +99,8 @@ static const char usage[] =
 	"  --rescue-every DUR      how often to look for expired leases (default 5s)\n"
 	"  --owner NAME            lease owner written on claims (default host:pid)\n"
 	"  --no-cron               do not evaluate cron schedules (by default every\n"
-	"                          worker does, about once a second; see skiplock cron)\n"
+	"                          worker does, about once a second, or at the next\n"
+	"                          fire time when idle; see skiplock cron)\n"
 	"  --metrics HOST:PORT     serve Prometheus metrics at http://HOST:PORT/metrics\n"
 	"                          (e.g. 127.0.0.1:9187; port 0 picks a free one and logs\n"
 	"                          it); queue gauges are read every --metrics-every\n"
@@ -109,7 +116,7 @@ static const char exit_help[] =
 	"3 database unreachable at start within --retry-for.\n";
 
 enum { O_HANDLER = OPT_COMMON_LAST + 1, O_QUEUE, O_CONC, O_LEASE, O_POLL, O_POLLMAX,
-       O_TIMEOUT, O_GRACE, O_SHUTDOWN, O_BACKOFF, O_BBASE, O_BCAP, O_RESCUE, O_OWNER,
+       O_TIMEOUT, O_GRACE, O_POLLIDLE, O_SHUTDOWN, O_BACKOFF, O_BBASE, O_BCAP, O_RESCUE, O_OWNER,
        O_NO_CRON, O_WEBHOOK, O_WH_TIMEOUT, O_WH_SECRET, O_BUDGET, O_BREAKER,
        O_METRICS, O_METRICS_EVERY, O_LOG_PAYLOADS };
 
@@ -317,6 +324,7 @@ static int own_option(int code, const char *arg, void *ctx)
 	case O_LEASE: ok = dur(a, "--lease", arg, &o->lease_ms); break;
 	case O_POLL: ok = dur(a, "--poll", arg, &o->poll_ms); break;
 	case O_POLLMAX: ok = dur(a, "--poll-max", arg, &o->poll_max_ms); break;
+	case O_POLLIDLE: ok = dur(a, "--poll-idle", arg, &o->poll_idle_ms); break;
 	case O_TIMEOUT: ok = dur(a, "--timeout", arg, &o->job_timeout_ms); break;
 	case O_GRACE: ok = dur(a, "--kill-grace", arg, &o->kill_grace_ms); break;
 	case O_SHUTDOWN: ok = dur(a, "--shutdown-timeout", arg, &o->shutdown_timeout_ms); break;
@@ -509,6 +517,7 @@ int cmd_worker(int argc, char **argv)
 		{"lease", required_argument, NULL, O_LEASE},
 		{"poll", required_argument, NULL, O_POLL},
 		{"poll-max", required_argument, NULL, O_POLLMAX},
+		{"poll-idle", required_argument, NULL, O_POLLIDLE},
 		{"timeout", required_argument, NULL, O_TIMEOUT},
 		{"kill-grace", required_argument, NULL, O_GRACE},
 		{"shutdown-timeout", required_argument, NULL, O_SHUTDOWN},

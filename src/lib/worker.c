@@ -89,6 +89,7 @@ void skl_worker_options_init(skl_worker_options *o)
 	o->rescue_every_ms = 5000;
 	o->backoff = SKL_BACKOFF_FULL;
 	o->retry_budget_pct = 10;
+	o->poll_idle_ms = 600000;
 }
 
 static char *keep(skl_worker *w, int i, const char *s)
@@ -104,10 +105,12 @@ static void apply_defaults(skl_worker_options *o)
 #define DFLT(f) if (o->f <= 0) o->f = d.f
 	DFLT(concurrency); DFLT(lease_ms); DFLT(poll_ms); DFLT(poll_max_ms);
 	DFLT(shutdown_timeout_ms); DFLT(job_timeout_ms); DFLT(kill_grace_ms);
-	DFLT(backoff_base_ms); DFLT(backoff_cap_ms); DFLT(rescue_every_ms);
+	DFLT(backoff_base_ms); DFLT(backoff_cap_ms); DFLT(rescue_every_ms); DFLT(poll_idle_ms);
 #undef DFLT
 	if (o->poll_max_ms < o->poll_ms)
 		o->poll_max_ms = o->poll_ms;
+	if (o->poll_idle_ms < o->poll_max_ms)
+		o->poll_idle_ms = o->poll_max_ms;
 }
 
 skl_rc skl_worker_new(const skl_client_options *co, const skl_worker_options *wo,

@@ -81,6 +81,8 @@ struct skl_worker {
 	int nthreads;
 
 	int wake[2];
+	uint64_t listen_gen;         /* the connection (db->connects) last looked at */
+	bool listening;              /* that connection LISTENs */
 	volatile sig_atomic_t stop;
 	uint64_t rng;
 	skl_wmetrics *metrics;       /* per queue and kind; see wmetrics.h */
@@ -104,6 +106,27 @@ void skl__retry_settle(skl_worker *w, slot *s);
 skl_rc skl__retry_start(skl_worker *w, skl_error *err);
 kind_retry *skl__retry_kind(skl_worker *w, const char *kind, bool create);
 void skl__retry_free(skl_worker *w);
+
+/* worker_idle.c: wake-ups on a direct connection, and the idle poll. */
+typedef struct skl_idle_view {
+	int64_t run_in;              /* ms until the earliest available job of ours is
+	                              * due (<= 0: due now); INT64_MAX: none */
+	int64_t fire_in;             /* ms until the earliest enabled schedule fires */
+	int64_t expire_in;           /* ms until the earliest lease expires */
+} skl_idle_view;
+/* True when the worker may LISTEN: its connection is not a pooler. */
+bool skl__idle_listens(const skl_worker *w);
+/* LISTENs on a connection that does not yet (after every reconnect);
+ * true when it just did: notifications may have been missed meanwhile. */
+bool skl__idle_relisten(skl_worker *w);
+/* The socket to poll for notifications, or -1 when not listening. */
+int skl__idle_fd(const skl_worker *w);
+/* Reads what arrived: the number of notifications, or -1 when the
+ * connection was lost (the next statement reconnects). */
+int skl__idle_drain(skl_worker *w);
+/* One read-only statement: when the next job, fire time, lease expiry are due. */
+skl_rc skl__idle_poll(skl_worker *w, const char *const *kinds, skl_idle_view *v,
+                      skl_error *err);
 
 void skl__wlog(const skl_worker *w, skl_log_level lvl, const char *fmt, ...) SKL_PRINTF(3, 4);
 /* A message about one job: its context goes to log_record as fields, or

@@ -377,18 +377,20 @@ static void count_rescue(void *ctx, const char *queue, const char *kind, bool di
 		skl__wm_count(w->metrics, queue, kind, WM_DISCARDED, 1);
 }
 
-static void rescue(skl_worker *w)
+/* Returns the number of jobs whose expired lease it ended. */
+static int rescue(skl_worker *w)
 {
 	int rescued = 0, discarded = 0;
 	skl_error err;
 	if (skl__rescue_each(w->db, 1000, count_rescue, w, &rescued, &discarded, &err) != SKL_OK) {
 		skl__wlog(w, SKL_LOG_WARNING, "rescue failed: %s", err.message);
-		return;
+		return 0;
 	}
 	w->st_rescued += (uint64_t)(rescued + discarded);
 	if (rescued + discarded > 0)
 		skl__wlog(w, SKL_LOG_INFO, "rescued %d job(s) with expired leases (%d discarded)",
 		          rescued, discarded);
+	return rescued + discarded;
 }
 
 static size_t pending_count(skl_worker *w)
@@ -406,14 +408,20 @@ static size_t done_count(skl_worker *w)
 	return n;
 }
 
-static void wait_wake(skl_worker *w, int64_t ms)
+/* Waits for the wake pipe, a notification or ms; true when a
+ * notification arrived or the connection was lost (claim at once). */
+static bool wait_wake(skl_worker *w, int64_t ms)
 {
-	struct pollfd p = {.fd = w->wake[0], .events = POLLIN};
-	if (ms > 0)
-		poll(&p, 1, ms > 1000 ? 1000 : (int)ms);
+	int woken = skl__idle_drain(w); /* read while the last statement ran */
+	struct pollfd p[2] = {{.fd = w->wake[0], .events = POLLIN},
+	                      {.fd = skl__idle_fd(w), .events = POLLIN}};
+	if (ms > 0 && woken == 0 && poll(p, p[1].fd >= 0 ? 2 : 1, ms > 1000 ? 1000 : (int)ms) > 0 &&
+	    p[1].fd >= 0 && p[1].revents)
+		woken = skl__idle_drain(w);
 	char buf[256];
 	while (read(w->wake[0], buf, sizeof(buf)) > 0)
 		;
+	return woken != 0;
 }
 
 static skl_rc start_threads(skl_worker *w, skl_error *err)
@@ -448,6 +456,9 @@ static void stop_threads(skl_worker *w)
 typedef struct loop_state {
 	int64_t poll, next_claim, next_hb, next_rescue, stop_at, kill_sent, next_cron, cron_warned;
 	int64_t next_stats, stats_warned;
+	bool idle;                   /* nothing claimed for idle_after(): see idle_poll */
+	bool woken;                  /* a notification or a new LISTEN: claim at once */
+	int64_t last_work, next_idle, idle_warned;
 } loop_state;
 
 /* Uniform in [ms/2, 3ms/2). The generator is shared with handler threads. */
@@ -489,13 +500,95 @@ static void queue_stats(skl_worker *w, loop_state *ls, int64_t now)
 	ls->next_stats = now + w->wo.queue_stats_every_ms;
 }
 
+static int64_t idle_after(const skl_worker *w)
+{
+	return 10 * w->wo.poll_max_ms;
+}
+
+/* Back to claiming on --poll: work appeared, or may have. */
+static void leave_idle(skl_worker *w, loop_state *ls, int64_t now)
+{
+	if (ls->idle) {
+		ls->idle = false;
+		ls->next_rescue = now + jitter(w, w->wo.rescue_every_ms);
+		ls->next_cron = now + jitter(w, w->wo.cron_every_ms > 0 ? w->wo.cron_every_ms : 1000);
+		skl__wlog(w, SKL_LOG_DEBUG, "no longer idle");
+	}
+	ls->last_work = now;
+	ls->poll = w->wo.poll_ms;
+	ls->next_claim = now;
+}
+
+static int64_t min64(int64_t a, int64_t b)
+{
+	return a < b ? a : b;
+}
+
+/* How long an idle worker sleeps after its idle poll: poll_idle_ms
+ * (drawn in [1, 1.25) times it, so never more often), or less when a job,
+ * a fire time or a lease expiry is due earlier. */
+static int64_t idle_sleep(skl_worker *w, const skl_idle_view *v)
+{
+	pthread_mutex_lock(&w->mu);
+	double r = skl__rand01(&w->rng);
+	pthread_mutex_unlock(&w->mu);
+	int64_t d = w->wo.poll_idle_ms, ms = d + (int64_t)(r * (double)(d / 4));
+	ms = min64(ms, v->run_in < INT64_MAX - 10 ? v->run_in + 10 : INT64_MAX);
+	if (!w->wo.no_cron)
+		ms = min64(ms, v->fire_in < INT64_MAX - 10 ? v->fire_in + 10 : INT64_MAX);
+	if (v->expire_in < INT64_MAX - 10) /* rescued within rescue_every of expiring */
+		ms = min64(ms, v->expire_in + 10 > w->wo.rescue_every_ms ? v->expire_in + 10
+		                                                         : w->wo.rescue_every_ms);
+	return ms > 0 ? ms : 1;
+}
+
+/* An idle worker's one statement: instead of claim polls, cron ticks and
+ * rescue passes on their periods, it asks when any of them is next due. */
+static void idle_poll(skl_worker *w, loop_state *ls, const char *const *kinds, int64_t now)
+{
+	skl_idle_view v;
+	skl_error err;
+	if (skl__idle_poll(w, kinds, &v, &err) != SKL_OK) {
+		if (now - ls->idle_warned >= 60000) {
+			ls->idle_warned = now;
+			skl__wlog(w, SKL_LOG_WARNING, "idle poll failed: %s", err.message);
+		}
+		ls->next_idle = now + jitter(w, w->wo.poll_max_ms);
+		return;
+	}
+	bool work = v.run_in <= 0;
+	if (v.expire_in <= 0 && rescue(w) > 0)
+		work = true;
+	if (!w->wo.no_cron && v.fire_in <= 0) {
+		cron_tick(w, ls, now);
+		work = true;
+	}
+	if (work)
+		leave_idle(w, ls, now);
+	else
+		ls->next_idle = now + idle_sleep(w, &v);
+}
+
 /* Periodic work besides claims and outcomes; returns the earliest time
  * one of them is due next. */
-static int64_t chores(skl_worker *w, loop_state *ls, int64_t now)
+static int64_t chores(skl_worker *w, loop_state *ls, const char *const *kinds, int64_t now)
 {
 	if (now >= ls->next_hb) {
 		heartbeat(w);
 		ls->next_hb = now + w->wo.lease_ms / 3;
+	}
+	skl__wm_set_scalars(w->metrics, w->nrunning,
+	                    skl_client_connects(w->db) ? skl_client_connects(w->db) - 1 : 0,
+	                    skl_client_indeterminate(w->db));
+	bool stats = !w->stop && w->wo.queue_stats_every_ms > 0;
+	if (stats && now >= ls->next_stats) /* metrics stay fresh, idle or not */
+		queue_stats(w, ls, now);
+	if (ls->idle && !w->stop) {
+		if (now >= ls->next_idle)
+			idle_poll(w, ls, kinds, now);
+		if (ls->idle)
+			return min64(min64(ls->next_hb, ls->next_idle),
+			             stats ? ls->next_stats : INT64_MAX);
 	}
 	if (!w->stop && now >= ls->next_rescue) {
 		rescue(w);
@@ -503,12 +596,6 @@ static int64_t chores(skl_worker *w, loop_state *ls, int64_t now)
 	}
 	if (!w->stop && !w->wo.no_cron && now >= ls->next_cron)
 		cron_tick(w, ls, now);
-	bool stats = !w->stop && w->wo.queue_stats_every_ms > 0;
-	if (stats && now >= ls->next_stats)
-		queue_stats(w, ls, now);
-	skl__wm_set_scalars(w->metrics, w->nrunning,
-	                    skl_client_connects(w->db) ? skl_client_connects(w->db) - 1 : 0,
-	                    skl_client_indeterminate(w->db));
 	int64_t until = ls->next_hb;
 	if (!w->stop && ls->next_rescue < until)
 		until = ls->next_rescue;
@@ -517,6 +604,37 @@ static int64_t chores(skl_worker *w, loop_state *ls, int64_t now)
 	if (stats && ls->next_stats < until)
 		until = ls->next_stats;
 	return until;
+}
+
+/* Records outcomes and claims into free slots when a claim is due; an
+ * empty claim backs off up to poll_max_ms, and after idle_after() without
+ * work the worker turns idle. */
+static void claim_turn(skl_worker *w, loop_state *ls, const char *const *kinds, int64_t now)
+{
+	size_t ndone = done_count(w);
+	size_t free_slots = (size_t)w->wo.concurrency - pending_count(w) + ndone;
+	bool want = !w->stop && !ls->idle && free_slots > 0 && (now >= ls->next_claim || ndone > 0);
+	if (ndone > 0)
+		ls->last_work = now;
+	if (!want) {
+		exchange(w, 0, kinds); /* outcomes only */
+		return;
+	}
+	int got = exchange(w, free_slots, kinds);
+	if (got > 0) {
+		ls->poll = w->wo.poll_ms;
+		ls->next_claim = now; /* more may be due as soon as a slot frees */
+		ls->last_work = now;
+		return;
+	}
+	ls->next_claim = now + jitter(w, ls->poll);
+	ls->poll = ls->poll * 2 > w->wo.poll_max_ms ? w->wo.poll_max_ms : ls->poll * 2;
+	if (got == 0 && pending_count(w) == 0 && now - ls->last_work >= idle_after(w)) {
+		ls->idle = true;
+		ls->next_idle = now; /* learn at once when the next job or fire time is due */
+		skl__wlog(w, SKL_LOG_DEBUG, "idle: polling every %" PRId64 " ms at most",
+		          w->wo.poll_idle_ms);
+	}
 }
 
 /* One turn of the loop; returns false when the drain is complete. */
@@ -537,25 +655,19 @@ static bool turn(skl_worker *w, loop_state *ls, const char *const *kinds)
 	}
 	if (ls->kill_sent && now - ls->kill_sent > w->wo.kill_grace_ms + 2000)
 		return false; /* C handlers that ignore skl_job_lost: leave them to the rescue */
-	size_t ndone = done_count(w);
-	size_t free_slots = (size_t)w->wo.concurrency - pending_count(w) + ndone;
-	bool want = !w->stop && free_slots > 0 && (now >= ls->next_claim || ndone > 0);
-	if (!want) {
-		exchange(w, 0, kinds); /* outcomes only */
-	} else {
-		int got = exchange(w, free_slots, kinds);
-		if (got > 0) {
-			ls->poll = w->wo.poll_ms;
-			ls->next_claim = now; /* more may be due as soon as a slot frees */
-		} else {
-			ls->next_claim = now + jitter(w, ls->poll);
-			ls->poll = ls->poll * 2 > w->wo.poll_max_ms ? w->wo.poll_max_ms : ls->poll * 2;
-		}
+	if (ls->woken) {
+		ls->woken = false;
+		leave_idle(w, ls, now);
 	}
-	int64_t until = chores(w, ls, now);
-	if (!w->stop && pending_count(w) < (size_t)w->wo.concurrency && ls->next_claim < until)
+	claim_turn(w, ls, kinds, now);
+	int64_t until = chores(w, ls, kinds, now);
+	if (!w->stop && !ls->idle && pending_count(w) < (size_t)w->wo.concurrency &&
+	    ls->next_claim < until)
 		until = ls->next_claim;
-	wait_wake(w, until - skl__now_ms());
+	if (skl__idle_relisten(w))
+		ls->woken = true;
+	else if (wait_wake(w, until - skl__now_ms()))
+		ls->woken = true;
 	return true;
 }
 
@@ -579,7 +691,8 @@ skl_rc skl_worker_run(skl_worker *w, skl_error *err)
 	                 .next_hb = now + w->wo.lease_ms / 3,
 	                 .next_rescue = now + jitter(w, w->wo.rescue_every_ms),
 	                 .next_cron = now, .cron_warned = now - 60000, .next_stats = now,
-	                 .stats_warned = now - 60000};
+	                 .stats_warned = now - 60000, .last_work = now,
+	                 .idle_warned = now - 60000};
 	skl__wlog(w, SKL_LOG_INFO, "worker %s started: %zu kind(s), concurrency %d, lease %" PRId64
 	          " ms", w->wo.owner, w->nhandlers, w->wo.concurrency, w->wo.lease_ms);
 	while (rc == SKL_OK && turn(w, &ls, kinds))
