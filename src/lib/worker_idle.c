@@ -7,8 +7,13 @@
  * reconnect loses the LISTEN, so it is sent again on each new connection
  * (db->connects tells them apart), and the loop claims at once after it:
  * what was enqueued meanwhile sent no notification we could see.  Through
- * a pooler nothing here runs: a LISTEN there would land on whichever
- * server connection the pooler picked (DESIGN.md rule 1).
+ * a pooler the worker's own connection never LISTENs: a LISTEN there would
+ * land on whichever server connection the pooler picked (DESIGN.md rule
+ * 1).  When a direct endpoint is known as well (--direct-url or
+ * $DIRECT_DATABASE_URL), a second connection to it carries the LISTEN and
+ * nothing else, so a pooled worker wakes as fast as a direct one; it is
+ * (re)opened at most every LISTEN_RETRY_MS, one attempt each, and while it
+ * is down the worker polls.
  *
  * The idle poll: one read-only statement that says how long until the
  * earliest available job of the worker's kinds and queues is due, the
@@ -40,9 +45,18 @@ static const char *const idle_sql =
 	" (SELECT " MS_UNTIL("min(lease_expires_at)") " FROM skiplock.jobs"
 	"   WHERE state = 'running')";
 
+#define LISTEN_RETRY_MS 30000
+
 bool skl__idle_listens(const skl_worker *w)
 {
 	return skl_client_pooler(w->db) == SKL_POOLER_NONE;
+}
+
+/* The connection that LISTENs: the side one through a pooler, else the
+ * worker's own. */
+static skl_client *listener(const skl_worker *w)
+{
+	return w->listen_db ? w->listen_db : w->db;
 }
 
 static bool live(const skl_client *c)
@@ -73,16 +87,8 @@ static bool looks_direct(skl_worker *w)
 	return direct;
 }
 
-bool skl__idle_relisten(skl_worker *w)
+static bool listen_on(skl_worker *w, skl_client *c)
 {
-	skl_client *c = w->db;
-	if (!skl__idle_listens(w) || !live(c) || c->connects == w->listen_gen)
-		return false;
-	w->listening = false;
-	if (!looks_direct(w)) {
-		w->listen_gen = live(c) ? c->connects : 0;
-		return false;
-	}
 	PGresult *res = NULL;
 	skl_error err;
 	skl_rc rc = skl__exec(c, "LISTEN " CHANNEL, 0, NULL, &res, &err);
@@ -95,13 +101,62 @@ bool skl__idle_relisten(skl_worker *w)
 	}
 	w->listen_gen = c->connects;
 	w->listening = true;
-	skl__wlog(w, SKL_LOG_DEBUG, "listening on channel " CHANNEL);
+	skl__wlog(w, SKL_LOG_DEBUG, "listening on channel " CHANNEL "%s",
+	          c == w->db ? "" : " on the direct endpoint");
 	return true;
+}
+
+/* Through a pooler: (re)opens the side connection to the direct endpoint
+ * when it is due, and LISTENs there. */
+static bool side_relisten(skl_worker *w)
+{
+	const char *direct = w->db->direct_url;
+	skl_client *c = w->listen_db;
+	if (direct == NULL || (c && live(c) && c->connects == w->listen_gen))
+		return false;
+	int64_t now = skl__now_ms();
+	if (now < w->listen_retry_at)
+		return false;
+	w->listen_retry_at = now + LISTEN_RETRY_MS;
+	w->listening = false;
+	skl_error err;
+	if (c == NULL) {
+		skl_client_options o = w->co;
+		o.url = direct;
+		o.pooler = SKL_POOLER_NONE;
+		if (skl_client_open(&o, &w->listen_db, &err) != SKL_OK) {
+			skl__wlog(w, SKL_LOG_WARNING, "direct endpoint: %s; polling only", err.message);
+			w->listen_retry_at = INT64_MAX; /* a bad URL stays bad */
+			return false;
+		}
+		c = w->listen_db;
+	}
+	if (skl__connect(c, &err) != SKL_OK) {
+		skl__wlog(w, SKL_LOG_WARNING, "cannot LISTEN on the direct endpoint, polling (next "
+		          "try in %d s): %s", LISTEN_RETRY_MS / 1000, err.message);
+		return false;
+	}
+	return listen_on(w, c);
+}
+
+bool skl__idle_relisten(skl_worker *w)
+{
+	skl_client *c = w->db;
+	if (!skl__idle_listens(w))
+		return side_relisten(w);
+	if (!live(c) || c->connects == w->listen_gen)
+		return false;
+	w->listening = false;
+	if (!looks_direct(w)) {
+		w->listen_gen = live(c) ? c->connects : 0;
+		return false;
+	}
+	return listen_on(w, c);
 }
 
 int skl__idle_fd(const skl_worker *w)
 {
-	const skl_client *c = w->db;
+	const skl_client *c = listener(w);
 	if (!w->listening || !live(c) || c->connects != w->listen_gen)
 		return -1;
 	return PQsocket(c->conn);
@@ -109,7 +164,7 @@ int skl__idle_fd(const skl_worker *w)
 
 int skl__idle_drain(skl_worker *w)
 {
-	skl_client *c = w->db;
+	skl_client *c = listener(w);
 	if (skl__idle_fd(w) < 0)
 		return 0;
 	if (!PQconsumeInput(c->conn) || PQstatus(c->conn) != CONNECTION_OK) {

@@ -83,6 +83,9 @@ struct skl_worker {
 	int wake[2];
 	uint64_t listen_gen;         /* the connection (db->connects) last looked at */
 	bool listening;              /* that connection LISTENs */
+	skl_client *listen_db;       /* through a pooler: a direct connection that
+	                              * only LISTENs (worker_idle.c); else NULL */
+	int64_t listen_retry_at;     /* its next (re)connection attempt */
 	volatile sig_atomic_t stop;
 	uint64_t rng;
 	skl_wmetrics *metrics;       /* per queue and kind; see wmetrics.h */

@@ -724,6 +724,7 @@ void skl_worker_free(skl_worker *w)
 	for (size_t i = 0; i < SKL_ARRAY_LEN(w->strings); i++)
 		free(w->strings[i]);
 	skl_client_close(w->db);
+	skl_client_close(w->listen_db);
 	if (w->wake[0] >= 0)
 		close(w->wake[0]);
 	if (w->wake[1] >= 0)

@@ -2,7 +2,8 @@
 # An idle `skiplock worker`: the statements it sends (pg_stat_statements),
 # wake-ups by LISTEN on a direct connection (a job enqueued while it idles
 # with a 60 s idle poll runs within 2 s, also after its backend was
-# terminated), plain polling through PgBouncer, and a job whose
+# terminated), plain polling through PgBouncer (and, given --direct-url,
+# wake-ups by LISTEN on the direct endpoint), and a job whose
 # notification never came (SET skiplock.notify = off) found by polling, and
 # a due job behind an open circuit breaker that does not end the idle.
 . "$(dirname "$0")/lib.sh"
@@ -96,6 +97,25 @@ if [ "$MODE" = pooled ]; then
 	wait_until "auto worker checked the port" 20 grep -q 'polling without LISTEN' "$TMP/w0.log"
 	kill -TERM "$W0"; wait "$W0"
 	grep -q 'listening on channel' "$TMP/w0.log" && fail "auto: LISTEN through PgBouncer" || pass "auto: no LISTEN through PgBouncer"
+
+	# With --direct-url as well, a second connection LISTENs on the direct
+	# endpoint: the pooled worker wakes at once, long before its idle poll.
+	listeners() { q "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND query = 'LISTEN skiplock_jobs'"; }
+	"$S" worker --url "$URL" --direct-url "$DIRECT_URL" "${FAST[@]}" --poll-idle 60s \
+		--log-level debug 2>"$TMP/wd.log" &
+	WD=$!
+	wait_until "worker wd idle" 30 grep -q 'idle: polling every' "$TMP/wd.log"
+	grep -q 'listening on channel skiplock_jobs on the direct endpoint' "$TMP/wd.log" &&
+		pass "pooled + --direct-url: LISTEN on the direct endpoint" || fail "no direct LISTEN: $(tail -n 5 "$TMP/wd.log")"
+	check_eq "one listening connection" "$(listeners)" 1
+	id=$("$S" enqueue --url "$URL" ping)
+	wait_until "job $id done" 10 done_q "$id"
+	ms=$(ms_to_done "$id")
+	if [ "${ms:-99999}" -lt 2000 ]; then pass "pooled + --direct-url: woken by NOTIFY, done in $ms ms (idle poll 60 s)"; else fail "pooled + --direct-url: job took $ms ms"; fi
+	kill -TERM "$WD"; wait_exit "$WD" 20
+	check_eq "wd exits 0 on SIGTERM" "$RC" 0
+	no_listener() { [ "$(listeners)" = 0 ]; }
+	wait_until "its listener closed" 10 no_listener && pass "its listener closed"
 fi
 stop_worker w1
 
