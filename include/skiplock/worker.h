@@ -105,6 +105,9 @@ typedef struct skl_worker_options {
 	int64_t queue_stats_every_ms;/* > 0: read the queue gauges of
 	                              * skl_worker_metrics this often (one bounded
 	                              * statement on the worker's connection); 0: off */
+	int prefetch;                /* jobs claimed beyond concurrency, leased and
+	                              * waiting in the worker for a free handler
+	                              * thread; default 0 (docs/performance.md) */
 } skl_worker_options;
 
 /* The budget's floor: retries a second each kind may always make. */

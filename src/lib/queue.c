@@ -202,11 +202,11 @@ skl_rc skl_enqueue(skl_client *c, const char *kind, const char *payload,
 	" c0 AS ("                                                               \
 	"  SELECT id FROM skiplock.jobs"                                         \
 	"   WHERE " SKL_JOB_DUE                                                  \
-	"     AND kind = ANY ($2::text[]) AND kind <> ALL (ARRAY(SELECT kind FROM bk))" \
-	"   ORDER BY priority DESC, run_at, id"                                  \
-	"   LIMIT greatest($3 - (SELECT count(*) FROM p), 0)"                    \
-	"   FOR UPDATE SKIP LOCKED),"                                            \
-	" c AS (SELECT id FROM c0 UNION ALL SELECT p.id FROM p JOIN probe USING (kind))"
+	"     AND kind = ANY (ARRAY(SELECT unnest($2::text[]) EXCEPT SELECT kind FROM bk))" \
+	"   ORDER BY priority DESC, run_at, id LIMIT $3 FOR UPDATE SKIP LOCKED)," \
+	" c AS (SELECT id FROM (SELECT id FROM c0"                               \
+	"                        LIMIT greatest($3 - (SELECT count(*) FROM p), 0)) c1" \
+	"       UNION ALL SELECT p.id FROM p JOIN probe USING (kind))"
 /* A breaker that may admit a probe now. */
 #define SKL_PROBE_DUE                                                        \
 	"((state = 'open' AND open_until <= now())"                              \
@@ -458,6 +458,11 @@ static const char *const record_claim_sql =
 	" SELECT claimed.*, 'c' AS t FROM claimed"
 	" UNION ALL SELECT id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,"
 	"                  NULL, 'd' FROM done";
+
+const char *skl__claim_sql(bool record)
+{
+	return record ? record_claim_sql : claim_sql;
+}
 
 typedef struct fenced_call {
 	const char *sql;

@@ -396,6 +396,13 @@ static size_t pending_count(skl_worker *w)
 	return w->nrunning; /* claimed and not yet recorded */
 }
 
+/* Jobs the worker may hold claimed: the handler threads, plus prefetched
+ * jobs waiting for one. */
+static size_t capacity(const skl_worker *w)
+{
+	return (size_t)w->wo.concurrency + (size_t)(w->wo.prefetch > 0 ? w->wo.prefetch : 0);
+}
+
 static size_t done_count(skl_worker *w)
 {
 	size_t n = 0;
@@ -418,7 +425,7 @@ static void wait_wake(skl_worker *w, int64_t ms)
 
 static skl_rc start_threads(skl_worker *w, skl_error *err)
 {
-	w->running = calloc((size_t)w->wo.concurrency, sizeof(slot *));
+	w->running = calloc(capacity(w), sizeof(slot *));
 	w->threads = calloc((size_t)w->wo.concurrency, sizeof(pthread_t));
 	if (w->running == NULL || w->threads == NULL)
 		return skl__seterr(err, SKL_NOMEM, "out of memory");
@@ -538,7 +545,7 @@ static bool turn(skl_worker *w, loop_state *ls, const char *const *kinds)
 	if (ls->kill_sent && now - ls->kill_sent > w->wo.kill_grace_ms + 2000)
 		return false; /* C handlers that ignore skl_job_lost: leave them to the rescue */
 	size_t ndone = done_count(w);
-	size_t free_slots = (size_t)w->wo.concurrency - pending_count(w) + ndone;
+	size_t free_slots = capacity(w) - pending_count(w) + ndone;
 	bool want = !w->stop && free_slots > 0 && (now >= ls->next_claim || ndone > 0);
 	if (!want) {
 		exchange(w, 0, kinds); /* outcomes only */
@@ -553,7 +560,7 @@ static bool turn(skl_worker *w, loop_state *ls, const char *const *kinds)
 		}
 	}
 	int64_t until = chores(w, ls, now);
-	if (!w->stop && pending_count(w) < (size_t)w->wo.concurrency && ls->next_claim < until)
+	if (!w->stop && pending_count(w) < capacity(w) && ls->next_claim < until)
 		until = ls->next_claim;
 	wait_wake(w, until - skl__now_ms());
 	return true;
