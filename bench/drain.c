@@ -1,7 +1,7 @@
 /*
  * drain.c — skl-bench-drain: end-to-end throughput of skiplock workers.
  *
- *   skl-bench-drain --url URL --jobs N [--procs P] [--concurrency C]
+ *   skl-bench-drain --url URL --jobs N [--procs P] [--concurrency C] [--prefetch F]
  *                   [--mode noop|cmd] [--timeout S]
  *   skl-bench-drain --url URL --sustain SECONDS [--backlog B] [--hold] ...
  *
@@ -40,7 +40,7 @@
 typedef struct run {
 	const char *url;
 	long jobs;
-	int procs, conc;
+	int procs, conc, prefetch;
 	const char *mode, *kind;
 	double timeout;
 	double sustain;
@@ -64,12 +64,14 @@ static void prepare(run *r, PGconn *ctl, skl_client *c, long fill)
 
 static void start_workers(run *r)
 {
-	char conc[16], app[64];
+	char conc[16], pre[16], app[64];
 	snprintf(conc, sizeof(conc), "%d", r->conc);
+	snprintf(pre, sizeof(pre), "%d", r->prefetch);
 	for (int i = 0; i < r->procs; i++) {
 		snprintf(app, sizeof(app), "skl-bench-w%d", i);
 		char *args[] = {"--url", (char *)r->url, "--mode", (char *)r->mode, "--concurrency",
-		                conc, "--counter", r->counter_path, "--app", app, NULL};
+		                conc, "--prefetch", pre, "--counter", r->counter_path, "--app", app,
+		                NULL};
 		r->pids[i] = bench_spawn_worker(args, r->logpath);
 	}
 }
@@ -245,6 +247,7 @@ int main(int argc, char **argv)
 		.jobs = atol(bench_opt(argc, argv, "--jobs", "10000")),
 		.procs = atoi(bench_opt(argc, argv, "--procs", "1")),
 		.conc = atoi(bench_opt(argc, argv, "--concurrency", "8")),
+		.prefetch = atoi(bench_opt(argc, argv, "--prefetch", "0")),
 		.mode = bench_opt(argc, argv, "--mode", "noop"),
 		.timeout = atof(bench_opt(argc, argv, "--timeout", "600")),
 		.sustain = atof(bench_opt(argc, argv, "--sustain", "0")),
@@ -254,7 +257,7 @@ int main(int argc, char **argv)
 	};
 	if (r.url == NULL || r.jobs < 1 || r.procs < 1 || r.procs > MAX_PROCS || r.conc < 1)
 		bench_die("usage: skl-bench-drain --url URL --jobs N [--procs P] [--concurrency C]"
-		          " [--mode noop|cmd] [--sustain S [--backlog B] [--hold]]");
+		          " [--prefetch F] [--mode noop|cmd] [--sustain S [--backlog B] [--hold]]");
 	if (strcmp(r.mode, "noop") == 0)
 		r.kind = "noop";
 	else if (strcmp(r.mode, "cmd") == 0)

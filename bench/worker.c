@@ -81,6 +81,7 @@ int main(int argc, char **argv)
 	skl_worker_options wo;
 	skl_worker_options_init(&wo);
 	wo.concurrency = atoi(bench_opt(argc, argv, "--concurrency", "8"));
+	wo.prefetch = atoi(bench_opt(argc, argv, "--prefetch", "0"));
 	const char *poll = bench_opt(argc, argv, "--poll-ms", NULL);
 	if (poll)
 		wo.poll_ms = atoll(poll);

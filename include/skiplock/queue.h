@@ -82,6 +82,8 @@ typedef struct skl_job {
 	skl_backoff backoff;      /* DEFAULT: not set on the job */
 	int64_t last_delay_ms;    /* the delay before this attempt (0 on the first) */
 	void *internal;           /* owned by the library */
+	int64_t run_at_us;        /* run_at, µs since the Unix epoch: with priority
+	                           * and id the job's place in the claim order */
 } skl_job;
 
 typedef struct skl_claim_opts {
@@ -92,6 +94,18 @@ typedef struct skl_claim_opts {
 	size_t limit;               /* at most this many jobs */
 	int64_t lease_ms;           /* lease length */
 	const char *owner;          /* written as lease_owner */
+	/* Optional: claim only jobs placed after (after_priority,
+	 * after_run_at_us, after_id) in the claim order — the place of a job
+	 * claimed before (skl_job's priority, run_at_us, id).  The index scan
+	 * then starts there instead of walking the entries of every job
+	 * claimed since, which stay in the index while an old snapshot is
+	 * held.  Jobs placed before it (a higher priority, an old run_at, a
+	 * claim rolled back) are claimed only without it: a caller must also
+	 * claim without it regularly (the worker: docs/performance.md). */
+	bool after_set;
+	int after_priority;
+	int64_t after_run_at_us;
+	int64_t after_id;
 } skl_claim_opts;
 
 /* Claims up to limit due, available jobs of the given queues and kinds in

@@ -117,6 +117,9 @@ typedef struct skl_worker_options {
 	int64_t poll_idle_ms;        /* once idle (nothing claimed for 10 x poll_max_ms)
 	                              * one statement every [poll_idle, 1.25 x poll_idle)
 	                              * ms at most; default 600000 (docs/performance.md) */
+	int prefetch;                /* jobs claimed beyond concurrency, leased and
+	                              * waiting in the worker for a free handler
+	                              * thread; default 0 (docs/performance.md) */
 } skl_worker_options;
 
 /* The budget's floor: retries a second each kind may always make. */

@@ -53,6 +53,8 @@ static const char usage[] =
 	"                          variable VAR (every webhook, or KIND's)\n"
 	"  --queue Q               take jobs from queue Q only (repeatable; default all)\n"
 	"  --concurrency N         jobs at once (default 8); connections: 1\n"
+	"  --prefetch N            claim up to N jobs beyond --concurrency; they wait\n"
+	"                          in the worker, leased, for a free slot (default 0)\n"
 	"  --lease DUR             lease per claim, renewed every DUR/3 (default 30s)\n"
 	"  --poll DUR              first poll interval when idle (default 200ms)\n"
 	"  --poll-max DUR          idle polling slows down up to this (default 5s)\n"
@@ -117,7 +119,7 @@ static const char exit_help[] =
 	"webhook URL that is not http(s) with a host, or an unset secret variable),\n"
 	"3 database unreachable at start within --retry-for.\n";
 
-enum { O_HANDLER = OPT_COMMON_LAST + 1, O_QUEUE, O_CONC, O_LEASE, O_POLL, O_POLLMAX,
+enum { O_HANDLER = OPT_COMMON_LAST + 1, O_QUEUE, O_CONC, O_PREFETCH, O_LEASE, O_POLL, O_POLLMAX,
        O_TIMEOUT, O_GRACE, O_POLLIDLE, O_SHUTDOWN, O_BACKOFF, O_BBASE, O_BCAP, O_RESCUE, O_OWNER,
        O_NO_CRON, O_WEBHOOK, O_WH_TIMEOUT, O_WH_SECRET, O_BUDGET, O_BREAKER,
        O_METRICS, O_METRICS_EVERY, O_LOG_PAYLOADS };
@@ -323,6 +325,10 @@ static int own_option(int code, const char *arg, void *ctx)
 		ok = cli_int(a->cc, "--concurrency", arg, 1, 4096, &v);
 		o->concurrency = (int)v;
 		break;
+	case O_PREFETCH:
+		ok = cli_int(a->cc, "--prefetch", arg, 0, 4096, &v);
+		o->prefetch = (int)v;
+		break;
 	case O_LEASE: ok = dur(a, "--lease", arg, &o->lease_ms); break;
 	case O_POLL: ok = dur(a, "--poll", arg, &o->poll_ms); break;
 	case O_POLLMAX: ok = dur(a, "--poll-max", arg, &o->poll_max_ms); break;
@@ -516,6 +522,7 @@ int cmd_worker(int argc, char **argv)
 		{"webhook-secret-env", required_argument, NULL, O_WH_SECRET},
 		{"queue", required_argument, NULL, O_QUEUE},
 		{"concurrency", required_argument, NULL, O_CONC},
+		{"prefetch", required_argument, NULL, O_PREFETCH},
 		{"lease", required_argument, NULL, O_LEASE},
 		{"poll", required_argument, NULL, O_POLL},
 		{"poll-max", required_argument, NULL, O_POLLMAX},

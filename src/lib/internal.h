@@ -117,6 +117,10 @@ typedef void (*skl__rescued_fn)(void *ctx, const char *queue, const char *kind,
                                 bool discarded);
 skl_rc skl__rescue_each(skl_client *c, int limit, skl__rescued_fn fn, void *ctx,
                         int *rescued, int *discarded, skl_error *err);
+/* The text of the claim statement, or with `record` of the combined
+ * record-and-claim, with `after` their form that claims after a place in
+ * the claim order (queue.c): for tests of their plans. */
+const char *skl__claim_sql(bool record, bool after);
 
 /* url.c */
 skl_rc skl__url_host_port(const char *url, char **host, char **port, skl_error *err);

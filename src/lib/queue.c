@@ -213,7 +213,22 @@ skl_rc skl_enqueue(skl_client *c, const char *kind, const char *payload,
 #define SKL_JOB_DUE                                                          \
 	"state = 'available' AND run_at <= now()"                                \
 	" AND ($1::text[] IS NULL OR queue = ANY ($1::text[]))"
-#define SKL_CLAIM_PICK                                                       \
+/* The ordinary pick: due jobs of the kinds asked for, minus breakers. */
+#define SKL_PICK_WHERE                                                       \
+	SKL_JOB_DUE " AND kind = ANY (ARRAY(SELECT unnest($2::text[]) EXCEPT SELECT kind FROM bk))"
+#define SKL_PICK_ORDER " ORDER BY priority DESC, run_at, id LIMIT $3 FOR UPDATE SKIP LOCKED"
+#define SKL_PICK_FRONT "SELECT id FROM skiplock.jobs WHERE " SKL_PICK_WHERE SKL_PICK_ORDER
+/* The same after a place (P priority, R run_at in µs, I id) in the claim
+ * order: two index ranges, the rest of priority P after (R, I), then the
+ * lower priorities, so the scan starts at the place instead of walking the
+ * entries before it (jobs claimed since, dead but not yet removable). */
+#define SKL_PICK_AFTER(P, R, I)                                              \
+	"SELECT id FROM (SELECT id FROM skiplock.jobs WHERE " SKL_PICK_WHERE      \
+	"   AND priority = " P " AND (run_at, id) > (timestamptz 'epoch' + " R   \
+	"       * interval '1 microsecond', " I ")" SKL_PICK_ORDER ") a"          \
+	" UNION ALL SELECT id FROM (SELECT id FROM skiplock.jobs WHERE " SKL_PICK_WHERE \
+	"   AND priority < " P SKL_PICK_ORDER ") b LIMIT $3"
+#define SKL_CLAIM_PICK(C0)                                                   \
 	"bk AS ("                                                                \
 	"  SELECT kind FROM skiplock.breakers"                                   \
 	"   WHERE kind = ANY ($2::text[]) AND state <> 'closed'"                 \
@@ -240,14 +255,10 @@ skl_rc skl_enqueue(skl_client *c, const char *kind, const char *payload,
 	"  INSERT INTO skiplock.breaker_events (kind, from_state, to_state, reason)" \
 	"  SELECT kind, prev_state, state, 'open interval over: admitting probes'" \
 	"    FROM probe WHERE prev_state <> state),"                             \
-	" c0 AS ("                                                               \
-	"  SELECT id FROM skiplock.jobs"                                         \
-	"   WHERE " SKL_JOB_DUE                                                  \
-	"     AND kind = ANY ($2::text[]) AND kind <> ALL (ARRAY(SELECT kind FROM bk))" \
-	"   ORDER BY priority DESC, run_at, id"                                  \
-	"   LIMIT greatest($3 - (SELECT count(*) FROM p), 0)"                    \
-	"   FOR UPDATE SKIP LOCKED),"                                            \
-	" c AS (SELECT id FROM c0 UNION ALL SELECT p.id FROM p JOIN probe USING (kind))"
+	" c0 AS (" C0 "),"                                                       \
+	" c AS (SELECT id FROM (SELECT id FROM c0"                               \
+	"                        LIMIT greatest($3 - (SELECT count(*) FROM p), 0)) c1" \
+	"       UNION ALL SELECT p.id FROM p JOIN probe USING (kind))"
 /* A breaker that may admit a probe now. */
 #define SKL_PROBE_DUE                                                        \
 	"((state = 'open' AND open_until <= now())"                              \
@@ -262,12 +273,16 @@ skl_rc skl_enqueue(skl_client *c, const char *kind, const char *payload,
 	" RETURNING j.id, j.queue, j.kind, j.payload, j.attempt, j.max_attempts, j.fencing," \
 	"           j.priority, coalesce(j.timeout_ms, 0), coalesce(j.backoff_base_ms, 0)," \
 	"           coalesce(j.backoff_cap_ms, 0), coalesce(j.backoff, ''),"    \
-	"           coalesce(j.last_delay_ms, 0)"
-#define SKL_CLAIM_NCOLS 13
+	"           coalesce(j.last_delay_ms, 0),"                               \
+	"           (extract(epoch FROM j.run_at) * 1000000)::bigint"
+#define SKL_CLAIM_NCOLS 14
 
-static const char *const claim_sql =
-	"WITH busy AS (SELECT NULL::text AS kind, NULL::text AS state WHERE false), "
-	SKL_CLAIM_PICK " " SKL_CLAIM_UPDATE;
+#define SKL_CLAIM_SQL(C0)                                                    \
+	"WITH busy AS (SELECT NULL::text AS kind, NULL::text AS state WHERE false), " \
+	SKL_CLAIM_PICK(C0) " " SKL_CLAIM_UPDATE
+static const char *const claim_sql = SKL_CLAIM_SQL(SKL_PICK_FRONT);
+static const char *const claim_after_sql =
+	SKL_CLAIM_SQL(SKL_PICK_AFTER("$6::int", "$7::bigint", "$8::bigint"));
 
 static char *text_array(const char *const *v, size_t n)
 {
@@ -286,7 +301,7 @@ static char *text_array(const char *const *v, size_t n)
 typedef struct claim_call {
 	const char *sql;
 	int nparams;
-	const char *params[11];  /* $1..$5 the claim, $6..$11 outcomes */
+	const char *params[14];  /* $1..$5 the claim, $6..$11 outcomes, then the place */
 	skl_job *jobs;
 	size_t n;
 	const skl_outcome *outs; /* with outcomes: which were accepted */
@@ -318,6 +333,7 @@ static bool fill_job(skl_job *j, const PGresult *r, int row)
 		.backoff_base_ms = strtoll(PQgetvalue(r, row, 9), NULL, 10),
 		.backoff_cap_ms = strtoll(PQgetvalue(r, row, 10), NULL, 10),
 		.last_delay_ms = strtoll(PQgetvalue(r, row, 12), NULL, 10),
+		.run_at_us = strtoll(PQgetvalue(r, row, 13), NULL, 10),
 		.internal = mem,
 	};
 	skl_backoff_parse(PQgetvalue(r, row, 11), &j->backoff);
@@ -367,7 +383,22 @@ static skl_rc claim_fn(skl_client *c, void *ctx, skl_error *err)
 typedef struct claim_params {
 	char *queues, *kinds;
 	char limit[24], lease[24];
+	char after[3][24];       /* the place to claim after: priority, run_at µs, id */
 } claim_params;
+
+/* With o->after_set: the place's three parameters from params[first]. */
+static int claim_after_params(claim_params *p, const skl_claim_opts *o, claim_call *cc,
+                              int first)
+{
+	if (!o->after_set)
+		return 0;
+	snprintf(p->after[0], sizeof(p->after[0]), "%d", o->after_priority);
+	snprintf(p->after[1], sizeof(p->after[1]), "%" PRId64, o->after_run_at_us);
+	snprintf(p->after[2], sizeof(p->after[2]), "%" PRId64, o->after_id);
+	for (int i = 0; i < 3; i++)
+		cc->params[first + i] = p->after[i];
+	return 3;
+}
 
 static skl_rc claim_params_make(claim_params *p, const skl_claim_opts *o, claim_call *cc,
                                 skl_error *err)
@@ -420,6 +451,10 @@ skl_rc skl_claim(skl_client *c, const skl_claim_opts *o, skl_job **jobs, size_t 
 	claim_call cc = {.sql = claim_sql, .nparams = 5};
 	claim_params p;
 	skl_rc rc = claim_params_make(&p, o, &cc, err);
+	if (rc == SKL_OK && claim_after_params(&p, o, &cc, 5)) {
+		cc.sql = claim_after_sql;
+		cc.nparams = 8;
+	}
 	if (rc == SKL_OK)
 		rc = run_claim(c, &cc, jobs, n, err);
 	claim_params_free(&p);
@@ -489,16 +524,26 @@ static const char *const record_sql =
 /* Both in one round trip.  The claim cannot pick a row the record just
  * changed: they share a snapshot, in which recorded rows were running.
  * Rows: claimed jobs with t = 'c', then accepted outcomes with t = 'd'. */
-static const char *const record_claim_sql =
-	"WITH " SKL_RECORD_INPUT("$6", "$7", "$8", "$9", "$10", "$11") ","
-	" done AS (" SKL_RECORD_UPDATE "), " SKL_RECORD_BREAKERS ","
-	" busy AS (SELECT t.kind, coalesce(b.state, 'closed') AS state"
-	"            FROM tally t LEFT JOIN brk b USING (kind)),"
-	" " SKL_CLAIM_PICK ","
-	" claimed AS (" SKL_CLAIM_UPDATE ")"
-	" SELECT claimed.*, 'c' AS t FROM claimed"
-	" UNION ALL SELECT id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,"
-	"                  NULL, 'd' FROM done";
+#define SKL_RECORD_CLAIM_SQL(C0)                                             \
+	"WITH " SKL_RECORD_INPUT("$6", "$7", "$8", "$9", "$10", "$11") ","       \
+	" done AS (" SKL_RECORD_UPDATE "), " SKL_RECORD_BREAKERS ","             \
+	" busy AS (SELECT t.kind, coalesce(b.state, 'closed') AS state"          \
+	"            FROM tally t LEFT JOIN brk b USING (kind)),"                \
+	" " SKL_CLAIM_PICK(C0) ","                                               \
+	" claimed AS (" SKL_CLAIM_UPDATE ")"                                     \
+	" SELECT claimed.*, 'c' AS t FROM claimed"                               \
+	" UNION ALL SELECT id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL," \
+	"                  NULL, NULL, 'd' FROM done"
+static const char *const record_claim_sql = SKL_RECORD_CLAIM_SQL(SKL_PICK_FRONT);
+static const char *const record_claim_after_sql =
+	SKL_RECORD_CLAIM_SQL(SKL_PICK_AFTER("$12::int", "$13::bigint", "$14::bigint"));
+
+const char *skl__claim_sql(bool record, bool after)
+{
+	if (after)
+		return record ? record_claim_after_sql : claim_after_sql;
+	return record ? record_claim_sql : claim_sql;
+}
 
 typedef struct fenced_call {
 	const char *sql;
@@ -603,6 +648,10 @@ skl_rc skl_record_and_claim(skl_client *c, const skl_outcome *outs, size_t nouts
 	                 .accepted = accepted};
 	claim_params p;
 	skl_rc rc = claim_params_make(&p, o, &cc, err);
+	if (rc == SKL_OK && claim_after_params(&p, o, &cc, 11)) {
+		cc.sql = record_claim_after_sql;
+		cc.nparams = 14;
+	}
 	skl_buf cols[6];
 	for (int k = 0; k < 6; k++)
 		skl_buf_init(&cols[k], 0);

@@ -80,6 +80,14 @@ struct skl_worker {
 	pthread_t *threads;
 	int nthreads;
 
+	/* The place in the claim order after which claims start (main thread;
+	 * worker_loop.c exchange()): set from a full claim's last job, dropped
+	 * when a claim comes back short; a claim from the front is made at
+	 * least every SKL_CLAIM_FRONT_EVERY_MS. */
+	bool mark_set;
+	int mark_priority;
+	int64_t mark_run_at_us, mark_id, mark_front_at;
+
 	int wake[2];
 	uint64_t listen_gen;         /* the connection (db->connects) last looked at */
 	bool listening;              /* that connection LISTENs */

@@ -302,6 +302,35 @@ static void dispatch(skl_worker *w, skl_job *jobs, size_t n)
 	w->st_claimed += n;
 }
 
+/* Claims after the mark while one is set and a claim from the front was
+ * made within this bound: a job placed before the mark (a higher
+ * priority, an old run_at, a claim rolled back) waits at most this long
+ * more than it would otherwise. */
+#define SKL_CLAIM_FRONT_EVERY_MS 2000
+
+static bool before(int p1, int64_t r1, int64_t i1, const skl_job *j)
+{
+	if (p1 != j->priority)
+		return p1 > j->priority;
+	return r1 != j->run_at_us ? r1 < j->run_at_us : i1 < j->id;
+}
+
+/* After a claim of `want` that got jobs[0..n): the new mark, or none when
+ * the claim came back short (what is left may sit before the mark). */
+static void move_mark(skl_worker *w, const skl_job *jobs, size_t n, size_t want, bool front,
+                      int64_t now)
+{
+	if (front)
+		w->mark_front_at = now + SKL_CLAIM_FRONT_EVERY_MS;
+	w->mark_set = n > 0 && n >= want;
+	for (size_t i = 0; w->mark_set && i < n; i++)
+		if (i == 0 || before(w->mark_priority, w->mark_run_at_us, w->mark_id, &jobs[i])) {
+			w->mark_priority = jobs[i].priority;
+			w->mark_run_at_us = jobs[i].run_at_us;
+			w->mark_id = jobs[i].id;
+		}
+}
+
 /* Records finished outcomes and, when `claim` slots are wanted, claims in
  * the same statement.  Returns the number of jobs claimed, or -1 when the
  * database call failed (the outcomes are kept and tried again). */
@@ -316,6 +345,11 @@ static int exchange(skl_worker *w, size_t claim, const char *const *kinds)
 	skl_claim_opts o = {.queues = w->wo.queues, .nqueues = w->wo.nqueues, .kinds = kinds,
 	                    .nkinds = w->nhandlers, .limit = claim, .lease_ms = w->wo.lease_ms,
 	                    .owner = w->wo.owner};
+	int64_t now = skl__now_ms();
+	o.after_set = w->mark_set && now < w->mark_front_at;
+	o.after_priority = w->mark_priority;
+	o.after_run_at_us = w->mark_run_at_us;
+	o.after_id = w->mark_id;
 	skl_job *jobs = NULL;
 	size_t n = 0;
 	skl_error err;
@@ -324,6 +358,8 @@ static int exchange(skl_worker *w, size_t claim, const char *const *kinds)
 		rc = claim ? skl_record_and_claim(w->db, outs, ndone, ok, &o, &jobs, &n, &err)
 		           : skl_record(w->db, outs, ndone, ok, &err);
 	if (rc == SKL_OK || rc == SKL_EMPTY) {
+		if (claim)
+			move_mark(w, jobs, n, claim, !o.after_set, now);
 		settle(w, list, ok);
 		dispatch(w, jobs, n);
 	} else {
@@ -398,6 +434,13 @@ static size_t pending_count(skl_worker *w)
 	return w->nrunning; /* claimed and not yet recorded */
 }
 
+/* Jobs the worker may hold claimed: the handler threads, plus prefetched
+ * jobs waiting for one. */
+static size_t capacity(const skl_worker *w)
+{
+	return (size_t)w->wo.concurrency + (size_t)(w->wo.prefetch > 0 ? w->wo.prefetch : 0);
+}
+
 static size_t done_count(skl_worker *w)
 {
 	size_t n = 0;
@@ -426,7 +469,7 @@ static bool wait_wake(skl_worker *w, int64_t ms)
 
 static skl_rc start_threads(skl_worker *w, skl_error *err)
 {
-	w->running = calloc((size_t)w->wo.concurrency, sizeof(slot *));
+	w->running = calloc(capacity(w), sizeof(slot *));
 	w->threads = calloc((size_t)w->wo.concurrency, sizeof(pthread_t));
 	if (w->running == NULL || w->threads == NULL)
 		return skl__seterr(err, SKL_NOMEM, "out of memory");
@@ -612,7 +655,7 @@ static int64_t chores(skl_worker *w, loop_state *ls, const char *const *kinds, i
 static void claim_turn(skl_worker *w, loop_state *ls, const char *const *kinds, int64_t now)
 {
 	size_t ndone = done_count(w);
-	size_t free_slots = (size_t)w->wo.concurrency - pending_count(w) + ndone;
+	size_t free_slots = capacity(w) - pending_count(w) + ndone;
 	bool want = !w->stop && !ls->idle && free_slots > 0 && (now >= ls->next_claim || ndone > 0);
 	if (ndone > 0)
 		ls->last_work = now;
@@ -661,7 +704,7 @@ static bool turn(skl_worker *w, loop_state *ls, const char *const *kinds)
 	}
 	claim_turn(w, ls, kinds, now);
 	int64_t until = chores(w, ls, kinds, now);
-	if (!w->stop && !ls->idle && pending_count(w) < (size_t)w->wo.concurrency &&
+	if (!w->stop && !ls->idle && pending_count(w) < capacity(w) &&
 	    ls->next_claim < until)
 		until = ls->next_claim;
 	if (skl__idle_relisten(w))

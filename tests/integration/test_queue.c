@@ -5,6 +5,8 @@
  * claim's plan on a large table.
  */
 #include <inttypes.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -153,6 +155,57 @@ static void claim_order_and_delays(itest_ctx *t)
 	skl_client_close(c);
 }
 
+static size_t claim_after(skl_client *c, const skl_job *mark, size_t limit, skl_job **jobs)
+{
+	const char *kinds[] = {"m"};
+	skl_claim_opts o = {.kinds = kinds, .nkinds = 1, .limit = limit, .lease_ms = 30000,
+	                    .owner = "itest", .after_set = true, .after_priority = mark->priority,
+	                    .after_run_at_us = mark->run_at_us, .after_id = mark->id};
+	size_t n = 0;
+	skl_error err;
+	skl_rc rc = skl_claim(c, &o, jobs, &n, &err);
+	if (rc != SKL_OK && rc != SKL_EMPTY)
+		itest_fail(__FILE__, __LINE__, "claim after: %s", err.message);
+	return n;
+}
+
+/* A claim after a place in the claim order takes the jobs placed after it,
+ * in order, across priorities, and leaves the ones placed before it (a
+ * higher priority, an older run_at) to a claim from the front. */
+static void claim_after_a_place(itest_ctx *t)
+{
+	skl_client *c = open_client(t);
+	skl_enqueue_opts o;
+	skl_enqueue_opts_init(&o);
+	int64_t ids[6];
+	for (int i = 0; i < 5; i++)
+		ids[i] = enqueue(c, "m", "{}", &o);
+	o.priority = -1;
+	ids[5] = enqueue(c, "m", "{}", &o);
+	skl_job *first = NULL, *jobs = NULL;
+	CHECK_EQ(claim(c, "m", 2, 30000, &first), 2);
+	CHECK_EQ(first[0].id + first[1].id, ids[0] + ids[1]);
+	const skl_job *m1 = first[0].id == ids[1] ? &first[0] : &first[1];
+	o.priority = 5;
+	int64_t high = enqueue(c, "m", "{}", &o);
+	o.priority = 0;
+	o.run_at = "2000-01-01 00:00:00+00";
+	int64_t old = enqueue(c, "m", "{}", &o);
+	CHECK_EQ(claim_after(c, m1, 2, &jobs), 2);
+	CHECK_EQ(jobs[0].id + jobs[1].id, ids[2] + ids[3]);
+	skl_job mark = jobs[0].id == ids[3] ? jobs[0] : jobs[1];
+	skl_jobs_free(jobs, 2);
+	CHECK_EQ(claim_after(c, &mark, 5, &jobs), 2); /* the rest of priority 0, then -1 */
+	CHECK_EQ(jobs[0].id + jobs[1].id, ids[4] + ids[5]);
+	skl_jobs_free(jobs, 2);
+	CHECK_EQ(claim_after(c, &mark, 5, &jobs), 0);
+	CHECK_EQ(claim(c, "m", 5, 30000, &jobs), 2);  /* from the front */
+	CHECK_EQ(jobs[0].id + jobs[1].id, high + old);
+	skl_jobs_free(jobs, 2);
+	skl_jobs_free(first, 2);
+	skl_client_close(c);
+}
+
 static bool record1(skl_client *c, const skl_job *j, skl_outcome_kind k, const char *error,
                     int64_t delay)
 {
@@ -281,11 +334,153 @@ static void claim_plan_uses_partial_index(itest_ctx *t)
 	                "SELECT id FROM skiplock.jobs WHERE state = 'available' "
 	                "AND run_at <= now() AND kind = ANY ('{k}'::text[]) ORDER BY "
 	                "priority DESC, run_at, id LIMIT 100 FOR UPDATE SKIP LOCKED");
+	/* The statements the library sends, planned with its parameters: the
+	 * breaker exclusion must not hide the index from the planner (a
+	 * single-kind table once made it pick a scan and sort of every row). */
+	PQclear(itest_sql(t->admin, "PREPARE cl(text[], text[], int, text, bigint) AS %s",
+	                  skl__claim_sql(false, false)));
+	itest_plan_uses(t->admin, "jobs_claim_idx", "EXECUTE cl(NULL, '{k}', 100, 'w', 30000)");
+	PQclear(itest_sql(t->admin,
+	                  "PREPARE rc(text[], text[], int, text, bigint, bigint[], bigint[], int[],"
+	                  " jsonb[], text[], bigint[]) AS %s", skl__claim_sql(true, false)));
+	itest_plan_uses(t->admin, "jobs_claim_idx",
+	                "EXECUTE rc(NULL, '{k}', 100, 'w', 30000, '{1}', '{1}', '{0}', '{null}',"
+	                " '{null}', '{0}')");
+	PQclear(itest_sql(t->admin, "PREPARE ca(text[], text[], int, text, bigint, int, bigint, bigint)"
+	                            " AS %s", skl__claim_sql(false, true)));
+	itest_plan_uses(t->admin, "jobs_claim_idx",
+	                "EXECUTE ca(NULL, '{k}', 100, 'w', 30000, 0, 0, 0)");
 	skl_job *jobs = NULL;
 	int64_t start = itest_now_ms();
 	CHECK_EQ(claim(c, "k", 100, 30000, &jobs), 100);
 	printf("  claim of 100 from 200000 rows: %lld ms\n", (long long)(itest_now_ms() - start));
 	skl_jobs_free(jobs, 100);
+	skl_client_close(c);
+}
+
+/* ---- prefetch: jobs claimed beyond the concurrency ---- */
+
+typedef struct pf_state {
+	skl_worker *w;
+	atomic_int inside, most;
+	skl_rc rc;
+} pf_state;
+
+static int pf_handler(const skl_job *job, void *ctx)
+{
+	(void)job;
+	pf_state *s = ctx;
+	int now = atomic_fetch_add(&s->inside, 1) + 1;
+	for (int m = atomic_load(&s->most); now > m && !atomic_compare_exchange_weak(&s->most, &m, now);)
+		;
+	usleep(1200 * 1000);
+	atomic_fetch_sub(&s->inside, 1);
+	return SKL_JOB_OK;
+}
+
+static void *pf_run(void *arg)
+{
+	pf_state *s = arg;
+	skl_error err;
+	s->rc = skl_worker_run(s->w, &err);
+	return NULL;
+}
+
+/* Concurrency 1 with prefetch 3: one claim takes all four jobs, one
+ * handler runs at a time, and the jobs waiting in the worker keep their
+ * leases through its heartbeats, although the last one waits longer than
+ * a lease (the worker's own rescue runs every 300 ms): each job runs once,
+ * on its first attempt. */
+static void prefetch_keeps_leases(itest_ctx *t)
+{
+	skl_client *c = open_client(t);
+	for (int i = 0; i < 4; i++)
+		enqueue(c, "pf", "{}", NULL);
+	skl_client_close(c);
+	skl_client_options co;
+	skl_client_options_init(&co);
+	co.url = t->url;
+	skl_worker_options wo;
+	skl_worker_options_init(&wo);
+	wo.concurrency = 1;
+	wo.prefetch = 3;
+	wo.lease_ms = 3000;
+	wo.rescue_every_ms = 300;
+	wo.no_cron = true;
+	pf_state s = {.rc = SKL_OK};
+	skl_error err;
+	CHECK(skl_worker_new(&co, &wo, &s.w, &err) == SKL_OK);
+	CHECK(skl_worker_handle(s.w, "pf", pf_handler, &s, &err) == SKL_OK);
+	pthread_t th;
+	CHECK_EQ(pthread_create(&th, NULL, pf_run, &s), 0);
+	int64_t deadline = itest_now_ms() + 60000;
+	while (itest_int(t->admin, "SELECT count(*) FROM skiplock.jobs WHERE state = 'completed'") < 4 &&
+	       itest_now_ms() < deadline)
+		usleep(100 * 1000);
+	skl_worker_stop(s.w);
+	pthread_join(th, NULL);
+	skl_worker_free(s.w);
+	CHECK_EQ(s.rc, SKL_OK);
+	CHECK_EQ(itest_int(t->admin, "SELECT count(*) FROM skiplock.jobs"
+	                             " WHERE state = 'completed' AND attempt = 1 AND fencing = 1"), 4);
+	CHECK_EQ(itest_int(t->admin, "SELECT count(DISTINCT attempted_at) FROM skiplock.jobs"), 1);
+	CHECK_EQ(atomic_load(&s.most), 1);
+}
+
+/* A worker claims after the last job of its previous claim while it has a
+ * backlog; a job placed before that (an old run_at, enqueued late) is
+ * still claimed by the claim from the front the worker makes at least
+ * every 2 s, long before the backlog is drained (it takes 4,000 × 10 ms
+ * over 8 slots: at least 5 s). */
+static int slow_handler(const skl_job *job, void *ctx)
+{
+	(void)job;
+	(void)ctx;
+	usleep(10 * 1000);
+	return SKL_JOB_OK;
+}
+
+static void late_old_job_is_claimed(itest_ctx *t)
+{
+	skl_client *c = open_client(t);
+	PQclear(itest_sql(t->admin, "INSERT INTO skiplock.jobs (kind) SELECT 'w'"
+	                            " FROM generate_series(1, 4000); ANALYZE skiplock.jobs"));
+	skl_client_options co;
+	skl_client_options_init(&co);
+	co.url = t->url;
+	skl_worker_options wo;
+	skl_worker_options_init(&wo);
+	wo.concurrency = 8;
+	wo.no_cron = true;
+	pf_state s = {.rc = SKL_OK};
+	skl_error err;
+	CHECK(skl_worker_new(&co, &wo, &s.w, &err) == SKL_OK);
+	CHECK(skl_worker_handle(s.w, "w", slow_handler, NULL, &err) == SKL_OK);
+	pthread_t th;
+	CHECK_EQ(pthread_create(&th, NULL, pf_run, &s), 0);
+	int64_t deadline = itest_now_ms() + 120000;
+	while (itest_int(t->admin, "SELECT count(*) FROM skiplock.jobs WHERE state = 'completed'") < 100 &&
+	       itest_now_ms() < deadline)
+		usleep(20 * 1000);
+	skl_enqueue_opts o;
+	skl_enqueue_opts_init(&o);
+	o.run_at = "2000-01-01 00:00:00+00";
+	int64_t old = enqueue(c, "w", "{}", &o);
+	while (itest_int(t->admin, "SELECT count(*) FROM skiplock.jobs WHERE state <> 'completed'") > 0 &&
+	       itest_now_ms() < deadline)
+		usleep(100 * 1000);
+	skl_worker_stop(s.w);
+	pthread_join(th, NULL);
+	skl_worker_free(s.w);
+	CHECK_EQ(s.rc, SKL_OK);
+	CHECK_EQ(itest_int(t->admin, "SELECT count(*) FROM skiplock.jobs"
+	                             " WHERE state = 'completed' AND attempt = 1"), 4001);
+	long long after = itest_int(t->admin,
+	                            "SELECT count(*) FROM skiplock.jobs WHERE attempted_at >"
+	                            " (SELECT attempted_at FROM skiplock.jobs WHERE id = %lld)",
+	                            (long long)old);
+	printf("  jobs claimed after the late old job: %lld\n", after);
+	CHECK(after > 0);
 	skl_client_close(c);
 }
 
@@ -396,6 +591,9 @@ int main(int argc, char **argv)
 		{"claim_plan_uses_partial_index", claim_plan_uses_partial_index, 60},
 		{"many_workers_fenced_ledger", many_workers_fenced_ledger, 180},
 		{"enqueue_retried_after_lost_answer", enqueue_retried_after_lost_answer, 60},
+		{"prefetch_keeps_leases", prefetch_keeps_leases, 90},
+		{"claim_after_a_place", claim_after_a_place, 30},
+		{"late_old_job_is_claimed", late_old_job_is_claimed, 180},
 	};
 	return itest_main(argc, argv, cases, (int)(sizeof(cases) / sizeof(cases[0])));
 }
