@@ -94,6 +94,20 @@ bool skl_buf_array_elem(skl_buf *b, const char *s)
 	return true;
 }
 
+char *skl_text_array(const char *const *v, size_t n)
+{
+	skl_buf b;
+	skl_buf_init(&b, 0);
+	skl_buf_adds(&b, "{");
+	for (size_t i = 0; i < n; i++) {
+		if (i)
+			skl_buf_adds(&b, ",");
+		skl_buf_array_elem(&b, v[i]);
+	}
+	skl_buf_adds(&b, "}");
+	return skl_buf_take(&b);
+}
+
 const char *skl_buf_str(const skl_buf *b)
 {
 	return b->data ? b->data : "";

@@ -29,6 +29,9 @@ bool skl_buf_printf(skl_buf *b, const char *fmt, ...) __attribute__((format(prin
 /* Appends s as one element of a PostgreSQL array literal: quoted, with "
  * and \ escaped; NULL appends the unquoted NULL. */
 bool skl_buf_array_elem(skl_buf *b, const char *s);
+/* The n strings as a PostgreSQL text[] literal (malloc'd); NULL when out
+ * of memory. */
+char *skl_text_array(const char *const *v, size_t n);
 const char *skl_buf_str(const skl_buf *b);  /* "" when empty */
 bool skl_buf_failed(const skl_buf *b);
 char *skl_buf_take(skl_buf *b);             /* NULL when failed */

@@ -284,20 +284,6 @@ static const char *const claim_sql = SKL_CLAIM_SQL(SKL_PICK_FRONT);
 static const char *const claim_after_sql =
 	SKL_CLAIM_SQL(SKL_PICK_AFTER("$6::int", "$7::bigint", "$8::bigint"));
 
-static char *text_array(const char *const *v, size_t n)
-{
-	skl_buf b;
-	skl_buf_init(&b, 0);
-	skl_buf_adds(&b, "{");
-	for (size_t i = 0; i < n; i++) {
-		if (i)
-			skl_buf_adds(&b, ",");
-		skl_buf_array_elem(&b, v[i]);
-	}
-	skl_buf_adds(&b, "}");
-	return skl_buf_take(&b);
-}
-
 typedef struct claim_call {
 	const char *sql;
 	int nparams;
@@ -408,8 +394,8 @@ static skl_rc claim_params_make(claim_params *p, const skl_claim_opts *o, claim_
 		return skl__seterr(err, SKL_MISUSE, "claim needs kinds, a limit and a lease");
 	snprintf(p->limit, sizeof(p->limit), "%zu", o->limit);
 	snprintf(p->lease, sizeof(p->lease), "%" PRId64, o->lease_ms);
-	p->queues = o->nqueues ? text_array(o->queues, o->nqueues) : NULL;
-	p->kinds = text_array(o->kinds, o->nkinds);
+	p->queues = o->nqueues ? skl_text_array(o->queues, o->nqueues) : NULL;
+	p->kinds = skl_text_array(o->kinds, o->nkinds);
 	if (p->kinds == NULL || (o->nqueues && p->queues == NULL))
 		return skl__seterr(err, SKL_NOMEM, "out of memory");
 	const char *v[5] = {p->queues, p->kinds, p->limit, o->owner ? o->owner : "skiplock",

@@ -177,20 +177,6 @@ int skl__idle_drain(skl_worker *w)
 	return n;
 }
 
-static char *text_array(const char *const *v, size_t n)
-{
-	skl_buf b;
-	skl_buf_init(&b, 0);
-	skl_buf_adds(&b, "{");
-	for (size_t i = 0; i < n; i++) {
-		if (i)
-			skl_buf_adds(&b, ",");
-		skl_buf_array_elem(&b, v[i]);
-	}
-	skl_buf_adds(&b, "}");
-	return skl_buf_take(&b);
-}
-
 static int64_t ms_col(const PGresult *r, int col)
 {
 	return PQgetisnull(r, 0, col) ? INT64_MAX : strtoll(PQgetvalue(r, 0, col), NULL, 10);
@@ -200,8 +186,8 @@ skl_rc skl__idle_poll(skl_worker *w, const char *const *kinds, skl_idle_view *v,
                       skl_error *err)
 {
 	static const skl_txn_opts o = {.idempotent = 1};
-	char *queues = w->wo.nqueues ? text_array(w->wo.queues, w->wo.nqueues) : NULL;
-	char *ks = text_array(kinds, w->nhandlers);
+	char *queues = w->wo.nqueues ? skl_text_array(w->wo.queues, w->wo.nqueues) : NULL;
+	char *ks = skl_text_array(kinds, w->nhandlers);
 	skl_stmt s = {.sql = idle_sql, .nparams = 2, .params = {queues, ks}};
 	skl_rc rc = ks && (queues || !w->wo.nqueues) ? skl__run_stmt(w->db, &o, &s, err)
 	                                             : skl__seterr(err, SKL_NOMEM, "out of memory");
