@@ -129,39 +129,6 @@ static void batch_over_chunk_size(itest_ctx *t)
 	itest_no_leftovers(t);
 }
 
-static pid_t start_proxy(itest_ctx *t, char *dir, char *proxy_url, size_t cap)
-{
-	const char *bin = getenv("SKL_CUTPROXY");
-	CHECK(bin != NULL);
-	snprintf(dir, 64, "/tmp/skl-proxy-bulk.%d", (int)getpid());
-	CHECK_EQ(itest_sh("mkdir -p %s", dir), 0);
-	const char *port = strrchr(t->url, ':') + 1; /* "PORT/db" */
-	pid_t pid = fork();
-	if (pid == 0) {
-		char listen[] = "127.0.0.1:0", up[64], ctl[96], pf[96];
-		snprintf(up, sizeof(up), "127.0.0.1:%d", atoi(port));
-		snprintf(ctl, sizeof(ctl), "%s/ctl", dir);
-		snprintf(pf, sizeof(pf), "%s/port", dir);
-		execl(bin, "cutproxy", "--listen", listen, "--upstream", up, "--control", ctl,
-		      "--port-file", pf, "--ttl", "120", (char *)NULL);
-		_exit(127);
-	}
-	int proxy_port = 0;
-	for (int i = 0; i < 200 && proxy_port == 0; i++) {
-		char pf[96];
-		snprintf(pf, sizeof(pf), "%s/port", dir);
-		FILE *f = fopen(pf, "r");
-		if (f == NULL || fscanf(f, "%d", &proxy_port) != 1)
-			usleep(50000);
-		if (f)
-			fclose(f);
-	}
-	CHECK(proxy_port > 0);
-	snprintf(proxy_url, cap, "postgresql://%s@127.0.0.1:%d/%s", getenv("SKL_TEST_DBUSER"),
-	         proxy_port, t->dbname);
-	return pid;
-}
-
 /* The COMMIT of a three-chunk batch goes through but its answer is lost:
  * the library reconnects and runs the transaction again; every chunk finds
  * its token and returns the first run's ids, inserting nothing. */
@@ -170,7 +137,7 @@ static void chunked_retry_after_lost_commit(itest_ctx *t)
 	skl_client *setup = open_client(t);
 	skl_client_close(setup);
 	char dir[64], url[512];
-	pid_t proxy = start_proxy(t, dir, url, sizeof(url));
+	pid_t proxy = itest_start_proxy(t, dir, url, sizeof(url));
 	skl_client_options o;
 	skl_client_options_init(&o);
 	o.url = url;

@@ -13,6 +13,7 @@
 #include <libpq-fe.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 typedef struct itest_ctx {
 	const char *mode;        /* "direct" or "pooled" */
@@ -84,6 +85,10 @@ int itest_sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void itest_ctl(const char *args);
 /* Milliseconds on the monotonic clock. */
 int64_t itest_now_ms(void);
+/* Starts tests/tools/cutproxy ($SKL_CUTPROXY) in front of the case's
+ * database, controlled through DIR/ctl (dir: 64 bytes, filled in); puts a
+ * URL through it in proxy_url and returns the proxy's pid. */
+pid_t itest_start_proxy(itest_ctx *t, char *dir, char *proxy_url, size_t cap);
 /* Asserts the database has no advisory lock and no idle-in-transaction
  * session left (other than the observer). */
 void itest_no_leftovers(itest_ctx *t);
