@@ -61,6 +61,16 @@ wait_until() {
 		sleep 0.05
 	done
 }
+# wait_for SQL EXPECTED SECONDS: polls SQL (direct) until it prints EXPECTED;
+# returns 1 when it did not within SECONDS.
+wait_for() {
+	local _
+	for _ in $(seq 1 $(($3 * 10))); do
+		[ "$(q "$1")" = "$2" ] && return 0
+		sleep 0.1
+	done
+	return 1
+}
 # wait_exit PID SECONDS: waits for a background process; sets RC.
 wait_exit() {
 	local end=$((SECONDS + $2))

@@ -9,14 +9,6 @@ S=$SKL_BIN
 "$S" init --url "$URL" >/dev/null 2>&1 || fail "init"
 FAST=(--poll 50ms --poll-max 200ms --rescue-every 300ms --log-level warning)
 
-wait_for() { # SQL expected timeout_s
-	local _
-	for _ in $(seq 1 $(($3 * 10))); do
-		[ "$(q "$1")" = "$2" ] && return 0
-		sleep 0.1
-	done
-	return 1
-}
 stop_worker() { kill -TERM "$1" 2>/dev/null; wait "$1"; }
 # json_q DOC SQL: SQL sees the document as :'doc'; a document that is not
 # JSON makes psql fail, so every use also checks that the output parses.

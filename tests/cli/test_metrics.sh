@@ -7,14 +7,6 @@
 S=$SKL_BIN
 : "${SKL_PROMCHECK:?run under CTest}"
 "$S" init --url "$URL" >/dev/null 2>&1 || fail "init"
-wait_for() { # SQL expected timeout_s
-	local i
-	for i in $(seq 1 $(($3 * 10))); do
-		[ "$(q "$1")" = "$2" ] && return 0
-		sleep 0.1
-	done
-	return 1
-}
 scrape() { # file: fetch and parse; the parsed samples go to file
 	curl -sf --max-time 10 "http://127.0.0.1:$PORT/metrics" >"$1.raw" || { fail "scrape failed"; return 1; }
 	"$SKL_PROMCHECK" <"$1.raw" >"$1" 2>"$1.err" || { fail "scrape does not parse: $(cat "$1.err")"; return 1; }

@@ -6,14 +6,6 @@
 . "$(dirname "$0")/lib.sh"
 S=$SKL_BIN
 "$S" init --url "$URL" >/dev/null 2>&1 || fail "init"
-wait_for() { # SQL expected timeout_s
-	local i
-	for i in $(seq 1 $(($3 * 10))); do
-		[ "$(q "$1")" = "$2" ] && return 0
-		sleep 0.1
-	done
-	return 1
-}
 
 # --- bad input: exit 2, one line, nothing written ---
 W=("$S" worker --url "$URL" --handler 'k=true')

@@ -18,14 +18,6 @@ ALL=$TMP/all-output   # everything the worker-role commands print
 : >"$ALL"
 run() { "$@" >>"$ALL" 2>&1; }
 wq() { PGPASSWORD=$PW psql -X -q -At -v ON_ERROR_STOP=1 "postgresql://$W@$SKL_TEST_PGHOST:$SKL_TEST_PGPORT/$DB" -c "$1" 2>&1; }
-wait_for() { # SQL expected timeout_s
-	local i
-	for i in $(seq 1 $(($3 * 10))); do
-		[ "$(q "$1")" = "$2" ] && return 0
-		sleep 0.1
-	done
-	return 1
-}
 
 # --- setup: the roles must exist; say so clearly ---
 expect_exit "init with an owner role that does not exist" 2 'role "no_such_role" does not exist; create it first' -- \

@@ -9,14 +9,6 @@ q "CREATE TABLE ledger (job_id bigint, fencing bigint, by text)"
 FENCED_INSERT='psql -X -q -At "$LEDGER_URL" -c "INSERT INTO ledger SELECT $SKIPLOCK_JOB_ID, $SKIPLOCK_FENCING, '"'"'$WORKER'"'"' WHERE EXISTS (SELECT 1 FROM skiplock.jobs WHERE id = $SKIPLOCK_JOB_ID AND fencing = $SKIPLOCK_FENCING AND state = '"'"'running'"'"')"'
 export LEDGER_URL=$DIRECT_URL
 FAST=(--poll 50ms --poll-max 200ms --rescue-every 300ms)
-wait_for() { # SQL expected timeout_s
-	local i
-	for i in $(seq 1 $(($3 * 10))); do
-		[ "$(q "$1")" = "$2" ] && return 0
-		sleep 0.1
-	done
-	return 1
-}
 stop_worker() { kill -TERM "$1" 2>/dev/null; wait "$1"; }
 
 # --- outcomes by exit status, and growing jittered retry delays ---

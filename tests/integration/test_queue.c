@@ -33,18 +33,24 @@ static int64_t enqueue(skl_client *c, const char *kind, const char *payload,
 	return id;
 }
 
+/* Claims with o (owner "itest"); fails the case unless OK or EMPTY. */
+static size_t claim_with(skl_client *c, skl_claim_opts *o, skl_job **jobs)
+{
+	o->owner = "itest";
+	size_t n = 0;
+	skl_error err;
+	skl_rc rc = skl_claim(c, o, jobs, &n, &err);
+	if (rc != SKL_OK && rc != SKL_EMPTY)
+		itest_fail(__FILE__, __LINE__, "claim: %s", err.message);
+	return n;
+}
+
 static size_t claim(skl_client *c, const char *kind, size_t limit, int64_t lease_ms,
                     skl_job **jobs)
 {
 	const char *kinds[] = {kind};
-	skl_claim_opts o = {.kinds = kinds, .nkinds = 1, .limit = limit, .lease_ms = lease_ms,
-	                    .owner = "itest"};
-	size_t n = 0;
-	skl_error err;
-	skl_rc rc = skl_claim(c, &o, jobs, &n, &err);
-	if (rc != SKL_OK && rc != SKL_EMPTY)
-		itest_fail(__FILE__, __LINE__, "claim: %s", err.message);
-	return n;
+	skl_claim_opts o = {.kinds = kinds, .nkinds = 1, .limit = limit, .lease_ms = lease_ms};
+	return claim_with(c, &o, jobs);
 }
 
 static void enqueue_paths_round_trip(itest_ctx *t)
@@ -159,14 +165,9 @@ static size_t claim_after(skl_client *c, const skl_job *mark, size_t limit, skl_
 {
 	const char *kinds[] = {"m"};
 	skl_claim_opts o = {.kinds = kinds, .nkinds = 1, .limit = limit, .lease_ms = 30000,
-	                    .owner = "itest", .after_set = true, .after_priority = mark->priority,
+	                    .after_set = true, .after_priority = mark->priority,
 	                    .after_run_at_us = mark->run_at_us, .after_id = mark->id};
-	size_t n = 0;
-	skl_error err;
-	skl_rc rc = skl_claim(c, &o, jobs, &n, &err);
-	if (rc != SKL_OK && rc != SKL_EMPTY)
-		itest_fail(__FILE__, __LINE__, "claim after: %s", err.message);
-	return n;
+	return claim_with(c, &o, jobs);
 }
 
 /* A claim after a place in the claim order takes the jobs placed after it,
