@@ -121,6 +121,9 @@ skl_rc skl__rescue_each(skl_client *c, int limit, skl__rescued_fn fn, void *ctx,
  * record-and-claim, with `after` their form that claims after a place in
  * the claim order (queue.c): for tests of their plans. */
 const char *skl__claim_sql(bool record, bool after);
+/* The fenced outcome statement and the heartbeat, for the same tests. */
+const char *skl__record_sql(void);
+const char *skl__heartbeat_sql(void);
 
 /* url.c */
 skl_rc skl__url_host_port(const char *url, char **host, char **port, skl_error *err);

@@ -462,6 +462,16 @@ void skl_jobs_free(skl_job *jobs, size_t n)
 	" || jsonb_build_array(jsonb_build_object('attempt', j.attempt, 'at', now(),"       \
 	" 'error', " expr "))"
 
+/* The fence of every write that ends or extends a claim, for rows j joined
+ * to the outcomes or heartbeats v by id.  COLLATE "C" (equality is the
+ * same bytes either way) keeps the planner from proving the partial index
+ * jobs_rescue_idx (WHERE state = 'running') usable here: with statistics
+ * that saw few running jobs it otherwise hashes the whole rescue index —
+ * every running job, and every dead version of one that a held snapshot
+ * keeps — instead of looking the ids up in the primary key
+ * (fenced_writes_use_primary_key in tests/integration/test_queue.c). */
+#define SKL_FENCE "j.id = v.id AND j.fencing = v.fencing AND j.state = 'running' COLLATE \"C\""
+
 /* Outcomes as arrays: ids, fencings, kinds, results, errors, retry delays;
  * P(n) names the n-th of them. */
 #define SKL_RECORD_INPUT(a, b, c, d, e, f)                                   \
@@ -479,7 +489,7 @@ void skl_jobs_free(skl_job *jobs, size_t n)
 	"   last_delay_ms = CASE WHEN v.o = 1 THEN v.delay ELSE j.last_delay_ms END," \
 	"   finished_at = CASE WHEN v.o <> 1 OR j.attempt >= j.max_attempts THEN now() END," \
 	"   lease_owner = NULL, lease_expires_at = NULL"                         \
-	"  FROM v WHERE j.id = v.id AND j.fencing = v.fencing AND j.state = 'running'" \
+	"  FROM v WHERE " SKL_FENCE                                               \
 	" RETURNING j.id, j.kind, v.o"
 /* Accepted outcomes counted into the kinds' breakers (completions succeed,
  * retries fail, discards are the job's own fault and not counted). */
@@ -529,6 +539,11 @@ const char *skl__claim_sql(bool record, bool after)
 	if (after)
 		return record ? record_claim_after_sql : claim_after_sql;
 	return record ? record_claim_sql : claim_sql;
+}
+
+const char *skl__record_sql(void)
+{
+	return record_sql;
 }
 
 typedef struct fenced_call {
@@ -658,8 +673,13 @@ skl_rc skl_record_and_claim(skl_client *c, const skl_outcome *outs, size_t nouts
 static const char *const heartbeat_sql =
 	"UPDATE skiplock.jobs j SET lease_expires_at = now() + $3 * interval '1 millisecond'"
 	"  FROM unnest($1::bigint[], $2::bigint[]) AS v(id, fencing)"
-	" WHERE j.id = v.id AND j.fencing = v.fencing AND j.state = 'running'"
+	" WHERE " SKL_FENCE
 	" RETURNING j.id";
+
+const char *skl__heartbeat_sql(void)
+{
+	return heartbeat_sql;
+}
 
 skl_rc skl_heartbeat(skl_client *c, const int64_t *ids, const int64_t *fencings, size_t n,
                      int64_t lease_ms, bool *alive, skl_error *err)

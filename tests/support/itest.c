@@ -106,15 +106,10 @@ const char *itest_text(PGconn *conn, const char *fmt, ...)
 	return buf;
 }
 
-void itest_plan_uses(PGconn *conn, const char *index, const char *fmt, ...)
+static void plan_check(PGconn *conn, const char *index, const char *avoid, const char *sql)
 {
-	char sql[8192];
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(sql, sizeof(sql), fmt, ap);
-	va_end(ap);
 	PGresult *r = itest_sql(conn, "EXPLAIN %s", sql);
-	char plan[8192] = "";
+	char plan[16384] = "";
 	for (int i = 0; i < PQntuples(r); i++) {
 		strncat(plan, PQgetvalue(r, i, 0), sizeof(plan) - strlen(plan) - 2);
 		strcat(plan, "\n");
@@ -123,6 +118,28 @@ void itest_plan_uses(PGconn *conn, const char *index, const char *fmt, ...)
 	printf("%s", plan);
 	if (strstr(plan, index) == NULL || strstr(plan, "Seq Scan") != NULL)
 		itest_fail(__FILE__, __LINE__, "the plan does not use %s alone:\n%s", index, plan);
+	if (avoid && strstr(plan, avoid) != NULL)
+		itest_fail(__FILE__, __LINE__, "the plan uses %s:\n%s", avoid, plan);
+}
+
+void itest_plan_uses(PGconn *conn, const char *index, const char *fmt, ...)
+{
+	char sql[8192];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(sql, sizeof(sql), fmt, ap);
+	va_end(ap);
+	plan_check(conn, index, NULL, sql);
+}
+
+void itest_plan_uses_not(PGconn *conn, const char *index, const char *avoid, const char *fmt, ...)
+{
+	char sql[8192];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(sql, sizeof(sql), fmt, ap);
+	va_end(ap);
+	plan_check(conn, index, avoid, sql);
 }
 
 int itest_sh(const char *fmt, ...)

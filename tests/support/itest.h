@@ -77,6 +77,9 @@ const char *itest_text(PGconn *conn, const char *fmt, ...) __attribute__((format
  * it uses the index named `index` and no sequential scan. */
 void itest_plan_uses(PGconn *conn, const char *index, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
+/* The same, and fails the case if the plan also names `avoid`. */
+void itest_plan_uses_not(PGconn *conn, const char *index, const char *avoid, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
 /* Opens a blocking libpq connection (fails the case on error). */
 PGconn *itest_connect(const char *url, const char *appname);
 /* Runs a shell command; returns its exit status (or 128+signal). */
