@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <zlib.h>
 
 #include "internal.h"
 
@@ -329,15 +330,25 @@ static skl_rc finish_call(skl_client *c, PGresult *res, PGresult **out, skl_erro
 	return rc;
 }
 
-static skl_rc call(skl_client *c, const char *sql, int n, const char *const *vals, bool simple,
-                   PGresult **out, skl_error *err)
+/* How a statement goes out: simple protocol, unnamed with parameters, or
+ * a statement prepared under `name`. */
+typedef struct sendable {
+	const char *sql;
+	const char *name;
+	int n;
+	const char *const *vals;
+	bool simple;
+} sendable;
+
+static skl_rc call(skl_client *c, const sendable *q, PGresult **out, skl_error *err)
 {
 	*out = NULL;
 	if (c->conn == NULL)
 		return skl__seterr(err, SKL_MISUSE, "not connected");
 	int64_t deadline = skl__now_ms() + c->call_timeout_ms;
-	int sent = simple ? PQsendQuery(c->conn, sql)
-	                  : PQsendQueryParams(c->conn, sql, n, NULL, vals, NULL, NULL, 0);
+	int sent = q->simple ? PQsendQuery(c->conn, q->sql)
+	           : q->name ? PQsendQueryPrepared(c->conn, q->name, q->n, q->vals, NULL, NULL, 0)
+	                     : PQsendQueryParams(c->conn, q->sql, q->n, NULL, q->vals, NULL, NULL, 0);
 	if (!sent)
 		return lost(c, "could not send the query", err);
 	skl_rc rc = flush_all(c, deadline, err);
@@ -352,10 +363,73 @@ static skl_rc call(skl_client *c, const char *sql, int n, const char *const *val
 skl_rc skl__exec(skl_client *c, const char *sql, int nparams, const char *const *values,
                  PGresult **out, skl_error *err)
 {
-	return call(c, sql, nparams, values, false, out, err);
+	return call(c, &(sendable){.sql = sql, .n = nparams, .vals = values}, out, err);
 }
 
 skl_rc skl__exec_simple(skl_client *c, const char *sql, PGresult **out, skl_error *err)
 {
-	return call(c, sql, 0, NULL, true, out, err);
+	return call(c, &(sendable){.sql = sql, .simple = true}, out, err);
+}
+
+void skl__set_direct(skl_client *c)
+{
+	if (c->conn && c->direct_conn != c->connects) {
+		c->direct_conn = c->connects;
+		c->nprepared = 0;
+	}
+}
+
+/* The name of a hot statement: from its text (CRC-32 and length), so that
+ * on whatever backend it reaches, the name stands for this text only. */
+static void hot_name(const char *sql, char name[48])
+{
+	size_t n = strlen(sql);
+	uLong crc = crc32(crc32(0L, Z_NULL, 0), (const Bytef *)sql, (uInt)n);
+	snprintf(name, 48, "skl_%08lx_%zu", (unsigned long)crc, n);
+}
+
+/* Prepares sql on the current connection, outside a transaction only (a
+ * failed PREPARE would abort it); false when it is not prepared. */
+static bool prepare_hot(skl_client *c, const char *sql, const char *name, int n)
+{
+	if (c->tx != SKL_TX_NONE || c->nprepared == SKL_PREPARED_MAX)
+		return false;
+	int64_t deadline = skl__now_ms() + c->call_timeout_ms;
+	PGresult *res = NULL;
+	skl_error err;
+	if (!PQsendPrepare(c->conn, name, sql, n, NULL) || flush_all(c, deadline, &err) != SKL_OK ||
+	    collect(c, deadline, &res, &err) != SKL_OK)
+		return false; /* the connection is gone: the plain path says so */
+	bool ok = res && PQresultStatus(res) == PGRES_COMMAND_OK;
+	PQclear(res);
+	if (ok)
+		c->prepared[c->nprepared++] = sql;
+	else
+		c->direct_conn = 0; /* 42P05 (the name exists: a pooler), or worse */
+	return ok;
+}
+
+skl_rc skl__exec_hot(skl_client *c, const char *sql, int nparams, const char *const *values,
+                     PGresult **out, skl_error *err)
+{
+	if (c->conn == NULL || c->direct_conn != c->connects)
+		return skl__exec(c, sql, nparams, values, out, err);
+	char name[48];
+	hot_name(sql, name);
+	int i = 0;
+	while (i < c->nprepared && c->prepared[i] != sql)
+		i++;
+	if (i == c->nprepared && !prepare_hot(c, sql, name, nparams))
+		return c->conn ? skl__exec(c, sql, nparams, values, out, err)
+		               : skl__seterr(err, SKL_RETRY, "connection lost while preparing");
+	skl_rc rc = call(c, &(sendable){.name = name, .n = nparams, .vals = values}, out, err);
+	/* Not known to this backend (a pooler after all, or DISCARD), or its
+	 * result type changed with the schema: nothing ran; plain from now on. */
+	if (rc != SKL_OK && err && (strcmp(err->sqlstate, "26000") == 0 ||
+	                            strcmp(err->sqlstate, "0A000") == 0)) {
+		c->direct_conn = 0;
+		if (c->conn && c->tx == SKL_TX_NONE)
+			rc = skl__exec(c, sql, nparams, values, out, err);
+	}
+	return rc;
 }

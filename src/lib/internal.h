@@ -6,7 +6,9 @@
  *    bound it by the client's deadline and classify failures (error.c holds
  *    the one SQLSTATE table);
  *  - only unnamed statements and transaction-local settings are used, so a
- *    transaction-mode pooler never sees session state from us;
+ *    transaction-mode pooler never sees session state from us — except the
+ *    worker's hot statements on a connection it has found to be direct
+ *    (skl__exec_hot);
  *  - the library never prints or exits: diagnostics go to the log callback.
  */
 #ifndef SKL_INTERNAL_H
@@ -27,6 +29,8 @@ typedef enum skl_tx_state {
 	SKL_TX_COMMITTING = 2  /* COMMIT sent; its outcome is ours to learn */
 } skl_tx_state;
 
+#define SKL_PREPARED_MAX 8
+
 struct skl_client {
 	char *url;
 	char *direct_url;
@@ -46,6 +50,10 @@ struct skl_client {
 	uint64_t connects;
 	uint64_t indeterminate;  /* outcomes skl__run saw as SKL_INDETERMINATE */
 	uint64_t rng;
+	uint64_t direct_conn;  /* `connects` of the connection found direct: hot
+	                        * statements may be prepared on it (0: none) */
+	const char *prepared[SKL_PREPARED_MAX]; /* the texts prepared on it */
+	int nprepared;
 	int err_position;      /* the last server error's statement position (1-based
 	                        * characters), 0 when it had none */
 };
@@ -89,6 +97,16 @@ int64_t skl__backoff_ceiling(int attempt, int64_t base_ms, int64_t cap_ms);
  * *out is NULL and err says whether the outcome is indeterminate. */
 skl_rc skl__exec(skl_client *c, const char *sql, int nparams, const char *const *values,
                  PGresult **out, skl_error *err);
+/* The same for the few statements a worker sends all the time (claims,
+ * outcomes, heartbeats; sql must be a static string).  On a connection
+ * skl__set_direct marked, each is prepared once, under a name derived
+ * from its text, so it is neither parsed nor analysed again; elsewhere, or
+ * if the server no longer knows the name, it is skl__exec. */
+skl_rc skl__exec_hot(skl_client *c, const char *sql, int nparams, const char *const *values,
+                     PGresult **out, skl_error *err);
+/* The current connection reaches the server itself (no transaction-mode
+ * pooler in between): hot statements may be prepared on it. */
+void skl__set_direct(skl_client *c);
 /* Several statements without parameters in one round trip (simple protocol). */
 skl_rc skl__exec_simple(skl_client *c, const char *sql, PGresult **out, skl_error *err);
 /* Runs fn with connection (re)establishment and retry on transient errors,

@@ -339,7 +339,7 @@ static skl_rc claim_fn(skl_client *c, void *ctx, skl_error *err)
 {
 	claim_call *cc = ctx;
 	PGresult *res = NULL;
-	skl_rc rc = skl__exec(c, cc->sql, cc->nparams, cc->params, &res, err);
+	skl_rc rc = skl__exec_hot(c, cc->sql, cc->nparams, cc->params, &res, err);
 	if (rc != SKL_OK)
 		return rc;
 	int rows = PQntuples(res);
@@ -560,7 +560,7 @@ static skl_rc fenced_fn(skl_client *c, void *ctx, skl_error *err)
 {
 	fenced_call *f = ctx;
 	PGresult *res = NULL;
-	skl_rc rc = skl__exec(c, f->sql, f->nparams, f->params, &res, err);
+	skl_rc rc = skl__exec_hot(c, f->sql, f->nparams, f->params, &res, err);
 	if (rc != SKL_OK)
 		return rc;
 	for (size_t i = 0; f->ok && i < f->n; i++)

@@ -67,12 +67,15 @@ static bool live(const skl_client *c)
 /* With --pooler auto, a URL that does not look like a pooler may still
  * be one (PgBouncer on an unusual port): the server's port differs from
  * the one we dialled.  So may a port mapping; then we only poll, which is
- * safe.  A Unix socket on the server side (NULL) counts as direct. */
+ * safe.  A Unix socket on the server side (NULL) counts as direct.  A
+ * direct connection also gets its hot statements prepared (client.c). */
 static bool looks_direct(skl_worker *w)
 {
 	skl_client *c = w->db;
-	if (w->co.pooler != SKL_POOLER_AUTO)
-		return true; /* --pooler none: the user said so */
+	if (w->co.pooler != SKL_POOLER_AUTO) {
+		skl__set_direct(c); /* --pooler none: the user said so */
+		return true;
+	}
 	PGresult *res = NULL;
 	skl_error err;
 	if (skl__exec(c, "SELECT inet_server_port()", 0, NULL, &res, &err) != SKL_OK)
@@ -81,6 +84,8 @@ static bool looks_direct(skl_worker *w)
 	bool direct = PQgetisnull(res, 0, 0) ||
 	              (port && *port && strcmp(PQgetvalue(res, 0, 0), port) == 0);
 	PQclear(res);
+	if (direct)
+		skl__set_direct(c);
 	if (!direct && w->listen_gen == 0)
 		skl__wlog(w, SKL_LOG_INFO, "the server's port is not the URL's (a pooler or a port "
 		          "mapping): polling without LISTEN; --pooler none to listen anyway");

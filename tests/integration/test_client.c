@@ -2,7 +2,7 @@
  * Integration tests of the connection layer, direct and through PgBouncer:
  * reconnect after a terminated backend, permanent errors at once, client
  * deadlines against a frozen peer, unreachable databases, transaction-local
- * settings, and retry of lock timeouts.
+ * settings, retry of lock timeouts, and the prepared hot statements.
  */
 #include <pthread.h>
 #include <signal.h>
@@ -197,6 +197,72 @@ static void settings_are_transaction_local(itest_ctx *t)
 	itest_no_leftovers(t);
 }
 
+static long long hot_value(skl_client *c, const char *sql, const char *arg)
+{
+	const char *vals[1] = {arg};
+	PGresult *res = NULL;
+	skl_error err;
+	skl_rc rc = skl__exec_hot(c, sql, 1, vals, &res, &err);
+	if (rc != SKL_OK)
+		itest_fail(__FILE__, __LINE__, "hot statement: %s", err.message);
+	long long v = atoll(PQgetvalue(res, 0, 0));
+	PQclear(res);
+	return v;
+}
+
+static long long prepared_here(skl_client *c)
+{
+	PGresult *res = NULL;
+	skl_error err;
+	CHECK_EQ(skl__exec(c, "SELECT count(*) FROM pg_prepared_statements WHERE name LIKE 'skl\\_%'",
+	                   0, NULL, &res, &err), SKL_OK);
+	long long n = atoll(PQgetvalue(res, 0, 0));
+	PQclear(res);
+	return n;
+}
+
+/* Hot statements are prepared once on a connection marked direct, and go
+ * plain when the server does not know their name: after a DEALLOCATE, or
+ * through a transaction pooler that a client took for the server (here two
+ * clients share PgBouncer's two backends, each statement's name landing on
+ * whichever backend).  Every call must return its own statement's answer. */
+static const char *const hot_a = "SELECT $1::bigint + 1";
+static const char *const hot_b = "SELECT $1::bigint * 2";
+
+static void hot_statements_prepared_or_plain(itest_ctx *t)
+{
+	skl_client *c = open_client(t, "itest-hot", 5000, 5000);
+	skl_client *d = open_client(t, "itest-hot2", 5000, 5000);
+	skl_error err;
+	CHECK_EQ(skl_client_ping(c, &err), SKL_OK);
+	CHECK_EQ(skl_client_ping(d, &err), SKL_OK);
+	if (!t->pooled) {
+		CHECK_EQ(hot_value(c, hot_a, "1"), 2); /* not marked: plain */
+		CHECK_EQ(prepared_here(c), 0);
+	}
+	skl__set_direct(c);
+	skl__set_direct(d);
+	for (int i = 0; i < 50; i++) {
+		char arg[16];
+		snprintf(arg, sizeof(arg), "%d", i);
+		CHECK_EQ(hot_value(c, hot_a, arg), i + 1);
+		CHECK_EQ(hot_value(d, hot_b, arg), 2 * i);
+		CHECK_EQ(hot_value(d, hot_a, arg), i + 1);
+		CHECK_EQ(hot_value(c, hot_b, arg), 2 * i);
+	}
+	if (!t->pooled) {
+		CHECK_EQ(prepared_here(c), 2);
+		PGresult *res = NULL;
+		CHECK_EQ(skl__exec(c, "DEALLOCATE ALL", 0, NULL, &res, &err), SKL_OK);
+		PQclear(res);
+		CHECK_EQ(hot_value(c, hot_a, "41"), 42);
+		CHECK_EQ(hot_value(c, hot_b, "21"), 42);
+		CHECK_EQ(prepared_here(c), 0); /* plain from then on */
+	}
+	skl_client_close(c);
+	skl_client_close(d);
+}
+
 typedef struct holder {
 	const char *url;
 	int hold_ms;
@@ -250,6 +316,7 @@ int main(int argc, char **argv)
 		{"unreachable_is_bounded", unreachable_is_bounded, 30},
 		{"settings_are_transaction_local", settings_are_transaction_local, 30},
 		{"lock_timeout_is_retried", lock_timeout_is_retried, 30},
+		{"hot_statements_prepared_or_plain", hot_statements_prepared_or_plain, 30},
 	};
 	return itest_main(argc, argv, cases, (int)(sizeof(cases) / sizeof(cases[0])));
 }

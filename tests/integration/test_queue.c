@@ -351,6 +351,16 @@ static void claim_plan_uses_partial_index(itest_ctx *t)
 	                            " AS %s", skl__claim_sql(false, true)));
 	itest_plan_uses(t->admin, "jobs_claim_idx",
 	                "EXECUTE ca(NULL, '{k}', 100, 'w', 30000, 0, 0, 0)");
+	/* On a direct connection a worker prepares them, and after five runs
+	 * the server may keep a generic plan, made without the parameters. */
+	PQclear(itest_sql(t->admin, "BEGIN; SET LOCAL plan_cache_mode = force_generic_plan"));
+	itest_plan_uses(t->admin, "jobs_claim_idx", "EXECUTE cl(NULL, '{k}', 100, 'w', 30000)");
+	itest_plan_uses(t->admin, "jobs_claim_idx",
+	                "EXECUTE rc(NULL, '{k}', 100, 'w', 30000, '{1}', '{1}', '{0}', '{null}',"
+	                " '{null}', '{0}')");
+	itest_plan_uses(t->admin, "jobs_claim_idx",
+	                "EXECUTE ca(NULL, '{k}', 100, 'w', 30000, 0, 0, 0)");
+	PQclear(itest_sql(t->admin, "COMMIT"));
 	skl_job *jobs = NULL;
 	int64_t start = itest_now_ms();
 	CHECK_EQ(claim(c, "k", 100, 30000, &jobs), 100);
@@ -391,6 +401,14 @@ static void fenced_writes_use_primary_key(itest_ctx *t)
 	                  skl__heartbeat_sql()));
 	itest_plan_uses_not(t->admin, "jobs_pkey", "jobs_rescue_idx",
 	                    "EXECUTE hb('%s', '%s', 30000)", ids, fences);
+	PQclear(itest_sql(t->admin, "BEGIN; SET LOCAL plan_cache_mode = force_generic_plan"));
+	itest_plan_uses_not(t->admin, "jobs_pkey", "jobs_rescue_idx",
+	                    "EXECUTE rec('%s', '%s', array_fill(0, ARRAY[100]),"
+	                    " array_fill(NULL::jsonb, ARRAY[100]), array_fill(NULL::text, ARRAY[100]),"
+	                    " array_fill(0::bigint, ARRAY[100]))", ids, fences);
+	itest_plan_uses_not(t->admin, "jobs_pkey", "jobs_rescue_idx",
+	                    "EXECUTE hb('%s', '%s', 30000)", ids, fences);
+	PQclear(itest_sql(t->admin, "COMMIT"));
 	skl_client_close(c);
 }
 
