@@ -74,6 +74,7 @@ struct skl_worker {
 	pthread_mutex_t mu;
 	pthread_cond_t work;
 	slot *queued, *queued_tail, *done;
+	bool done_woken;             /* a byte is on the wake pipe for `done` */
 	slot **running;              /* every claimed, unrecorded slot */
 	size_t nrunning;
 	bool threads_exit;

@@ -137,6 +137,9 @@ static void run_and_settle(skl_worker *w, slot *s)
 	skl__retry_settle(w, s);
 }
 
+/* Runs queued slots; a finished one goes on the done list in the same
+ * critical section that takes the next, and the main thread gets one
+ * byte on the wake pipe (non-blocking) per batch it has not taken yet. */
 static void *thread_main(void *arg)
 {
 	skl_worker *w = arg;
@@ -146,26 +149,31 @@ static void *thread_main(void *arg)
 	sigemptyset(&pipe_set);
 	sigaddset(&pipe_set, SIGPIPE);
 	pthread_sigmask(SIG_BLOCK, &pipe_set, NULL);
+	slot *s = NULL;
+	pthread_mutex_lock(&w->mu);
 	for (;;) {
-		pthread_mutex_lock(&w->mu);
+		if (s != NULL) {
+			s->next = w->done;
+			w->done = s;
+			if (!w->done_woken) {
+				w->done_woken = true;
+				wake(w);
+			}
+		}
 		while (w->queued == NULL && !w->threads_exit)
 			pthread_cond_wait(&w->work, &w->mu);
-		slot *s = w->queued;
-		if (s == NULL) {
-			pthread_mutex_unlock(&w->mu);
-			return NULL;
-		}
+		s = w->queued;
+		if (s == NULL)
+			break;
 		w->queued = s->next;
 		if (w->queued == NULL)
 			w->queued_tail = NULL;
 		pthread_mutex_unlock(&w->mu);
 		run_and_settle(w, s);
 		pthread_mutex_lock(&w->mu);
-		s->next = w->done;
-		w->done = s;
-		pthread_mutex_unlock(&w->mu);
-		wake(w);
 	}
+	pthread_mutex_unlock(&w->mu);
+	return NULL;
 }
 
 static void free_slot(slot *s)
@@ -191,6 +199,7 @@ static slot *take_done(skl_worker *w, size_t *n)
 	pthread_mutex_lock(&w->mu);
 	slot *list = w->done;
 	w->done = NULL;
+	w->done_woken = false;
 	pthread_mutex_unlock(&w->mu);
 	*n = 0;
 	for (slot *s = list; s; s = s->next)
@@ -274,9 +283,13 @@ static const handler *find_handler(const skl_worker *w, const char *kind)
 	return NULL;
 }
 
-/* Hands claimed jobs to the handler threads. */
+/* Hands claimed jobs to the handler threads: queued in one critical
+ * section, then a thread woken per job (a signal without waiters is
+ * free). */
 static void dispatch(skl_worker *w, skl_job *jobs, size_t n)
 {
+	slot *head = NULL, *tail = NULL;
+	size_t queued = 0;
 	for (size_t i = 0; i < n; i++) {
 		slot *s = calloc(1, sizeof(*s));
 		if (s == NULL) { /* leave it to the rescue: its lease will expire */
@@ -289,17 +302,29 @@ static void dispatch(skl_worker *w, skl_job *jobs, size_t n)
 		w->running[w->nrunning++] = s;
 		count(w, s, WM_CLAIMED);
 		skl__wlog_job(w, SKL_LOG_DEBUG, &s->job, "claimed");
-		pthread_mutex_lock(&w->mu);
-		if (w->queued_tail)
-			w->queued_tail->next = s;
+		if (tail)
+			tail->next = s;
 		else
-			w->queued = s;
-		w->queued_tail = s;
-		pthread_mutex_unlock(&w->mu);
-		pthread_cond_signal(&w->work);
+			head = s;
+		tail = s;
+		queued++;
 	}
 	free(jobs);
 	w->st_claimed += n;
+	if (head == NULL)
+		return;
+	pthread_mutex_lock(&w->mu);
+	if (w->queued_tail)
+		w->queued_tail->next = head;
+	else
+		w->queued = head;
+	w->queued_tail = tail;
+	pthread_mutex_unlock(&w->mu);
+	if (queued >= (size_t)w->wo.concurrency)
+		pthread_cond_broadcast(&w->work);
+	else
+		for (size_t i = 0; i < queued; i++)
+			pthread_cond_signal(&w->work);
 }
 
 /* Claims after the mark while one is set and a claim from the front was
