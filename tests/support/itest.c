@@ -106,8 +106,11 @@ const char *itest_text(PGconn *conn, const char *fmt, ...)
 	return buf;
 }
 
-static void plan_check(PGconn *conn, const char *index, const char *avoid, const char *sql)
+static void plan_checkv(PGconn *conn, const char *index, const char *avoid, const char *fmt,
+                        va_list ap)
 {
+	char sql[8192];
+	vsnprintf(sql, sizeof(sql), fmt, ap);
 	PGresult *r = itest_sql(conn, "EXPLAIN %s", sql);
 	char plan[16384] = "";
 	for (int i = 0; i < PQntuples(r); i++) {
@@ -124,22 +127,18 @@ static void plan_check(PGconn *conn, const char *index, const char *avoid, const
 
 void itest_plan_uses(PGconn *conn, const char *index, const char *fmt, ...)
 {
-	char sql[8192];
 	va_list ap;
 	va_start(ap, fmt);
-	vsnprintf(sql, sizeof(sql), fmt, ap);
+	plan_checkv(conn, index, NULL, fmt, ap);
 	va_end(ap);
-	plan_check(conn, index, NULL, sql);
 }
 
 void itest_plan_uses_not(PGconn *conn, const char *index, const char *avoid, const char *fmt, ...)
 {
-	char sql[8192];
 	va_list ap;
 	va_start(ap, fmt);
-	vsnprintf(sql, sizeof(sql), fmt, ap);
+	plan_checkv(conn, index, avoid, fmt, ap);
 	va_end(ap);
-	plan_check(conn, index, avoid, sql);
 }
 
 int itest_sh(const char *fmt, ...)
