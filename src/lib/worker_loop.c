@@ -330,8 +330,20 @@ static void dispatch(skl_worker *w, skl_job *jobs, size_t n)
 /* Claims after the mark while one is set and a claim from the front was
  * made within this bound: a job placed before the mark (a higher
  * priority, an old run_at, a claim rolled back) waits at most this long
- * more than it would otherwise. */
+ * more than it would otherwise (or SKL_SLOW_WALK_FACTOR times a slow
+ * claim from the front). */
 #define SKL_CLAIM_FRONT_EVERY_MS 2000
+
+/* A walk that is slow because a held snapshot keeps every dead entry in
+ * its way (the claim from the front, the rescue) waits at least this many
+ * times its own duration before the next: at most 2 % of the worker's
+ * time.  Normally both take milliseconds and their periods stay as set. */
+#define SKL_SLOW_WALK_FACTOR 50
+
+static int64_t max64(int64_t a, int64_t b)
+{
+	return a > b ? a : b;
+}
 
 static bool before(int p1, int64_t r1, int64_t i1, const skl_job *j)
 {
@@ -343,10 +355,10 @@ static bool before(int p1, int64_t r1, int64_t i1, const skl_job *j)
 /* After a claim of `want` that got jobs[0..n): the new mark, or none when
  * the claim came back short (what is left may sit before the mark). */
 static void move_mark(skl_worker *w, const skl_job *jobs, size_t n, size_t want, bool front,
-                      int64_t now)
+                      int64_t now, int64_t took)
 {
 	if (front)
-		w->mark_front_at = now + SKL_CLAIM_FRONT_EVERY_MS;
+		w->mark_front_at = now + max64(SKL_CLAIM_FRONT_EVERY_MS, SKL_SLOW_WALK_FACTOR * took);
 	w->mark_set = n > 0 && n >= want;
 	for (size_t i = 0; w->mark_set && i < n; i++)
 		if (i == 0 || before(w->mark_priority, w->mark_run_at_us, w->mark_id, &jobs[i])) {
@@ -384,7 +396,7 @@ static int exchange(skl_worker *w, size_t claim, const char *const *kinds)
 		           : skl_record(w->db, outs, ndone, ok, &err);
 	if (rc == SKL_OK || rc == SKL_EMPTY) {
 		if (claim)
-			move_mark(w, jobs, n, claim, !o.after_set, now);
+			move_mark(w, jobs, n, claim, !o.after_set, now, skl__now_ms() - now);
 		settle(w, list, ok);
 		dispatch(w, jobs, n);
 	} else {
@@ -659,8 +671,11 @@ static int64_t chores(skl_worker *w, loop_state *ls, const char *const *kinds, i
 			             stats ? ls->next_stats : INT64_MAX);
 	}
 	if (!w->stop && now >= ls->next_rescue) {
+		int64_t t0 = skl__now_ms();
 		rescue(w);
-		ls->next_rescue = now + jitter(w, w->wo.rescue_every_ms);
+		int64_t took = skl__now_ms() - t0;
+		ls->next_rescue = now + max64(jitter(w, w->wo.rescue_every_ms),
+		                              SKL_SLOW_WALK_FACTOR * took);
 	}
 	if (!w->stop && !w->wo.no_cron && now >= ls->next_cron)
 		cron_tick(w, ls, now);
