@@ -330,19 +330,25 @@ static void dispatch(skl_worker *w, skl_job *jobs, size_t n)
 /* Claims after the mark while one is set and a claim from the front was
  * made within this bound: a job placed before the mark (a higher
  * priority, an old run_at, a claim rolled back) waits at most this long
- * more than it would otherwise (or SKL_SLOW_WALK_FACTOR times a slow
- * claim from the front). */
+ * more than it would otherwise (or walk_period() of a slow claim from
+ * the front). */
 #define SKL_CLAIM_FRONT_EVERY_MS 2000
 
 /* A walk that is slow because a held snapshot keeps every dead entry in
- * its way (the claim from the front, the rescue) waits at least this many
- * times its own duration before the next: at most 2 % of the worker's
- * time.  Normally both take milliseconds and their periods stay as set. */
+ * its way (the claim from the front, the rescue) waits this many times its
+ * own duration before the next, up to a minute (a call slowed by a
+ * reconnect must not postpone them for long): at most 2 % of the
+ * worker's time.  Normally both take milliseconds and their periods stay
+ * as set. */
 #define SKL_SLOW_WALK_FACTOR 50
+#define SKL_SLOW_WALK_CAP_MS 60000
 
-static int64_t max64(int64_t a, int64_t b)
+/* The period of a walk that took `took` ms, normally `every`. */
+static int64_t walk_period(int64_t every, int64_t took)
 {
-	return a > b ? a : b;
+	int64_t slow = took < SKL_SLOW_WALK_CAP_MS / SKL_SLOW_WALK_FACTOR
+	                   ? took * SKL_SLOW_WALK_FACTOR : SKL_SLOW_WALK_CAP_MS;
+	return slow > every ? slow : every;
 }
 
 static bool before(int p1, int64_t r1, int64_t i1, const skl_job *j)
@@ -358,7 +364,7 @@ static void move_mark(skl_worker *w, const skl_job *jobs, size_t n, size_t want,
                       int64_t now, int64_t took)
 {
 	if (front)
-		w->mark_front_at = now + max64(SKL_CLAIM_FRONT_EVERY_MS, SKL_SLOW_WALK_FACTOR * took);
+		w->mark_front_at = now + walk_period(SKL_CLAIM_FRONT_EVERY_MS, took);
 	w->mark_set = n > 0 && n >= want;
 	for (size_t i = 0; w->mark_set && i < n; i++)
 		if (i == 0 || before(w->mark_priority, w->mark_run_at_us, w->mark_id, &jobs[i])) {
@@ -674,8 +680,7 @@ static int64_t chores(skl_worker *w, loop_state *ls, const char *const *kinds, i
 		int64_t t0 = skl__now_ms();
 		rescue(w);
 		int64_t took = skl__now_ms() - t0;
-		ls->next_rescue = now + max64(jitter(w, w->wo.rescue_every_ms),
-		                              SKL_SLOW_WALK_FACTOR * took);
+		ls->next_rescue = now + walk_period(jitter(w, w->wo.rescue_every_ms), took);
 	}
 	if (!w->stop && !w->wo.no_cron && now >= ls->next_cron)
 		cron_tick(w, ls, now);
