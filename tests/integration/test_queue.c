@@ -440,6 +440,29 @@ static void *pf_run(void *arg)
 	return NULL;
 }
 
+/* A worker with one handler on its own thread, and its orderly end. */
+static pthread_t start_worker(itest_ctx *t, const skl_worker_options *wo, const char *kind,
+                              skl_handler_fn fn, void *ctx, pf_state *s)
+{
+	skl_client_options co;
+	skl_client_options_init(&co);
+	co.url = t->url;
+	skl_error err;
+	CHECK(skl_worker_new(&co, wo, &s->w, &err) == SKL_OK);
+	CHECK(skl_worker_handle(s->w, kind, fn, ctx, &err) == SKL_OK);
+	pthread_t th;
+	CHECK_EQ(pthread_create(&th, NULL, pf_run, s), 0);
+	return th;
+}
+
+static void stop_worker(pf_state *s, pthread_t th)
+{
+	skl_worker_stop(s->w);
+	pthread_join(th, NULL);
+	skl_worker_free(s->w);
+	CHECK_EQ(s->rc, SKL_OK);
+}
+
 /* Concurrency 1 with prefetch 3: one claim takes all four jobs, one
  * handler runs at a time, and the jobs waiting in the worker keep their
  * leases through its heartbeats, although the last one waits longer than
@@ -451,9 +474,6 @@ static void prefetch_keeps_leases(itest_ctx *t)
 	for (int i = 0; i < 4; i++)
 		enqueue(c, "pf", "{}", NULL);
 	skl_client_close(c);
-	skl_client_options co;
-	skl_client_options_init(&co);
-	co.url = t->url;
 	skl_worker_options wo;
 	skl_worker_options_init(&wo);
 	wo.concurrency = 1;
@@ -462,19 +482,12 @@ static void prefetch_keeps_leases(itest_ctx *t)
 	wo.rescue_every_ms = 300;
 	wo.no_cron = true;
 	pf_state s = {.rc = SKL_OK};
-	skl_error err;
-	CHECK(skl_worker_new(&co, &wo, &s.w, &err) == SKL_OK);
-	CHECK(skl_worker_handle(s.w, "pf", pf_handler, &s, &err) == SKL_OK);
-	pthread_t th;
-	CHECK_EQ(pthread_create(&th, NULL, pf_run, &s), 0);
+	pthread_t th = start_worker(t, &wo, "pf", pf_handler, &s, &s);
 	int64_t deadline = itest_now_ms() + 60000;
 	while (itest_int(t->admin, "SELECT count(*) FROM skiplock.jobs WHERE state = 'completed'") < 4 &&
 	       itest_now_ms() < deadline)
 		usleep(100 * 1000);
-	skl_worker_stop(s.w);
-	pthread_join(th, NULL);
-	skl_worker_free(s.w);
-	CHECK_EQ(s.rc, SKL_OK);
+	stop_worker(&s, th);
 	CHECK_EQ(itest_int(t->admin, "SELECT count(*) FROM skiplock.jobs"
 	                             " WHERE state = 'completed' AND attempt = 1 AND fencing = 1"), 4);
 	CHECK_EQ(itest_int(t->admin, "SELECT count(DISTINCT attempted_at) FROM skiplock.jobs"), 1);
@@ -499,19 +512,12 @@ static void late_old_job_is_claimed(itest_ctx *t)
 	skl_client *c = open_client(t);
 	PQclear(itest_sql(t->admin, "INSERT INTO skiplock.jobs (kind) SELECT 'w'"
 	                            " FROM generate_series(1, 4000); ANALYZE skiplock.jobs"));
-	skl_client_options co;
-	skl_client_options_init(&co);
-	co.url = t->url;
 	skl_worker_options wo;
 	skl_worker_options_init(&wo);
 	wo.concurrency = 8;
 	wo.no_cron = true;
 	pf_state s = {.rc = SKL_OK};
-	skl_error err;
-	CHECK(skl_worker_new(&co, &wo, &s.w, &err) == SKL_OK);
-	CHECK(skl_worker_handle(s.w, "w", slow_handler, NULL, &err) == SKL_OK);
-	pthread_t th;
-	CHECK_EQ(pthread_create(&th, NULL, pf_run, &s), 0);
+	pthread_t th = start_worker(t, &wo, "w", slow_handler, NULL, &s);
 	int64_t deadline = itest_now_ms() + 120000;
 	while (itest_int(t->admin, "SELECT count(*) FROM skiplock.jobs WHERE state = 'completed'") < 100 &&
 	       itest_now_ms() < deadline)
@@ -523,10 +529,7 @@ static void late_old_job_is_claimed(itest_ctx *t)
 	while (itest_int(t->admin, "SELECT count(*) FROM skiplock.jobs WHERE state <> 'completed'") > 0 &&
 	       itest_now_ms() < deadline)
 		usleep(100 * 1000);
-	skl_worker_stop(s.w);
-	pthread_join(th, NULL);
-	skl_worker_free(s.w);
-	CHECK_EQ(s.rc, SKL_OK);
+	stop_worker(&s, th);
 	CHECK_EQ(itest_int(t->admin, "SELECT count(*) FROM skiplock.jobs"
 	                             " WHERE state = 'completed' AND attempt = 1"), 4001);
 	long long after = itest_int(t->admin,
