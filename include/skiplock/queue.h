@@ -77,10 +77,6 @@ typedef struct skl_job {
 	int64_t fencing;          /* the token of this claim */
 	int priority;
 	int64_t timeout_ms;       /* 0: not set on the job */
-	int64_t backoff_base_ms;  /* 0: not set on the job */
-	int64_t backoff_cap_ms;
-	skl_backoff backoff;      /* DEFAULT: not set on the job */
-	int64_t last_delay_ms;    /* the delay before this attempt (0 on the first) */
 	void *internal;           /* owned by the library */
 	int64_t run_at_us;        /* run_at, µs since the Unix epoch: with priority
 	                           * and id the job's place in the claim order */
@@ -118,7 +114,7 @@ SKL_API void skl_jobs_free(skl_job *jobs, size_t n);
 
 typedef enum skl_outcome_kind {
 	SKL_OUTCOME_COMPLETE = 0,  /* done; result kept */
-	SKL_OUTCOME_RETRY = 1,     /* failed attempt: retried after retry_delay_ms
+	SKL_OUTCOME_RETRY = 1,     /* failed attempt: retried after the retry delay
 	                            * unless attempts are exhausted (then discarded) */
 	SKL_OUTCOME_DISCARD = 2    /* failed for good, no retry */
 } skl_outcome_kind;
@@ -129,7 +125,14 @@ typedef struct skl_outcome {
 	skl_outcome_kind kind;
 	const char *result;        /* JSON text or NULL (complete only) */
 	const char *error;         /* text kept in the error history, or NULL */
-	int64_t retry_delay_ms;    /* retry only */
+	/* Retry only.  The database makes the retry decision
+	 * (skiplock.retry_delay_ms, docs/protocol.md); these are its inputs. */
+	int64_t retry_delay_ms;    /* the handler's own delay (Retry-After), 0: none */
+	bool deferred;             /* the caller's retry budget is spent: the retry
+	                            * is spread over [cap/2, cap] */
+	skl_backoff backoff;       /* the caller's policy for the job's kind, used */
+	int64_t backoff_base_ms;   /* where the job sets none of its own; */
+	int64_t backoff_cap_ms;    /* DEFAULT / 0: full jitter from 1 s to 1 h */
 } skl_outcome;
 
 /* Records n outcomes in one fenced statement.  accepted[i] (caller-owned,

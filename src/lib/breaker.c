@@ -113,12 +113,9 @@ skl_rc skl_breaker_configure(skl_client *c, const char *kind, const skl_breaker_
 	snprintf(v[4], sizeof(v[4]), "%" PRId64, cfg->open_ms);
 	snprintf(v[5], sizeof(v[5]), "%d", cfg->probes);
 	skl_stmt s = {
-		.sql = "INSERT INTO skiplock.breakers AS b (kind, failure_pct, min_calls, window_calls,"
-		       " window_ms, open_ms, probes) VALUES ($1, $2, $3, $4, $5, $6, $7)"
-		       " ON CONFLICT (kind) DO UPDATE SET failure_pct = $2, min_calls = $3,"
-		       "   window_calls = $4, window_ms = $5, open_ms = $6, probes = $7"
-		       " WHERE (b.failure_pct, b.min_calls, b.window_calls, b.window_ms, b.open_ms,"
-		       "        b.probes) IS DISTINCT FROM ($2, $3, $4, $5, $6, $7)",
+		/* sql/0011_protocol.sql: the worker role writes no table itself */
+		.sql = "SELECT skiplock.breaker_configure($1, $2::int, $3::int, $4::int, $5::bigint,"
+		       " $6::bigint, $7::int)",
 		.nparams = 7, .params = {kind, v[0], v[1], v[2], v[3], v[4], v[5]}};
 	skl_rc rc = skl__run_stmt(c, &write_opts, &s, err);
 	PQclear(s.res);

@@ -135,13 +135,25 @@ typedef void (*skl__rescued_fn)(void *ctx, const char *queue, const char *kind,
                                 bool discarded);
 skl_rc skl__rescue_each(skl_client *c, int limit, skl__rescued_fn fn, void *ctx,
                         int *rescued, int *discarded, skl_error *err);
-/* The text of the claim statement, or with `record` of the combined
- * record-and-claim, with `after` their form that claims after a place in
- * the claim order (queue.c): for tests of their plans. */
-const char *skl__claim_sql(bool record, bool after);
+/* The text of the claim call, or with `record` of the combined
+ * record-and-claim (queue.c): for tests that compare them with sql/. */
+const char *skl__claim_sql(bool record);
 /* The fenced outcome statement and the heartbeat, for the same tests. */
 const char *skl__record_sql(void);
 const char *skl__heartbeat_sql(void);
+/* What became of one recorded outcome (skiplock.record's row for it). */
+typedef struct skl_recorded {
+	bool accepted;            /* false: the claim was lost, nothing changed */
+	bool discarded;           /* the failed attempt ended the job */
+	int64_t delay_ms;         /* a retry: the delay the database chose */
+} skl_recorded;
+/* skl_record and skl_record_and_claim with rec[i] (n entries, caller-owned)
+ * for outs[i]. */
+skl_rc skl__record(skl_client *c, const skl_outcome *outs, size_t n, skl_recorded *rec,
+                   skl_error *err);
+skl_rc skl__record_and_claim(skl_client *c, const skl_outcome *outs, size_t nouts,
+                             skl_recorded *rec, const skl_claim_opts *o, skl_job **jobs,
+                             size_t *n, skl_error *err);
 
 /* url.c */
 skl_rc skl__url_host_port(const char *url, char **host, char **port, skl_error *err);

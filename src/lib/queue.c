@@ -197,142 +197,135 @@ skl_rc skl_enqueue(skl_client *c, const char *kind, const char *payload,
 	return skl_enqueue_bulk(c, &spec, 1, id, err);
 }
 
-/* ---- claim ---- */
-
-/* The claim, in pieces shared with the combined record-and-claim:
- * $1 queues (NULL: all), $2 kinds, $3 limit, $4 owner, $5 lease in ms.
+/* ---- the worker protocol: claim, record, heartbeat ----
  *
- * Circuit breakers (sql/0007_retry.sql): bk holds the kinds asked for whose
- * breaker is not closed; their jobs are left out of the ordinary pick (c0).
- * A kind whose open interval is over, or that is half-open with probes
- * left (or whose probes went missing for open_ms), may get one probe job
- * per claim: p picks it, and the conditional UPDATE `probe` admits it only
- * while the row still has a probe left when the UPDATE reaches it.  `busy`
- * names kinds whose breaker this statement already changed (the record
- * half of a record-and-claim): one statement cannot update a row twice. */
-#define SKL_JOB_DUE                                                          \
-	"state = 'available' AND run_at <= now()"                                \
-	" AND ($1::text[] IS NULL OR queue = ANY ($1::text[]))"
-/* The ordinary pick: due jobs of the kinds asked for, minus breakers. */
-#define SKL_PICK_WHERE                                                       \
-	SKL_JOB_DUE " AND kind = ANY (ARRAY(SELECT unnest($2::text[]) EXCEPT SELECT kind FROM bk))"
-#define SKL_PICK_ORDER " ORDER BY priority DESC, run_at, id LIMIT $3 FOR UPDATE SKIP LOCKED"
-#define SKL_PICK_FRONT "SELECT id FROM skiplock.jobs WHERE " SKL_PICK_WHERE SKL_PICK_ORDER
-/* The same after a place (P priority, R run_at in µs, I id) in the claim
- * order: two index ranges, the rest of priority P after (R, I), then the
- * lower priorities, so the scan starts at the place instead of walking the
- * entries before it (jobs claimed since, dead but not yet removable). */
-#define SKL_PICK_AFTER(P, R, I)                                              \
-	"SELECT id FROM (SELECT id FROM skiplock.jobs WHERE " SKL_PICK_WHERE      \
-	"   AND priority = " P " AND (run_at, id) > (timestamptz 'epoch' + " R   \
-	"       * interval '1 microsecond', " I ")" SKL_PICK_ORDER ") a"          \
-	" UNION ALL SELECT id FROM (SELECT id FROM skiplock.jobs WHERE " SKL_PICK_WHERE \
-	"   AND priority < " P SKL_PICK_ORDER ") b LIMIT $3"
-#define SKL_CLAIM_PICK(C0)                                                   \
-	"bk AS ("                                                                \
-	"  SELECT kind FROM skiplock.breakers"                                   \
-	"   WHERE kind = ANY ($2::text[]) AND state <> 'closed'"                 \
-	"  UNION SELECT kind FROM busy WHERE state <> 'closed'),"                \
-	" pk AS ("                                                               \
-	"  SELECT kind FROM skiplock.breakers"                                   \
-	"   WHERE kind = ANY ($2::text[]) AND kind NOT IN (SELECT kind FROM busy)" \
-	"     AND " SKL_PROBE_DUE "),"                                           \
-	" p AS ("                                                                \
-	"  SELECT x.id, pk.kind FROM pk CROSS JOIN LATERAL ("                    \
-	"    SELECT id FROM skiplock.jobs WHERE " SKL_JOB_DUE " AND kind = pk.kind" \
-	"     ORDER BY priority DESC, run_at, id LIMIT 1 FOR UPDATE SKIP LOCKED) x" \
-	"  LIMIT $3),"                                                           \
-	" probe AS ("                                                            \
-	"  UPDATE skiplock.breakers b SET prev_state = b.state, state = 'half_open'," \
-	"         probes_left = (CASE WHEN b.state = 'half_open' AND b.probes_left > 0" \
-	"                             THEN b.probes_left ELSE b.probes END) - 1,"  \
-	"         probe_ok = CASE WHEN b.state = 'open' THEN 0 ELSE b.probe_ok END," \
-	"         changed_at = CASE WHEN b.state = 'half_open' AND b.probes_left > 0" \
-	"                           THEN b.changed_at ELSE now() END"            \
-	"    FROM p WHERE b.kind = p.kind AND " SKL_PROBE_DUE                    \
-	"  RETURNING b.kind, b.prev_state, b.state),"                            \
-	" probe_ev AS ("                                                         \
-	"  INSERT INTO skiplock.breaker_events (kind, from_state, to_state, reason)" \
-	"  SELECT kind, prev_state, state, 'open interval over: admitting probes'" \
-	"    FROM probe WHERE prev_state <> state),"                             \
-	" c0 AS (" C0 "),"                                                       \
-	" c AS (SELECT id FROM (SELECT id FROM c0"                               \
-	"                        LIMIT greatest($3 - (SELECT count(*) FROM p), 0)) c1" \
-	"       UNION ALL SELECT p.id FROM p JOIN probe USING (kind))"
-/* A breaker that may admit a probe now. */
-#define SKL_PROBE_DUE                                                        \
-	"((state = 'open' AND open_until <= now())"                              \
-	" OR (state = 'half_open' AND (probes_left > 0"                          \
-	"     OR changed_at <= now() - open_ms * interval '1 millisecond')))"
-#define SKL_CLAIM_UPDATE                                                     \
-	"UPDATE skiplock.jobs j"                                                 \
-	"   SET state = 'running', attempt = j.attempt + 1, fencing = j.fencing + 1," \
-	"       lease_owner = $4, lease_expires_at = now() + $5 * interval '1 millisecond'," \
-	"       attempted_at = now()"                                            \
-	"  FROM c WHERE j.id = c.id"                                             \
-	" RETURNING j.id, j.queue, j.kind, j.payload, j.attempt, j.max_attempts, j.fencing," \
-	"           j.priority, coalesce(j.timeout_ms, 0), coalesce(j.backoff_base_ms, 0)," \
-	"           coalesce(j.backoff_cap_ms, 0), coalesce(j.backoff, ''),"    \
-	"           coalesce(j.last_delay_ms, 0),"                               \
-	"           (extract(epoch FROM j.run_at) * 1000000)::bigint"
-#define SKL_CLAIM_NCOLS 14
+ * The lifecycle is defined once, in SQL (sql/0011_protocol.sql:
+ * skiplock.claim, record, record_claim, heartbeat, rescue); this file only
+ * builds the arrays, calls those functions and reads their rows by name.
+ * Every statement has a fixed text and parameter count, so the worker
+ * prepares each once per direct connection (skl__exec_hot). */
 
-#define SKL_CLAIM_SQL(C0)                                                    \
-	"WITH busy AS (SELECT NULL::text AS kind, NULL::text AS state WHERE false), " \
-	SKL_CLAIM_PICK(C0) " " SKL_CLAIM_UPDATE
-static const char *const claim_sql = SKL_CLAIM_SQL(SKL_PICK_FRONT);
-static const char *const claim_after_sql =
-	SKL_CLAIM_SQL(SKL_PICK_AFTER("$6::int", "$7::bigint", "$8::bigint"));
+/* The columns of a claimed job.  The select lists are built from this
+ * table and every result is checked against it (columns_match), so a
+ * column read by position is always the one its name says. */
+#define CLAIM_COLUMNS(X)                                                    \
+	X(CJ_ID, "id") X(CJ_QUEUE, "queue") X(CJ_KIND, "kind")                  \
+	X(CJ_PAYLOAD, "payload") X(CJ_ATTEMPT, "attempt") X(CJ_MAX, "max_attempts") \
+	X(CJ_FENCING, "fencing") X(CJ_PRIORITY, "priority") X(CJ_TIMEOUT, "timeout_ms") \
+	X(CJ_RUN_AT_US, "run_at_us")
+#define COL_ENUM(e, name) e,
+#define COL_NAME(e, name) name,
+#define COL_LIST(e, name) name ", "
+/* After the job's columns: the row's type, then for an accepted outcome
+ * (row_type 'recorded') its new state and the retry delay chosen. */
+enum { CLAIM_COLUMNS(COL_ENUM) CJ_ROW_TYPE, CJ_STATE, CJ_DELAY, CJ_NCOLS };
+static const char *const claim_cols[CJ_NCOLS] = {CLAIM_COLUMNS(COL_NAME) "row_type", "state",
+                                                  "delay_ms"};
+
+#define SKL_CLAIM_ARGS(o, k, q, n, l, ap, ar, ai)                            \
+	o ", " k "::text[], " q "::text[], " n "::int, " l "::bigint * interval '1 millisecond', " \
+	ap "::int, " ar "::bigint, " ai "::bigint"
+#define SKL_RECORD_ARGS                                                      \
+	"$1::bigint[], $2::bigint[], $3::text[], $4::jsonb[], $5::text[], $6::bigint[], " \
+	"$7::boolean[], $8::text[], $9::bigint[], $10::bigint[]"
+
+static const char *const claim_sql =
+	"SELECT " CLAIM_COLUMNS(COL_LIST) "'claimed'::text AS row_type"
+	"  FROM skiplock.claim(" SKL_CLAIM_ARGS("$1", "$2", "$3", "$4", "$5", "$6", "$7", "$8") ")";
+static const char *const record_claim_sql =
+	"SELECT " CLAIM_COLUMNS(COL_LIST) "row_type, state, delay_ms"
+	"  FROM skiplock.record_claim(" SKL_RECORD_ARGS ", "
+	SKL_CLAIM_ARGS("$11", "$12", "$13", "$14", "$15", "$16", "$17", "$18") ")";
+enum { RC_ID, RC_STATE, RC_DELAY, RC_NCOLS };
+static const char *const record_cols[RC_NCOLS] = {"id", "state", "delay_ms"};
+static const char *const record_sql =
+	"SELECT id, state, delay_ms FROM skiplock.record(" SKL_RECORD_ARGS ")";
+
+const char *skl__claim_sql(bool record)
+{
+	return record ? record_claim_sql : claim_sql;
+}
+
+const char *skl__record_sql(void)
+{
+	return record_sql;
+}
+
+/* False unless res has exactly the columns names[0..n) in that order. */
+static bool columns_match(const PGresult *res, const char *const *names, int n)
+{
+	if (PQnfields(res) < n)
+		return false;
+	for (int i = 0; i < n; i++)
+		if (strcmp(PQfname(res, i), names[i]) != 0)
+			return false;
+	return true;
+}
+
+static skl_rc columns_error(skl_error *err)
+{
+	return skl__seterr(err, SKL_DB,
+	                   "the protocol functions returned unexpected columns; "
+	                   "run `skiplock init` to bring the schema to this version");
+}
 
 typedef struct claim_call {
 	const char *sql;
 	int nparams;
-	const char *params[14];  /* $1..$5 the claim, $6..$11 outcomes, then the place */
+	const char *params[18];
 	skl_job *jobs;
 	size_t n;
-	const skl_outcome *outs; /* with outcomes: which were accepted */
-	size_t nouts;
-	bool *accepted;
+	size_t nouts;            /* with outcomes: what became of each */
+	const skl_outcome *outs;
+	skl_recorded *rec;
 } claim_call;
 
 /* One allocation per job holds its strings: internal points at it. */
 static bool fill_job(skl_job *j, const PGresult *r, int row)
 {
-	size_t lq = strlen(PQgetvalue(r, row, 1)) + 1, lk = strlen(PQgetvalue(r, row, 2)) + 1,
-	       lp = strlen(PQgetvalue(r, row, 3)) + 1;
+	size_t lq = strlen(PQgetvalue(r, row, CJ_QUEUE)) + 1,
+	       lk = strlen(PQgetvalue(r, row, CJ_KIND)) + 1,
+	       lp = strlen(PQgetvalue(r, row, CJ_PAYLOAD)) + 1;
 	char *mem = malloc(lq + lk + lp);
 	if (mem == NULL)
 		return false;
-	memcpy(mem, PQgetvalue(r, row, 1), lq);
-	memcpy(mem + lq, PQgetvalue(r, row, 2), lk);
-	memcpy(mem + lq + lk, PQgetvalue(r, row, 3), lp);
+	memcpy(mem, PQgetvalue(r, row, CJ_QUEUE), lq);
+	memcpy(mem + lq, PQgetvalue(r, row, CJ_KIND), lk);
+	memcpy(mem + lq + lk, PQgetvalue(r, row, CJ_PAYLOAD), lp);
 	*j = (skl_job){
-		.id = strtoll(PQgetvalue(r, row, 0), NULL, 10),
+		.id = strtoll(PQgetvalue(r, row, CJ_ID), NULL, 10),
 		.queue = mem,
 		.kind = mem + lq,
 		.payload = mem + lq + lk,
-		.attempt = atoi(PQgetvalue(r, row, 4)),
-		.max_attempts = atoi(PQgetvalue(r, row, 5)),
-		.fencing = strtoll(PQgetvalue(r, row, 6), NULL, 10),
-		.priority = atoi(PQgetvalue(r, row, 7)),
-		.timeout_ms = strtoll(PQgetvalue(r, row, 8), NULL, 10),
-		.backoff_base_ms = strtoll(PQgetvalue(r, row, 9), NULL, 10),
-		.backoff_cap_ms = strtoll(PQgetvalue(r, row, 10), NULL, 10),
-		.last_delay_ms = strtoll(PQgetvalue(r, row, 12), NULL, 10),
-		.run_at_us = strtoll(PQgetvalue(r, row, 13), NULL, 10),
+		.attempt = atoi(PQgetvalue(r, row, CJ_ATTEMPT)),
+		.max_attempts = atoi(PQgetvalue(r, row, CJ_MAX)),
+		.fencing = strtoll(PQgetvalue(r, row, CJ_FENCING), NULL, 10),
+		.priority = atoi(PQgetvalue(r, row, CJ_PRIORITY)),
+		.timeout_ms = strtoll(PQgetvalue(r, row, CJ_TIMEOUT), NULL, 10),
+		.run_at_us = strtoll(PQgetvalue(r, row, CJ_RUN_AT_US), NULL, 10),
 		.internal = mem,
 	};
-	skl_backoff_parse(PQgetvalue(r, row, 11), &j->backoff);
 	return true;
 }
 
-/* Marks accepted[i] for the outcome whose id a 'd' row names. */
-static void mark_accepted(claim_call *cc, const PGresult *res, int row)
+/* Marks rec[i] for the outcome whose id an accepted row names. */
+static void mark_recorded(skl_recorded *rec, const skl_outcome *outs, size_t n,
+                          const PGresult *res, int row, const int *col)
 {
-	int64_t id = strtoll(PQgetvalue(res, row, 0), NULL, 10);
-	for (size_t i = 0; cc->accepted && i < cc->nouts; i++)
-		if (cc->outs[i].id == id)
-			cc->accepted[i] = true;
+	int64_t id = strtoll(PQgetvalue(res, row, col[0]), NULL, 10);
+	for (size_t i = 0; rec && i < n; i++)
+		if (outs[i].id == id) {
+			rec[i].accepted = true;
+			rec[i].discarded = PQgetvalue(res, row, col[1])[0] == 'd';
+			rec[i].delay_ms = PQgetisnull(res, row, col[2])
+			                      ? 0 : strtoll(PQgetvalue(res, row, col[2]), NULL, 10);
+		}
+}
+
+static void recorded_reset(skl_recorded *rec, size_t n)
+{
+	for (size_t i = 0; rec && i < n; i++)
+		rec[i] = (skl_recorded){.accepted = false};
 }
 
 static skl_rc claim_fn(skl_client *c, void *ctx, skl_error *err)
@@ -342,18 +335,21 @@ static skl_rc claim_fn(skl_client *c, void *ctx, skl_error *err)
 	skl_rc rc = skl__exec_hot(c, cc->sql, cc->nparams, cc->params, &res, err);
 	if (rc != SKL_OK)
 		return rc;
-	int rows = PQntuples(res);
+	int ncols = cc->outs ? CJ_NCOLS : CJ_ROW_TYPE + 1, rows = PQntuples(res);
+	if (!columns_match(res, claim_cols, ncols)) {
+		PQclear(res);
+		return columns_error(err);
+	}
 	cc->jobs = rows ? calloc((size_t)rows, sizeof(skl_job)) : NULL;
 	if (rows && cc->jobs == NULL) {
 		PQclear(res);
 		return skl__seterr(err, SKL_NOMEM, "out of memory");
 	}
-	for (size_t i = 0; cc->accepted && i < cc->nouts; i++)
-		cc->accepted[i] = false;
-	bool tagged = PQnfields(res) > SKL_CLAIM_NCOLS;
+	recorded_reset(cc->rec, cc->nouts);
+	static const int rec_cols[3] = {CJ_ID, CJ_STATE, CJ_DELAY};
 	for (int i = 0; i < rows; i++) {
-		if (tagged && PQgetvalue(res, i, SKL_CLAIM_NCOLS)[0] == 'd') {
-			mark_accepted(cc, res, i);
+		if (PQgetvalue(res, i, CJ_ROW_TYPE)[0] == 'r') {
+			mark_recorded(cc->rec, cc->outs, cc->nouts, res, i, rec_cols);
 		} else if (fill_job(&cc->jobs[cc->n], res, i)) {
 			cc->n++;
 		} else {
@@ -365,42 +361,34 @@ static skl_rc claim_fn(skl_client *c, void *ctx, skl_error *err)
 	return cc->n ? SKL_OK : SKL_EMPTY;
 }
 
-/* The claim's parameters $1..$5 as text; queues and kinds are allocated. */
+/* The claim's parameters as text; queues and kinds are allocated. */
 typedef struct claim_params {
 	char *queues, *kinds;
 	char limit[24], lease[24];
 	char after[3][24];       /* the place to claim after: priority, run_at µs, id */
 } claim_params;
 
-/* With o->after_set: the place's three parameters from params[first]. */
-static int claim_after_params(claim_params *p, const skl_claim_opts *o, claim_call *cc,
-                              int first)
-{
-	if (!o->after_set)
-		return 0;
-	snprintf(p->after[0], sizeof(p->after[0]), "%d", o->after_priority);
-	snprintf(p->after[1], sizeof(p->after[1]), "%" PRId64, o->after_run_at_us);
-	snprintf(p->after[2], sizeof(p->after[2]), "%" PRId64, o->after_id);
-	for (int i = 0; i < 3; i++)
-		cc->params[first + i] = p->after[i];
-	return 3;
-}
-
+/* Fills params[first .. first + 8) with the claim's arguments. */
 static skl_rc claim_params_make(claim_params *p, const skl_claim_opts *o, claim_call *cc,
-                                skl_error *err)
+                                int first, skl_error *err)
 {
 	memset(p, 0, sizeof(*p));
 	if (o == NULL || o->nkinds == 0 || o->limit == 0 || o->lease_ms <= 0)
 		return skl__seterr(err, SKL_MISUSE, "claim needs kinds, a limit and a lease");
 	snprintf(p->limit, sizeof(p->limit), "%zu", o->limit);
 	snprintf(p->lease, sizeof(p->lease), "%" PRId64, o->lease_ms);
+	snprintf(p->after[0], sizeof(p->after[0]), "%d", o->after_priority);
+	snprintf(p->after[1], sizeof(p->after[1]), "%" PRId64, o->after_run_at_us);
+	snprintf(p->after[2], sizeof(p->after[2]), "%" PRId64, o->after_id);
 	p->queues = o->nqueues ? skl_text_array(o->queues, o->nqueues) : NULL;
 	p->kinds = skl_text_array(o->kinds, o->nkinds);
 	if (p->kinds == NULL || (o->nqueues && p->queues == NULL))
 		return skl__seterr(err, SKL_NOMEM, "out of memory");
-	const char *v[5] = {p->queues, p->kinds, p->limit, o->owner ? o->owner : "skiplock",
-	                    p->lease};
-	memcpy(cc->params, v, sizeof(v));
+	const char *v[8] = {o->owner ? o->owner : "skiplock", p->kinds, p->queues, p->limit,
+	                    p->lease, NULL, NULL, NULL};
+	for (int i = 0; o->after_set && i < 3; i++)
+		v[5 + i] = p->after[i];
+	memcpy(cc->params + first, v, sizeof(v));
 	return SKL_OK;
 }
 
@@ -434,13 +422,9 @@ skl_rc skl_claim(skl_client *c, const skl_claim_opts *o, skl_job **jobs, size_t 
 {
 	*jobs = NULL;
 	*n = 0;
-	claim_call cc = {.sql = claim_sql, .nparams = 5};
+	claim_call cc = {.sql = claim_sql, .nparams = 8};
 	claim_params p;
-	skl_rc rc = claim_params_make(&p, o, &cc, err);
-	if (rc == SKL_OK && claim_after_params(&p, o, &cc, 5)) {
-		cc.sql = claim_after_sql;
-		cc.nparams = 8;
-	}
+	skl_rc rc = claim_params_make(&p, o, &cc, 0, err);
 	if (rc == SKL_OK)
 		rc = run_claim(c, &cc, jobs, n, err);
 	claim_params_free(&p);
@@ -454,113 +438,192 @@ void skl_jobs_free(skl_job *jobs, size_t n)
 	free(jobs);
 }
 
-/* ---- outcomes and heartbeats ---- */
+/* ---- outcomes ---- */
 
-/* The error history keeps the newest 20 attempts. */
-#define SKL_ERRORS_APPEND(expr)                                                           \
-	"(CASE WHEN jsonb_array_length(j.errors) >= 20 THEN j.errors - 0 ELSE j.errors END)" \
-	" || jsonb_build_array(jsonb_build_object('attempt', j.attempt, 'at', now(),"       \
-	" 'error', " expr "))"
+static const char *const outcome_names[] = {"ok", "retry", "discard"};
 
-/* The fence of every write that ends or extends a claim, for rows j joined
- * to the outcomes or heartbeats v by id.  COLLATE "C" (equality is the
- * same bytes either way) keeps the planner from proving the partial index
- * jobs_rescue_idx (WHERE state = 'running') usable here: with statistics
- * that saw few running jobs it otherwise hashes the whole rescue index —
- * every running job, and every dead version of one that a held snapshot
- * keeps — instead of looking the ids up in the primary key
- * (fenced_writes_use_primary_key in tests/integration/test_queue.c). */
-#define SKL_FENCE "j.id = v.id AND j.fencing = v.fencing AND j.state = 'running' COLLATE \"C\""
+/* The ten arrays of skiplock.record, one per column of the outcomes. */
+enum { OC_ID, OC_FENCING, OC_KIND, OC_RESULT, OC_ERROR, OC_ASKED, OC_DEFERRED, OC_BACKOFF,
+       OC_BASE, OC_CAP, OC_NCOLS };
 
-/* Outcomes as arrays: ids, fencings, kinds, results, errors, retry delays;
- * P(n) names the n-th of them. */
-#define SKL_RECORD_INPUT(a, b, c, d, e, f)                                   \
-	"v AS (SELECT * FROM unnest(" a "::bigint[], " b "::bigint[], " c "::int[], " \
-	d "::jsonb[], " e "::text[], " f "::bigint[]) AS v(id, fencing, o, res, err, delay))"
-#define SKL_RECORD_UPDATE                                                    \
-	"UPDATE skiplock.jobs j SET"                                             \
-	"   state = CASE WHEN v.o = 0 THEN 'completed'"                          \
-	"                WHEN v.o = 2 OR j.attempt >= j.max_attempts THEN 'discarded'" \
-	"                ELSE 'available' END,"                                  \
-	"   result = CASE WHEN v.o = 0 THEN v.res ELSE j.result END,"            \
-	"   errors = CASE WHEN v.err IS NULL THEN j.errors ELSE " SKL_ERRORS_APPEND("v.err") " END," \
-	"   run_at = CASE WHEN v.o = 1 AND j.attempt < j.max_attempts"           \
-	"                 THEN now() + v.delay * interval '1 millisecond' ELSE j.run_at END," \
-	"   last_delay_ms = CASE WHEN v.o = 1 THEN v.delay ELSE j.last_delay_ms END," \
-	"   finished_at = CASE WHEN v.o <> 1 OR j.attempt >= j.max_attempts THEN now() END," \
-	"   lease_owner = NULL, lease_expires_at = NULL"                         \
-	"  FROM v WHERE " SKL_FENCE                                               \
-	" RETURNING j.id, j.kind, v.o"
-/* Accepted outcomes counted into the kinds' breakers (completions succeed,
- * retries fail, discards are the job's own fault and not counted). */
-#define SKL_RECORD_BREAKERS                                                  \
-	"tally AS (SELECT kind, (count(*) FILTER (WHERE o = 0))::int AS ok,"     \
-	"                 (count(*) FILTER (WHERE o = 1))::int AS bad"           \
-	"            FROM done GROUP BY kind),"                                  \
-	" brk AS ("                                                              \
-	"  UPDATE skiplock.breakers b"                                           \
-	"     SET (state, prev_state, calls, failures, window_started_at, probe_ok, open_until," \
-	"          changed_at) = (SELECT n.state, n.prev_state, n.calls, n.failures," \
-	"          n.window_started_at, n.probe_ok, n.open_until, n.changed_at"  \
-	"          FROM skiplock.breaker_step(b, t.ok, t.bad) n)"                \
-	"    FROM tally t WHERE b.kind = t.kind AND (t.ok > 0 OR t.bad > 0)"     \
-	"  RETURNING b.kind, b.prev_state, b.state, b.calls, b.failures),"       \
-	" brk_ev AS ("                                                           \
-	"  INSERT INTO skiplock.breaker_events (kind, from_state, to_state, reason)" \
-	"  SELECT kind, prev_state, state, CASE WHEN state = 'closed' THEN 'probes succeeded'" \
-	"         WHEN prev_state = 'half_open' THEN 'a probe failed'"           \
-	"         ELSE format('%s of %s calls failed', failures, calls) END"     \
-	"    FROM brk WHERE prev_state <> state)"
+typedef struct outcome_cols {
+	skl_buf col[OC_NCOLS];
+} outcome_cols;
 
-static const char *const record_sql =
-	"WITH " SKL_RECORD_INPUT("$1", "$2", "$3", "$4", "$5", "$6") ","
-	" done AS (" SKL_RECORD_UPDATE "), " SKL_RECORD_BREAKERS
-	" SELECT id FROM done";
-
-/* Both in one round trip.  The claim cannot pick a row the record just
- * changed: they share a snapshot, in which recorded rows were running.
- * Rows: claimed jobs with t = 'c', then accepted outcomes with t = 'd'. */
-#define SKL_RECORD_CLAIM_SQL(C0)                                             \
-	"WITH " SKL_RECORD_INPUT("$6", "$7", "$8", "$9", "$10", "$11") ","       \
-	" done AS (" SKL_RECORD_UPDATE "), " SKL_RECORD_BREAKERS ","             \
-	" busy AS (SELECT t.kind, coalesce(b.state, 'closed') AS state"          \
-	"            FROM tally t LEFT JOIN brk b USING (kind)),"                \
-	" " SKL_CLAIM_PICK(C0) ","                                               \
-	" claimed AS (" SKL_CLAIM_UPDATE ")"                                     \
-	" SELECT claimed.*, 'c' AS t FROM claimed"                               \
-	" UNION ALL SELECT id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL," \
-	"                  NULL, NULL, 'd' FROM done"
-static const char *const record_claim_sql = SKL_RECORD_CLAIM_SQL(SKL_PICK_FRONT);
-static const char *const record_claim_after_sql =
-	SKL_RECORD_CLAIM_SQL(SKL_PICK_AFTER("$12::int", "$13::bigint", "$14::bigint"));
-
-const char *skl__claim_sql(bool record, bool after)
+static void outcome_row(outcome_cols *oc, const skl_outcome *o, const char *sep)
 {
-	if (after)
-		return record ? record_claim_after_sql : claim_after_sql;
-	return record ? record_claim_sql : claim_sql;
+	skl_buf *b = oc->col;
+	unsigned k = (unsigned)o->kind < SKL_ARRAY_LEN(outcome_names) ? (unsigned)o->kind : 1;
+	skl_buf_printf(&b[OC_ID], "%s%" PRId64, sep, o->id);
+	skl_buf_printf(&b[OC_FENCING], "%s%" PRId64, sep, o->fencing);
+	skl_buf_printf(&b[OC_KIND], "%s%s", sep, outcome_names[k]);
+	skl_buf_adds(&b[OC_RESULT], sep);
+	skl_buf_array_elem(&b[OC_RESULT], o->kind == SKL_OUTCOME_COMPLETE ? o->result : NULL);
+	skl_buf_adds(&b[OC_ERROR], sep);
+	skl_buf_array_elem(&b[OC_ERROR], o->error);
+	skl_buf_printf(&b[OC_ASKED], "%s%" PRId64, sep, o->retry_delay_ms > 0 ? o->retry_delay_ms : 0);
+	skl_buf_printf(&b[OC_DEFERRED], "%s%s", sep, o->deferred ? "t" : "f");
+	skl_buf_adds(&b[OC_BACKOFF], sep);
+	skl_buf_array_elem(&b[OC_BACKOFF], skl_backoff_name(o->backoff));
+	skl_buf_printf(&b[OC_BASE], "%s%" PRId64, sep, o->backoff_base_ms > 0 ? o->backoff_base_ms : 0);
+	skl_buf_printf(&b[OC_CAP], "%s%" PRId64, sep, o->backoff_cap_ms > 0 ? o->backoff_cap_ms : 0);
 }
 
-const char *skl__record_sql(void)
+/* The outcomes as array literals in params[0 .. OC_NCOLS). */
+static skl_rc outcome_columns(outcome_cols *oc, const skl_outcome *outs, size_t n,
+                              const char **params, skl_error *err)
 {
-	return record_sql;
+	for (int k = 0; k < OC_NCOLS; k++) {
+		skl_buf_init(&oc->col[k], 0);
+		skl_buf_adds(&oc->col[k], "{");
+	}
+	for (size_t i = 0; i < n; i++)
+		outcome_row(oc, &outs[i], i ? "," : "");
+	bool failed = false;
+	for (int k = 0; k < OC_NCOLS; k++) {
+		skl_buf_adds(&oc->col[k], "}");
+		failed |= skl_buf_failed(&oc->col[k]);
+		params[k] = skl_buf_str(&oc->col[k]);
+	}
+	return failed ? skl__seterr(err, SKL_NOMEM, "out of memory building outcomes") : SKL_OK;
+}
+
+static void outcome_columns_free(outcome_cols *oc)
+{
+	for (int k = 0; k < OC_NCOLS; k++)
+		skl_buf_free(&oc->col[k]);
+}
+
+typedef struct record_call {
+	const char *params[OC_NCOLS];
+	const skl_outcome *outs;
+	size_t n;
+	skl_recorded *rec;
+} record_call;
+
+static skl_rc record_fn(skl_client *c, void *ctx, skl_error *err)
+{
+	record_call *r = ctx;
+	PGresult *res = NULL;
+	skl_rc rc = skl__exec_hot(c, record_sql, OC_NCOLS, r->params, &res, err);
+	if (rc != SKL_OK)
+		return rc;
+	if (!columns_match(res, record_cols, RC_NCOLS)) {
+		PQclear(res);
+		return columns_error(err);
+	}
+	recorded_reset(r->rec, r->n);
+	static const int cols[3] = {RC_ID, RC_STATE, RC_DELAY};
+	for (int i = 0; i < PQntuples(res); i++)
+		mark_recorded(r->rec, r->outs, r->n, res, i, cols);
+	PQclear(res);
+	return SKL_OK;
+}
+
+skl_rc skl__record(skl_client *c, const skl_outcome *outs, size_t n, skl_recorded *rec,
+                   skl_error *err)
+{
+	if (n == 0)
+		return SKL_OK;
+	outcome_cols oc;
+	record_call r = {.outs = outs, .n = n, .rec = rec};
+	skl_rc rc = outcome_columns(&oc, outs, n, r.params, err);
+	/* Fenced: a retry after an indeterminate answer cannot apply twice (the
+	 * first application ended the claim); it is then reported as not
+	 * accepted. */
+	static const skl_txn_opts o = {.idempotent = 1};
+	if (rc == SKL_OK)
+		rc = skl__run(c, &o, record_fn, &r, err);
+	outcome_columns_free(&oc);
+	return rc;
+}
+
+skl_rc skl__record_and_claim(skl_client *c, const skl_outcome *outs, size_t nouts,
+                             skl_recorded *rec, const skl_claim_opts *o, skl_job **jobs,
+                             size_t *n, skl_error *err)
+{
+	*jobs = NULL;
+	*n = 0;
+	if (nouts == 0)
+		return skl_claim(c, o, jobs, n, err);
+	claim_call cc = {.sql = record_claim_sql, .nparams = 18, .outs = outs, .nouts = nouts,
+	                 .rec = rec};
+	claim_params p;
+	outcome_cols oc;
+	skl_rc rc = outcome_columns(&oc, outs, nouts, cc.params, err);
+	skl_rc prc = claim_params_make(&p, o, &cc, OC_NCOLS, err);
+	if (rc == SKL_OK)
+		rc = prc;
+	if (rc == SKL_OK)
+		rc = run_claim(c, &cc, jobs, n, err);
+	outcome_columns_free(&oc);
+	claim_params_free(&p);
+	return rc;
+}
+
+/* The public forms report only whether each outcome was accepted. */
+static skl_recorded *recorded_new(size_t n)
+{
+	return calloc(n ? n : 1, sizeof(skl_recorded));
+}
+
+static void recorded_accepted(const skl_recorded *rec, bool *accepted, size_t n)
+{
+	for (size_t i = 0; accepted && i < n; i++)
+		accepted[i] = rec[i].accepted;
+}
+
+skl_rc skl_record(skl_client *c, const skl_outcome *outs, size_t n, bool *accepted,
+                  skl_error *err)
+{
+	skl_recorded *rec = recorded_new(n);
+	if (rec == NULL)
+		return skl__seterr(err, SKL_NOMEM, "out of memory");
+	skl_rc rc = skl__record(c, outs, n, rec, err);
+	if (rc == SKL_OK)
+		recorded_accepted(rec, accepted, n);
+	free(rec);
+	return rc;
+}
+
+skl_rc skl_record_and_claim(skl_client *c, const skl_outcome *outs, size_t nouts,
+                           bool *accepted, const skl_claim_opts *o, skl_job **jobs,
+                           size_t *n, skl_error *err)
+{
+	skl_recorded *rec = recorded_new(nouts);
+	if (rec == NULL)
+		return skl__seterr(err, SKL_NOMEM, "out of memory");
+	skl_rc rc = skl__record_and_claim(c, outs, nouts, rec, o, jobs, n, err);
+	if (rc == SKL_OK || rc == SKL_EMPTY)
+		recorded_accepted(rec, accepted, nouts);
+	free(rec);
+	return rc;
+}
+
+/* ---- heartbeat ---- */
+
+static const char *const heartbeat_sql =
+	"SELECT id FROM skiplock.heartbeat($1::bigint[], $2::bigint[],"
+	"                                   $3::bigint * interval '1 millisecond') WHERE extended";
+
+const char *skl__heartbeat_sql(void)
+{
+	return heartbeat_sql;
 }
 
 typedef struct fenced_call {
-	const char *sql;
-	int nparams;
-	const char *params[6];
+	const char *params[3];
 	const int64_t *ids;
 	size_t n;
 	bool *ok;
 } fenced_call;
 
-/* Runs a fenced statement and marks ok[i] for each returned id. */
-static skl_rc fenced_fn(skl_client *c, void *ctx, skl_error *err)
+/* Runs the heartbeat and marks ok[i] for each id it extended. */
+static skl_rc heartbeat_fn(skl_client *c, void *ctx, skl_error *err)
 {
 	fenced_call *f = ctx;
 	PGresult *res = NULL;
-	skl_rc rc = skl__exec_hot(c, f->sql, f->nparams, f->params, &res, err);
+	skl_rc rc = skl__exec_hot(c, heartbeat_sql, 3, f->params, &res, err);
 	if (rc != SKL_OK)
 		return rc;
 	for (size_t i = 0; f->ok && i < f->n; i++)
@@ -575,110 +638,12 @@ static skl_rc fenced_fn(skl_client *c, void *ctx, skl_error *err)
 	return SKL_OK;
 }
 
-static void int_array(skl_buf *b, const int64_t *v, size_t n, size_t stride)
+static void int_array(skl_buf *b, const int64_t *v, size_t n)
 {
 	skl_buf_adds(b, "{");
 	for (size_t i = 0; i < n; i++)
-		skl_buf_printf(b, i ? ",%" PRId64 : "%" PRId64,
-		               *(const int64_t *)((const char *)v + i * stride));
+		skl_buf_printf(b, i ? ",%" PRId64 : "%" PRId64, v[i]);
 	skl_buf_adds(b, "}");
-}
-
-static void outcome_columns(skl_buf *cols, const skl_outcome *outs, size_t n)
-{
-	int_array(&cols[0], &outs[0].id, n, sizeof(skl_outcome));
-	int_array(&cols[1], &outs[0].fencing, n, sizeof(skl_outcome));
-	int_array(&cols[5], &outs[0].retry_delay_ms, n, sizeof(skl_outcome));
-	for (int k = 2; k < 5; k++)
-		skl_buf_adds(&cols[k], "{");
-	for (size_t i = 0; i < n; i++) {
-		const char *sep = i ? "," : "";
-		skl_buf_printf(&cols[2], "%s%d", sep, (int)outs[i].kind);
-		skl_buf_adds(&cols[3], sep);
-		skl_buf_array_elem(&cols[3], outs[i].kind == SKL_OUTCOME_COMPLETE ? outs[i].result : NULL);
-		skl_buf_adds(&cols[4], sep);
-		skl_buf_array_elem(&cols[4], outs[i].error);
-	}
-	for (int k = 2; k < 5; k++)
-		skl_buf_adds(&cols[k], "}");
-}
-
-skl_rc skl_record(skl_client *c, const skl_outcome *outs, size_t n, bool *accepted,
-                  skl_error *err)
-{
-	if (n == 0)
-		return SKL_OK;
-	skl_buf cols[6];
-	for (int k = 0; k < 6; k++)
-		skl_buf_init(&cols[k], 0);
-	outcome_columns(cols, outs, n);
-	int64_t *ids = malloc(n * sizeof(int64_t));
-	skl_rc rc = SKL_NOMEM;
-	fenced_call f = {.sql = record_sql, .nparams = 6, .ids = ids, .n = n, .ok = accepted};
-	for (int k = 0; k < 6; k++)
-		f.params[k] = skl_buf_str(&cols[k]);
-	bool failed = ids == NULL;
-	for (int k = 0; k < 6; k++)
-		failed |= skl_buf_failed(&cols[k]);
-	if (!failed) {
-		for (size_t i = 0; i < n; i++)
-			ids[i] = outs[i].id;
-		/* Fenced: a retry after an indeterminate answer cannot apply twice
-		 * (the first application ended the claim); it is then reported as
-		 * not accepted. */
-		static const skl_txn_opts o = {.idempotent = 1};
-		rc = skl__run(c, &o, fenced_fn, &f, err);
-	} else {
-		skl__seterr(err, SKL_NOMEM, "out of memory building outcomes");
-	}
-	free(ids);
-	for (int k = 0; k < 6; k++)
-		skl_buf_free(&cols[k]);
-	return rc;
-}
-
-skl_rc skl_record_and_claim(skl_client *c, const skl_outcome *outs, size_t nouts,
-                           bool *accepted, const skl_claim_opts *o, skl_job **jobs,
-                           size_t *n, skl_error *err)
-{
-	*jobs = NULL;
-	*n = 0;
-	if (nouts == 0)
-		return skl_claim(c, o, jobs, n, err);
-	claim_call cc = {.sql = record_claim_sql, .nparams = 11, .outs = outs, .nouts = nouts,
-	                 .accepted = accepted};
-	claim_params p;
-	skl_rc rc = claim_params_make(&p, o, &cc, err);
-	if (rc == SKL_OK && claim_after_params(&p, o, &cc, 11)) {
-		cc.sql = record_claim_after_sql;
-		cc.nparams = 14;
-	}
-	skl_buf cols[6];
-	for (int k = 0; k < 6; k++)
-		skl_buf_init(&cols[k], 0);
-	outcome_columns(cols, outs, nouts);
-	for (int k = 0; k < 6; k++) {
-		cc.params[5 + k] = skl_buf_str(&cols[k]);
-		if (rc == SKL_OK && skl_buf_failed(&cols[k]))
-			rc = skl__seterr(err, SKL_NOMEM, "out of memory building outcomes");
-	}
-	if (rc == SKL_OK)
-		rc = run_claim(c, &cc, jobs, n, err);
-	for (int k = 0; k < 6; k++)
-		skl_buf_free(&cols[k]);
-	claim_params_free(&p);
-	return rc;
-}
-
-static const char *const heartbeat_sql =
-	"UPDATE skiplock.jobs j SET lease_expires_at = now() + $3 * interval '1 millisecond'"
-	"  FROM unnest($1::bigint[], $2::bigint[]) AS v(id, fencing)"
-	" WHERE " SKL_FENCE
-	" RETURNING j.id";
-
-const char *skl__heartbeat_sql(void)
-{
-	return heartbeat_sql;
 }
 
 skl_rc skl_heartbeat(skl_client *c, const int64_t *ids, const int64_t *fencings, size_t n,
@@ -689,17 +654,16 @@ skl_rc skl_heartbeat(skl_client *c, const int64_t *ids, const int64_t *fencings,
 	skl_buf a, b;
 	skl_buf_init(&a, 0);
 	skl_buf_init(&b, 0);
-	int_array(&a, ids, n, sizeof(int64_t));
-	int_array(&b, fencings, n, sizeof(int64_t));
+	int_array(&a, ids, n);
+	int_array(&b, fencings, n);
 	char lease[24];
 	snprintf(lease, sizeof(lease), "%" PRId64, lease_ms);
-	fenced_call f = {.sql = heartbeat_sql, .nparams = 3,
-	                 .params = {skl_buf_str(&a), skl_buf_str(&b), lease},
+	fenced_call f = {.params = {skl_buf_str(&a), skl_buf_str(&b), lease},
 	                 .ids = ids, .n = n, .ok = alive};
 	static const skl_txn_opts o = {.idempotent = 1};
 	skl_rc rc = skl_buf_failed(&a) || skl_buf_failed(&b)
 	                ? skl__seterr(err, SKL_NOMEM, "out of memory")
-	                : skl__run(c, &o, fenced_fn, &f, err);
+	                : skl__run(c, &o, heartbeat_fn, &f, err);
 	skl_buf_free(&a);
 	skl_buf_free(&b);
 	return rc;
@@ -708,18 +672,7 @@ skl_rc skl_heartbeat(skl_client *c, const int64_t *ids, const int64_t *fencings,
 /* ---- rescue, operator actions, retention ---- */
 
 static const char *const rescue_sql =
-	"WITH r AS ("
-	"  SELECT id FROM skiplock.jobs"
-	"   WHERE state = 'running' AND lease_expires_at < now()"
-	"   ORDER BY lease_expires_at LIMIT $1 FOR UPDATE SKIP LOCKED)"
-	" UPDATE skiplock.jobs j SET"
-	"   state = CASE WHEN j.attempt >= j.max_attempts THEN 'discarded' ELSE 'available' END,"
-	"   finished_at = CASE WHEN j.attempt >= j.max_attempts THEN now() END,"
-	"   run_at = now(), lease_owner = NULL, lease_expires_at = NULL,"
-	"   errors = " SKL_ERRORS_APPEND("'lease expired: ' || coalesce(j.lease_owner, '?') ||"
-	                                 " ' stopped renewing it'")
-	"  FROM r WHERE j.id = r.id"
-	" RETURNING j.state, j.queue, j.kind";
+	"SELECT state, queue, kind FROM skiplock.rescue($1::int)";
 
 typedef struct count_call {
 	const char *sql;

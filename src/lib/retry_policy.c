@@ -129,67 +129,73 @@ static bool budget_take(retry_budget *b, int pct)
 	return true;
 }
 
-/* ---- the delay ---- */
+/* ---- the inputs of the retry decision ---- */
 
+/* The kind's policy, else the worker's: the database uses them where the
+ * job sets none of its own (skiplock.retry_delay_ms). */
 typedef struct retry_inputs {
 	skl_backoff backoff;
 	int64_t base, cap;
 	int pct;
 } retry_inputs;
 
-static retry_inputs inputs_of(const skl_worker *w, const kind_retry *k, const skl_job *j)
+static retry_inputs inputs_of(const skl_worker *w, const kind_retry *k)
 {
 	const skl_retry_policy *p = k ? &k->policy : NULL;
 	retry_inputs in = {
-		.backoff = j->backoff ? j->backoff : p && p->backoff ? p->backoff : w->wo.backoff,
-		.base = j->backoff_base_ms > 0 ? j->backoff_base_ms
-		        : p && p->backoff_base_ms > 0 ? p->backoff_base_ms : w->wo.backoff_base_ms,
-		.cap = j->backoff_cap_ms > 0 ? j->backoff_cap_ms
-		       : p && p->backoff_cap_ms > 0 ? p->backoff_cap_ms : w->wo.backoff_cap_ms,
+		.backoff = p && p->backoff ? p->backoff : w->wo.backoff,
+		.base = p && p->backoff_base_ms > 0 ? p->backoff_base_ms : w->wo.backoff_base_ms,
+		.cap = p && p->backoff_cap_ms > 0 ? p->backoff_cap_ms : w->wo.backoff_cap_ms,
 		.pct = p && p->retry_budget_pct >= 0 ? p->retry_budget_pct : w->wo.retry_budget_pct,
 	};
 	return in;
+}
+
+/* Counts the attempt in the kind's budget and, for a retry the budget
+ * refuses, marks it deferred: the database then spreads it over
+ * [cap/2, cap] instead of retrying early. */
+static bool budget_defers(skl_worker *w, kind_retry *k, const skl_job *j, bool retry, int pct,
+                          int64_t *denied)
+{
+	int64_t now = skl__now_ms();
+	retry_budget *b = k ? &k->budget : NULL;
+	if (b == NULL)
+		return false;
+	pthread_mutex_lock(&w->mu);
+	budget_advance(b, now);
+	if (j->attempt <= 1)
+		b->firsts[b->head]++;
+	bool defer = retry && pct > 0 && !budget_take(b, pct);
+	if (defer) {
+		b->denied++;
+		if (now - b->logged_ms >= SKL_RETRY_BUDGET_WINDOW_MS) {
+			*denied = b->denied;
+			b->denied = 0;
+			b->logged_ms = now;
+		}
+	}
+	pthread_mutex_unlock(&w->mu);
+	return defer;
 }
 
 void skl__retry_settle(skl_worker *w, slot *s)
 {
 	const skl_job *j = &s->job;
 	kind_retry *k = skl__retry_kind(w, j->kind, false);
-	retry_inputs in = inputs_of(w, k, j);
+	retry_inputs in = inputs_of(w, k);
 	bool retry = s->outcome == SKL_OUTCOME_RETRY && j->attempt < j->max_attempts;
-	int64_t asked = s->retry_delay_ms > 0 ? s->retry_delay_ms : 0, now = skl__now_ms();
-	int64_t denied = 0, delay = 0;
-	pthread_mutex_lock(&w->mu);
-	retry_budget *b = k ? &k->budget : NULL;
-	if (b)
-		budget_advance(b, now);
-	if (b && j->attempt <= 1)
-		b->firsts[b->head]++;
-	bool allowed = !retry || in.pct <= 0 || b == NULL || budget_take(b, in.pct);
-	if (!retry)
-		delay = asked;
-	else if (!allowed)
-		delay = asked > in.cap ? asked : in.cap;
-	else if (asked)
-		delay = asked + (int64_t)(skl__rand01(&w->rng) * (double)(asked / 10 + 1));
-	else
-		delay = skl_backoff_delay(in.backoff, j->attempt - 1, in.base, in.cap, j->last_delay_ms,
-		                          &w->rng);
-	if (!allowed) {
-		b->denied++;
-		if (now - b->logged_ms >= SKL_RETRY_BUDGET_WINDOW_MS) {
-			denied = b->denied;
-			b->denied = 0;
-			b->logged_ms = now;
-		}
-	}
-	pthread_mutex_unlock(&w->mu);
-	s->retry_delay_ms = delay;
+	int64_t denied = 0;
+	s->deferred = budget_defers(w, k, j, retry, in.pct, &denied);
+	s->backoff = in.backoff;
+	s->backoff_base_ms = in.base;
+	s->backoff_cap_ms = in.cap;
+	if (s->retry_delay_ms < 0)
+		s->retry_delay_ms = 0;
 	if (denied)
 		skl__wlog(w, SKL_LOG_WARNING,
 		          "kind=%s: retry budget spent (%d%% of first attempts + %d/s over %d s): "
-		          "%" PRId64 " failed job(s) since the last report rescheduled at the cap "
-		          "(%" PRId64 " ms) instead of retried early",
+		          "%" PRId64 " failed job(s) since the last report deferred to between half "
+		          "the cap and the cap (%" PRId64 " ms) instead of retried early",
 		          j->kind, in.pct, SKL_RETRY_BUDGET_MIN_PER_S, SKL_RETRY_BUDGET_WINDOW_MS / 1000,
 		          denied, in.cap);
 }

@@ -338,8 +338,8 @@ static int settle_response(const skl_worker *w, slot *s, long status, const repl
 	int64_t delay;
 	if (honour && r->retry_after[0] &&
 	    skl_retry_after_ms(r->retry_after, (int64_t)time(NULL), &delay)) {
-		int64_t cap = s->job.backoff_cap_ms > 0 ? s->job.backoff_cap_ms : w->wo.backoff_cap_ms;
-		s->retry_delay_ms = delay < 1 ? 1 : delay > cap ? cap : delay;
+		/* the database caps it at the job's backoff cap */
+		s->retry_delay_ms = delay < 1 ? 1 : delay;
 		set_error(s, "HTTP %ld (Retry-After: %.64s)%s%s", status, r->retry_after,
 		          body[0] ? ": " : "", body);
 	} else {

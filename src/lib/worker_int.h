@@ -23,7 +23,11 @@ typedef struct slot {
 	skl_outcome_kind outcome;
 	int64_t retry_delay_ms;      /* > 0 with a retry outcome: set by the handler
 	                              * path (e.g. a webhook's Retry-After) and wins
-	                              * over the computed backoff */
+	                              * over the backoff; after the record, the
+	                              * delay the database chose */
+	bool deferred;               /* the retry budget refused an early retry */
+	skl_backoff backoff;         /* the kind's or worker's policy (retry_policy.c) */
+	int64_t backoff_base_ms, backoff_cap_ms;
 	char *result;                /* JSON or NULL */
 	char *error;                 /* text or NULL */
 	double seconds;              /* how long the handler ran */

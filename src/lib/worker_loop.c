@@ -226,11 +226,12 @@ static void count(skl_worker *w, const slot *s, skl_wm_counter c)
 	skl__wm_count(w->metrics, s->job.queue, s->job.kind, c, 1);
 }
 
-static void log_outcome(skl_worker *w, const slot *s, bool accepted)
+static void log_outcome(skl_worker *w, slot *s, const skl_recorded *rec)
 {
 	const skl_job *j = &s->job;
 	skl__wm_duration(w->metrics, j->queue, j->kind, s->seconds);
-	if (!accepted) {
+	s->retry_delay_ms = rec->delay_ms;
+	if (!rec->accepted) {
 		w->st_fenced++;
 		count(w, s, WM_FENCED);
 		skl__wlog_job(w, SKL_LOG_WARNING, j, "lease lost, outcome dropped");
@@ -238,7 +239,7 @@ static void log_outcome(skl_worker *w, const slot *s, bool accepted)
 		w->st_completed++;
 		count(w, s, WM_COMPLETED);
 		skl__wlog_job(w, SKL_LOG_DEBUG, j, "completed in %.3f s", s->seconds);
-	} else if (s->outcome == SKL_OUTCOME_DISCARD || j->attempt >= j->max_attempts) {
+	} else if (rec->discarded) {
 		w->st_discarded++;
 		count(w, s, WM_FAILED);
 		count(w, s, WM_DISCARDED);
@@ -253,12 +254,12 @@ static void log_outcome(skl_worker *w, const slot *s, bool accepted)
 }
 
 /* Logs, counts and frees recorded slots. */
-static void settle(skl_worker *w, slot *list, const bool *ok)
+static void settle(skl_worker *w, slot *list, const skl_recorded *rec)
 {
 	size_t i = 0;
 	for (slot *s = list, *next; s; s = next, i++) {
 		next = s->next;
-		log_outcome(w, s, ok[i]);
+		log_outcome(w, s, &rec[i]);
 		forget_running(w, s);
 		free_slot(s);
 	}
@@ -271,7 +272,9 @@ static skl_outcome *outcomes_of(slot *list, size_t n)
 	for (slot *s = list; outs && s; s = s->next, i++)
 		outs[i] = (skl_outcome){.id = s->job.id, .fencing = s->job.fencing,
 		                        .kind = s->outcome, .result = s->result, .error = s->error,
-		                        .retry_delay_ms = s->retry_delay_ms};
+		                        .retry_delay_ms = s->retry_delay_ms, .deferred = s->deferred,
+		                        .backoff = s->backoff, .backoff_base_ms = s->backoff_base_ms,
+		                        .backoff_cap_ms = s->backoff_cap_ms};
 	return outs;
 }
 
@@ -384,7 +387,7 @@ static int exchange(skl_worker *w, size_t claim, const char *const *kinds)
 	if (ndone == 0 && claim == 0)
 		return 0;
 	skl_outcome *outs = outcomes_of(list, ndone);
-	bool *ok = calloc(ndone ? ndone : 1, sizeof(bool));
+	skl_recorded *ok = calloc(ndone ? ndone : 1, sizeof(*ok));
 	skl_claim_opts o = {.queues = w->wo.queues, .nqueues = w->wo.nqueues, .kinds = kinds,
 	                    .nkinds = w->nhandlers, .limit = claim, .lease_ms = w->wo.lease_ms,
 	                    .owner = w->wo.owner};
@@ -398,8 +401,8 @@ static int exchange(skl_worker *w, size_t claim, const char *const *kinds)
 	skl_error err;
 	skl_rc rc = SKL_NOMEM;
 	if (outs && ok)
-		rc = claim ? skl_record_and_claim(w->db, outs, ndone, ok, &o, &jobs, &n, &err)
-		           : skl_record(w->db, outs, ndone, ok, &err);
+		rc = claim ? skl__record_and_claim(w->db, outs, ndone, ok, &o, &jobs, &n, &err)
+		           : skl__record(w->db, outs, ndone, ok, &err);
 	if (rc == SKL_OK || rc == SKL_EMPTY) {
 		if (claim)
 			move_mark(w, jobs, n, claim, !o.after_set, now, skl__now_ms() - now);

@@ -34,7 +34,11 @@ q "CREATE TABLE public.secret_table (v text); INSERT INTO public.secret_table VA
 run "$S" enqueue --url "$WURL" report '{"n": 1}' && pass "enqueue as worker" || fail "enqueue as worker: $(tail -n 2 "$ALL")"
 printf '%s\n' '{"kind":"report"}' '{"kind":"report","queue":"q2"}' | run "$S" enqueue --url "$WURL" --batch - &&
 	pass "batch enqueue as worker" || fail "batch enqueue as worker: $(tail -n 2 "$ALL")"
-run "$S" cron add --url "$WURL" every-second '@every 1s' report && pass "cron add as worker" || fail "cron add as worker: $(tail -n 2 "$ALL")"
+"$S" cron add --url "$WURL" every-second '@every 1s' report >"$TMP/cron.out" 2>&1
+check_eq "cron add as worker: refused (an operator's action), exit 1" "$?" 1
+grep -q 'permission denied' "$TMP/cron.out" && pass "cron add as worker names the missing privilege" ||
+	fail "cron add as worker: $(cat "$TMP/cron.out")"
+run "$S" cron add --url "$URL" every-second '@every 1s' report && pass "cron add by the admin" || fail "cron add: $(tail -n 2 "$ALL")"
 "$S" worker --url "$WURL" --handler 'report=cat >/dev/null; echo "{\"ok\": true}"' --queue default --queue q2 \
 	--poll 50ms --poll-max 200ms --log-level debug >>"$ALL" 2>&1 &
 WPID=$!
@@ -43,7 +47,9 @@ wait_for "SELECT count(*) >= 4 FROM skiplock.jobs WHERE state = 'completed'" t 4
 kill -TERM $WPID; wait $WPID
 check_eq "worker exits 0" "$?" 0
 run "$S" lease run --url "$WURL" nightly-report --ttl 10s -- true && pass "lease run as worker" || fail "lease run as worker: $(tail -n 2 "$ALL")"
-for c in "jobs list" "jobs show 1" "status" "lease list" "cron list" "idem prune" "jobs prune --older-than 1d"; do
+"$S" jobs prune --older-than 1d --url "$WURL" >"$TMP/prune.out" 2>&1
+check_eq "jobs prune as worker: refused (an operator's action), exit 1" "$?" 1
+for c in "jobs list" "jobs show 1" "status" "lease list" "cron list" "idem prune"; do
 	run "$S" $c --url "$WURL" && pass "$c as worker" || fail "$c as worker: $(tail -n 2 "$ALL")"
 done
 check_eq "idempotency keys as worker" "$(wq "SELECT outcome FROM skiplock.idem_claim('k1', 'h1')")" acquired
@@ -63,6 +69,26 @@ denied "run grant_roles" "SELECT skiplock.grant_roles('$W', '$W')"
 denied "write schema_version" "DELETE FROM skiplock.schema_version"
 denied "read another schema's table" "SELECT * FROM public.secret_table"
 denied "install the schema" "DROP SCHEMA skiplock CASCADE"
+# what fencing protects (the defects campaign's list), and the migrations
+J=$(q "SELECT skiplock.enqueue('forge')")
+denied "set a job's fencing and state" "UPDATE skiplock.jobs SET fencing = 99, state = 'available' WHERE id = $J"
+denied "delete a job" "DELETE FROM skiplock.jobs WHERE id = $J"
+denied "rewind a lease token" "UPDATE skiplock.leases SET fencing = 1"
+denied "block migrations with an endless lease" "UPDATE skiplock.leases SET expires_at = 'infinity'"
+denied "read stored idempotency responses" "SELECT * FROM skiplock.idempotency_keys"
+denied "forge an idempotency response" "UPDATE skiplock.idempotency_keys SET response_code = 200"
+denied "lock the jobs table exclusively" "BEGIN; LOCK TABLE skiplock.jobs IN ACCESS EXCLUSIVE MODE"
+denied "enqueue around the functions" "INSERT INTO skiplock.jobs (kind) VALUES ('x')"
+mkdir -p "$TMP/mig"
+printf 'CREATE TABLE payout (id int);\n' >"$TMP/mig/0001_payout.sql"
+"$S" migrate up --url "$DIRECT_URL" --dir "$TMP/mig" >/dev/null 2>&1 || fail "migrate up as admin"
+"$S" init --url "$URL" --owner "$OWNER" --grant-worker "$W" >/dev/null 2>&1 || fail "init --grant-worker again"
+denied "delete a migration record" "DELETE FROM skiplock.migrations"
+denied "read the migration history" "SELECT * FROM skiplock.migrations"
+out=$(wq "SELECT skiplock.lease_acquire('skiplock.migrate:skiplock.migrations', 'w', '300 days')")
+case $out in *"reserved for the migrator"*) pass "worker cannot take the migration lease" ;; *) fail "worker took the migration lease: $out" ;; esac
+out=$(wq "SELECT * FROM skiplock.claim('w', '{forge}')")
+case $out in *"$J"*) pass "worker claims through the function" ;; *) fail "claim as worker: $out" ;; esac
 run "$S" init --url "$WURL" --grant-worker "$W"; check_eq "init --grant-worker as the worker: refused, exit 1" "$?" 1
 
 # --- failures as the worker: the password never shows ---

@@ -141,7 +141,7 @@ static void claim_order_and_delays(itest_ctx *t)
 	o.delay_ms = 1500;
 	int64_t later = enqueue(c, "k", "{}", &o);
 	o.delay_ms = 0;
-	o.run_at = "2999-01-01 00:00:00+00";
+	o.run_at = "2199-01-01 00:00:00+00";
 	enqueue(c, "k", "{}", &o);
 	int64_t want[] = {high, old, low};
 	for (int i = 0; i < 3; i++) {
@@ -210,12 +210,16 @@ static void claim_after_a_place(itest_ctx *t)
 static bool record1(skl_client *c, const skl_job *j, skl_outcome_kind k, const char *error,
                     int64_t delay)
 {
+	/* Without a delay of its own, a retry waits 1 ms (fixed backoff): the
+	 * database makes the retry decision. */
 	skl_outcome out = {.id = j->id, .fencing = j->fencing, .kind = k, .error = error,
-	                   .retry_delay_ms = delay};
+	                   .retry_delay_ms = delay, .backoff = SKL_BACKOFF_FIXED,
+	                   .backoff_base_ms = 1};
 	bool ok = false;
 	skl_error err;
 	if (skl_record(c, &out, 1, &ok, &err) != SKL_OK)
 		itest_fail(__FILE__, __LINE__, "record: %s", err.message);
+	usleep(3000);
 	return ok;
 }
 
@@ -335,32 +339,26 @@ static void claim_plan_uses_partial_index(itest_ctx *t)
 	                "SELECT id FROM skiplock.jobs WHERE state = 'available' "
 	                "AND run_at <= now() AND kind = ANY ('{k}'::text[]) ORDER BY "
 	                "priority DESC, run_at, id LIMIT 100 FOR UPDATE SKIP LOCKED");
-	/* The statements the library sends, planned with its parameters: the
+	/* The calls the library sends, planned with its parameters: the
 	 * breaker exclusion must not hide the index from the planner (a
-	 * single-kind table once made it pick a scan and sort of every row). */
-	PQclear(itest_sql(t->admin, "PREPARE cl(text[], text[], int, text, bigint) AS %s",
-	                  skl__claim_sql(false, false)));
-	itest_plan_uses(t->admin, "jobs_claim_idx", "EXECUTE cl(NULL, '{k}', 100, 'w', 30000)");
-	PQclear(itest_sql(t->admin,
-	                  "PREPARE rc(text[], text[], int, text, bigint, bigint[], bigint[], int[],"
-	                  " jsonb[], text[], bigint[]) AS %s", skl__claim_sql(true, false)));
-	itest_plan_uses(t->admin, "jobs_claim_idx",
-	                "EXECUTE rc(NULL, '{k}', 100, 'w', 30000, '{1}', '{1}', '{0}', '{null}',"
-	                " '{null}', '{0}')");
-	PQclear(itest_sql(t->admin, "PREPARE ca(text[], text[], int, text, bigint, int, bigint, bigint)"
-	                            " AS %s", skl__claim_sql(false, true)));
-	itest_plan_uses(t->admin, "jobs_claim_idx",
-	                "EXECUTE ca(NULL, '{k}', 100, 'w', 30000, 0, 0, 0)");
-	/* On a direct connection a worker prepares them, and after five runs
-	 * the server may keep a generic plan, made without the parameters. */
-	PQclear(itest_sql(t->admin, "BEGIN; SET LOCAL plan_cache_mode = force_generic_plan"));
-	itest_plan_uses(t->admin, "jobs_claim_idx", "EXECUTE cl(NULL, '{k}', 100, 'w', 30000)");
-	itest_plan_uses(t->admin, "jobs_claim_idx",
-	                "EXECUTE rc(NULL, '{k}', 100, 'w', 30000, '{1}', '{1}', '{0}', '{null}',"
-	                " '{null}', '{0}')");
-	itest_plan_uses(t->admin, "jobs_claim_idx",
-	                "EXECUTE ca(NULL, '{k}', 100, 'w', 30000, 0, 0, 0)");
-	PQclear(itest_sql(t->admin, "COMMIT"));
+	 * single-kind table once made it pick a scan and sort of every row).
+	 * The claims run inside skiplock.claim (sql/0011_protocol.sql); on a
+	 * direct connection a worker prepares the calls, and after five runs
+	 * the server may keep generic plans of the statements inside. */
+	for (int generic = 0; generic < 2; generic++) {
+		if (generic)
+			PQclear(itest_sql(t->admin, "BEGIN; SET LOCAL plan_cache_mode = force_generic_plan"));
+		itest_call_plans_use(t->admin, "jobs_claim_idx", NULL,
+		                     "SELECT * FROM skiplock.claim('w', '{k}', NULL, 100)");
+		itest_call_plans_use(t->admin, "jobs_claim_idx", NULL,
+		                     "SELECT * FROM skiplock.record_claim('{1}', '{1}', '{ok}', NULL,"
+		                     " NULL, NULL, NULL, NULL, NULL, NULL, 'w', '{k}', NULL, 100,"
+		                     " '30 s')");
+		itest_call_plans_use(t->admin, "jobs_claim_idx", NULL,
+		                     "SELECT * FROM skiplock.claim('w', '{k}', NULL, 100, '30 s', 0, 0, 0)");
+		if (generic)
+			PQclear(itest_sql(t->admin, "COMMIT"));
+	}
 	skl_job *jobs = NULL;
 	int64_t start = itest_now_ms();
 	CHECK_EQ(claim(c, "k", 100, 30000, &jobs), 100);
@@ -391,24 +389,17 @@ static void fenced_writes_use_primary_key(itest_ctx *t)
 	strcat(ids, "}");
 	strcat(fences, "}");
 	skl_jobs_free(jobs, 100);
-	PQclear(itest_sql(t->admin, "PREPARE rec(bigint[], bigint[], int[], jsonb[], text[], bigint[])"
-	                            " AS %s", skl__record_sql()));
-	itest_plan_uses_not(t->admin, "jobs_pkey", "jobs_rescue_idx",
-	                    "EXECUTE rec('%s', '%s', array_fill(0, ARRAY[100]),"
-	                    " array_fill(NULL::jsonb, ARRAY[100]), array_fill(NULL::text, ARRAY[100]),"
-	                    " array_fill(0::bigint, ARRAY[100]))", ids, fences);
-	PQclear(itest_sql(t->admin, "PREPARE hb(bigint[], bigint[], bigint) AS %s",
-	                  skl__heartbeat_sql()));
-	itest_plan_uses_not(t->admin, "jobs_pkey", "jobs_rescue_idx",
-	                    "EXECUTE hb('%s', '%s', 30000)", ids, fences);
-	PQclear(itest_sql(t->admin, "BEGIN; SET LOCAL plan_cache_mode = force_generic_plan"));
-	itest_plan_uses_not(t->admin, "jobs_pkey", "jobs_rescue_idx",
-	                    "EXECUTE rec('%s', '%s', array_fill(0, ARRAY[100]),"
-	                    " array_fill(NULL::jsonb, ARRAY[100]), array_fill(NULL::text, ARRAY[100]),"
-	                    " array_fill(0::bigint, ARRAY[100]))", ids, fences);
-	itest_plan_uses_not(t->admin, "jobs_pkey", "jobs_rescue_idx",
-	                    "EXECUTE hb('%s', '%s', 30000)", ids, fences);
-	PQclear(itest_sql(t->admin, "COMMIT"));
+	for (int generic = 0; generic < 2; generic++) {
+		if (generic)
+			PQclear(itest_sql(t->admin, "BEGIN; SET LOCAL plan_cache_mode = force_generic_plan"));
+		itest_call_plans_use(t->admin, "jobs_pkey", "jobs_rescue_idx",
+		                     "SELECT * FROM skiplock.record('%s', '%s',"
+		                     " array_fill('ok'::text, ARRAY[100]))", ids, fences);
+		itest_call_plans_use(t->admin, "jobs_pkey", "jobs_rescue_idx",
+		                     "SELECT * FROM skiplock.heartbeat('%s', '%s', '30 s')", ids, fences);
+		if (generic)
+			PQclear(itest_sql(t->admin, "COMMIT"));
+	}
 	skl_client_close(c);
 }
 

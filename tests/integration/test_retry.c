@@ -164,11 +164,12 @@ static void wait_for(itest_ctx *t, const char *sql, long long want, int timeout_
 /* ---- breaker ---- */
 
 /* Every claim of a job (a change of its fencing token), with the time its
- * statement ended. */
+ * statement ended.  The trigger fires inside skiplock.claim, whose
+ * search_path is pg_catalog only: it names its table with the schema. */
 static const char claim_log_sql[] =
-	"CREATE TABLE claims (job_id bigint, fencing bigint, at timestamptz);"
+	"CREATE TABLE public.claims (job_id bigint, fencing bigint, at timestamptz);"
 	"CREATE FUNCTION log_claim() RETURNS trigger LANGUAGE plpgsql AS $$"
-	" BEGIN INSERT INTO claims VALUES (NEW.id, NEW.fencing, clock_timestamp());"
+	" BEGIN INSERT INTO public.claims VALUES (NEW.id, NEW.fencing, clock_timestamp());"
 	" RETURN NULL; END $$;"
 	"CREATE TRIGGER log_claim AFTER UPDATE ON skiplock.jobs FOR EACH ROW"
 	" WHEN (NEW.fencing <> OLD.fencing) EXECUTE FUNCTION log_claim();";
@@ -179,7 +180,7 @@ static const char intervals_sql[] =
 	"                  lead(to_state) OVER (ORDER BY id) AS next"
 	"             FROM skiplock.breaker_events WHERE kind = 'dep')"
 	" SELECT e.to_state, coalesce(e.next, '-'),"
-	"        (SELECT count(*) FROM claims c WHERE c.at >= e.at + CASE WHEN e.to_state = 'open'"
+	"        (SELECT count(*) FROM public.claims c WHERE c.at >= e.at + CASE WHEN e.to_state = 'open'"
 	"            THEN $1::interval ELSE '0 s' END AND c.at < coalesce(e.until, 'infinity')),"
 	"        round(extract(epoch FROM coalesce(e.until, now()) - e.at) * 1000)"
 	"   FROM e ORDER BY e.at";
@@ -303,7 +304,7 @@ static void storm_start(itest_ctx *t, storm *s, const char *kind, skl_backoff b,
 	dep_listen(&s->d);
 	s->d.down_for_ms = STORM_DOWN_MS;
 	wspec w = {.url = t->url, .kind = kind, .port = s->d.port, .concurrency = 8, .backoff = b,
-	           .base_ms = 500, .cap_ms = 11000, .budget_pct = budget};
+	           .base_ms = 500, .cap_ms = 2 * STORM_DOWN_MS + 2000, .budget_pct = budget};
 	char owner[STORM_WORKERS][32];
 	for (int i = 0; i < STORM_WORKERS; i++) {
 		snprintf(owner[i], sizeof(owner[i]), "%s-%d", kind, i);

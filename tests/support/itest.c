@@ -106,30 +106,66 @@ const char *itest_text(PGconn *conn, const char *fmt, ...)
 	return buf;
 }
 
-static void plan_checkv(PGconn *conn, const char *index, const char *avoid, const char *fmt,
-                        va_list ap)
+static void collect_notice(void *arg, const char *msg)
+{
+	char *plan = arg;
+	strncat(plan, msg, 65536 - strlen(plan) - 1);
+}
+
+/* The plans of sql: EXPLAIN's, or with `nested` those auto_explain logs
+ * for every statement the call runs inside functions (in a transaction
+ * that is rolled back, so a claim changes nothing). */
+static void plan_of(PGconn *conn, bool nested, const char *sql, char *plan, size_t size)
+{
+	plan[0] = '\0';
+	if (!nested) {
+		PGresult *r = itest_sql(conn, "EXPLAIN %s", sql);
+		for (int i = 0; i < PQntuples(r); i++) {
+			strncat(plan, PQgetvalue(r, i, 0), size - strlen(plan) - 2);
+			strcat(plan, "\n");
+		}
+		PQclear(r);
+		return;
+	}
+	PQclear(itest_sql(conn, "LOAD 'auto_explain'"));
+	bool outer = PQtransactionStatus(conn) == PQTRANS_INTRANS;
+	PQclear(itest_sql(conn, "%s SET LOCAL auto_explain.log_min_duration = 0;"
+	                        " SET LOCAL auto_explain.log_nested_statements = on;"
+	                        " SET LOCAL client_min_messages = log", outer ? "SAVEPOINT p;" : "BEGIN;"));
+	PQnoticeProcessor old = PQsetNoticeProcessor(conn, collect_notice, plan);
+	PQclear(itest_sql(conn, "%s", sql));
+	PQsetNoticeProcessor(conn, old, NULL);
+	PQclear(itest_sql(conn, outer ? "ROLLBACK TO SAVEPOINT p" : "ROLLBACK"));
+}
+
+static void plan_checkv(PGconn *conn, bool nested, const char *index, const char *avoid,
+                        const char *fmt, va_list ap)
 {
 	char sql[8192];
 	vsnprintf(sql, sizeof(sql), fmt, ap);
-	PGresult *r = itest_sql(conn, "EXPLAIN %s", sql);
-	char plan[16384] = "";
-	for (int i = 0; i < PQntuples(r); i++) {
-		strncat(plan, PQgetvalue(r, i, 0), sizeof(plan) - strlen(plan) - 2);
-		strcat(plan, "\n");
-	}
-	PQclear(r);
+	static char plan[65536];
+	plan_of(conn, nested, sql, plan, sizeof(plan));
 	printf("%s", plan);
-	if (strstr(plan, index) == NULL || strstr(plan, "Seq Scan") != NULL)
+	if (strstr(plan, index) == NULL ||
+	    strstr(plan, nested ? "Seq Scan on jobs" : "Seq Scan") != NULL)
 		itest_fail(__FILE__, __LINE__, "the plan does not use %s alone:\n%s", index, plan);
 	if (avoid && strstr(plan, avoid) != NULL)
 		itest_fail(__FILE__, __LINE__, "the plan uses %s:\n%s", avoid, plan);
+}
+
+void itest_call_plans_use(PGconn *conn, const char *index, const char *avoid, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	plan_checkv(conn, true, index, avoid, fmt, ap);
+	va_end(ap);
 }
 
 void itest_plan_uses(PGconn *conn, const char *index, const char *fmt, ...)
 {
 	va_list ap;
 	va_start(ap, fmt);
-	plan_checkv(conn, index, NULL, fmt, ap);
+	plan_checkv(conn, false, index, NULL, fmt, ap);
 	va_end(ap);
 }
 
@@ -137,7 +173,7 @@ void itest_plan_uses_not(PGconn *conn, const char *index, const char *avoid, con
 {
 	va_list ap;
 	va_start(ap, fmt);
-	plan_checkv(conn, index, avoid, fmt, ap);
+	plan_checkv(conn, false, index, avoid, fmt, ap);
 	va_end(ap);
 }
 

@@ -80,6 +80,12 @@ void itest_plan_uses(PGconn *conn, const char *index, const char *fmt, ...)
 /* The same, and fails the case if the plan also names `avoid`. */
 void itest_plan_uses_not(PGconn *conn, const char *index, const char *avoid, const char *fmt, ...)
 	__attribute__((format(printf, 4, 5)));
+/* Runs a call (in a transaction rolled back) and checks the plans of the
+ * statements it runs inside functions, as auto_explain logs them: each
+ * index named, no sequential scan of skiplock.jobs, and `avoid` (may be
+ * NULL) nowhere.  conn must be a superuser's direct connection. */
+void itest_call_plans_use(PGconn *conn, const char *index, const char *avoid, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
 /* Opens a blocking libpq connection (fails the case on error). */
 PGconn *itest_connect(const char *url, const char *appname);
 /* Runs a shell command; returns its exit status (or 128+signal). */
