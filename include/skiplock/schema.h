@@ -18,11 +18,31 @@ extern "C" {
  * Idempotent.  Blocks up to the client's retry bound. */
 SKL_API skl_rc skl_schema_install(skl_client *c, int *applied, skl_error *err);
 
-/* Sets up least-privilege roles on an installed schema (see
- * docs/security.md): owner (may be NULL) becomes the owner of the schema
- * and of everything in it; worker (may be NULL) gets USAGE on the schema,
- * EXECUTE on its functions and SELECT, INSERT, UPDATE, DELETE on its
- * tables, and nothing else.  Both roles must exist: SKL_INVALID naming the
+/* The roles skl_schema_grant_roles sets up; each may be NULL. */
+typedef struct skl_roles {
+	const char *owner;         /* owns the schema and everything in it */
+	const char *worker;        /* the protocol, enqueue, leases, idempotency keys
+	                            * and the cron tick, through functions only */
+	const char *operator_role; /* a worker that may also retry, cancel and prune
+	                            * jobs, edit schedules and force breakers */
+	const char *reader;        /* reads jobs, breakers, schedules and leases */
+} skl_roles;
+
+/* Sets up least-privilege roles on an installed schema (the table of role
+ * x object x privilege is in docs/security.md).  Every role granted before
+ * is granted again, so an upgrade's new functions reach it.  Roles that
+ * do not exist: SKL_INVALID naming the first (nothing is changed).  Runs
+ * in one transaction under the schema lock; needs a superuser or a member
+ * of the role that owns the schema now.  Idempotent.  Blocks up to the
+ * client's retry bound. */
+SKL_API skl_rc skl_schema_grant_roles(skl_client *c, const skl_roles *roles, skl_error *err);
+
+/* Checks, changing nothing, that the roles named in roles exist:
+ * SKL_INVALID naming the first that does not. */
+SKL_API skl_rc skl_schema_roles_exist(skl_client *c, const skl_roles *roles, skl_error *err);
+
+/* skl_schema_grant_roles with an owner and a worker only (either may be
+ * NULL).  Both roles must exist: SKL_INVALID naming the
  * missing role otherwise (nothing is changed).  Runs in one transaction
  * under the schema lock; needs a superuser or a member of the owner role
  * that owns the schema now.  Idempotent: run it again after an upgrade.
@@ -30,8 +50,7 @@ SKL_API skl_rc skl_schema_install(skl_client *c, int *applied, skl_error *err);
 SKL_API skl_rc skl_schema_grant(skl_client *c, const char *owner, const char *worker,
                                 skl_error *err);
 
-/* Checks, changing nothing, that the roles skl_schema_grant would use
- * exist (either may be NULL): SKL_INVALID naming the first that does not. */
+/* skl_schema_roles_exist with an owner and a worker only. */
 SKL_API skl_rc skl_schema_check_roles(skl_client *c, const char *owner, const char *worker,
                                       skl_error *err);
 

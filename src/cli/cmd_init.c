@@ -16,16 +16,24 @@ static const char usage[] =
 	"transaction-mode pooler; none leaves a session lock or setting behind.\n"
 	"Running it again changes nothing.\n"
 	"\n"
-	"Least privilege (docs/security.md): with --owner, ROLE becomes the owner of\n"
-	"the schema and everything in it; with --grant-worker, ROLE may use the\n"
-	"schema's functions and read and write its rows, and nothing else: it cannot\n"
-	"DROP, ALTER or TRUNCATE skiplock's tables. Both roles must exist already.\n"
-	"Run init with these options again after an upgrade. Needs a superuser, or a\n"
-	"member of the owner role.\n"
+	"Least privilege (docs/security.md has the table of role x object x\n"
+	"privilege): with --owner, ROLE becomes the owner of the schema and\n"
+	"everything in it. A worker role works only through skiplock's functions\n"
+	"(claim, heartbeat, complete, fail, enqueue, leases, idempotency keys, the\n"
+	"cron tick) and may read jobs, breakers, schedules and leases; it writes no\n"
+	"table itself, so it cannot forge a fencing token, a lease or the migration\n"
+	"history. An operator role may also retry, cancel and prune jobs, edit\n"
+	"schedules and force breakers. A reader role only reads. The roles must\n"
+	"exist already; they are remembered, and every later init that upgrades the\n"
+	"schema grants them the new functions. Needs a superuser, or a member of the\n"
+	"owner role.\n"
 	"\n"
 	"Options:\n"
 	"  --owner ROLE           make ROLE the owner of the schema and its objects\n"
 	"  --grant-worker ROLE    grant ROLE what workers, enqueue, leases and cron need\n"
+	"  --grant-operator ROLE  grant ROLE a worker's rights and the operator's actions\n"
+	"  --grant-reader ROLE    grant ROLE read access (status, jobs list, dashboard\n"
+	"                         with --read-only)\n"
 	"\n";
 
 static const char exit_help[] =
@@ -33,33 +41,41 @@ static const char exit_help[] =
 	"2 bad usage or a role that does not exist, 3 database unreachable within\n"
 	"--retry-for.\n";
 
-enum { O_OWNER = OPT_COMMON_LAST + 1, O_WORKER };
-
-typedef struct init_args {
-	const char *owner, *worker;
-} init_args;
+enum { O_OWNER = OPT_COMMON_LAST + 1, O_WORKER, O_OPERATOR, O_READER };
 
 static int own_option(int code, const char *arg, void *ctx)
 {
-	init_args *a = ctx;
+	skl_roles *a = ctx;
 	if (code == O_OWNER)
 		a->owner = arg;
 	else if (code == O_WORKER)
 		a->worker = arg;
+	else if (code == O_OPERATOR)
+		a->operator_role = arg;
+	else if (code == O_READER)
+		a->reader = arg;
 	else
 		return CLI_USAGE;
 	return CLI_OK;
 }
 
-static int grant(const cli_common *cc, skl_client *c, const init_args *a)
+static bool any_role(const skl_roles *a)
+{
+	return a->owner || a->worker || a->operator_role || a->reader;
+}
+
+static int grant(const cli_common *cc, skl_client *c, const skl_roles *a)
 {
 	skl_error err;
-	if (skl_schema_grant(c, a->owner, a->worker, &err) != SKL_OK)
+	if (skl_schema_grant_roles(c, a, &err) != SKL_OK)
 		return cli_fail(cc, &err);
-	if (a->owner)
-		printf("skiplock schema owner: %s\n", a->owner);
-	if (a->worker)
-		printf("skiplock worker role: %s\n", a->worker);
+	const char *const names[4][2] = {{"skiplock schema owner", a->owner},
+	                                 {"skiplock worker role", a->worker},
+	                                 {"skiplock operator role", a->operator_role},
+	                                 {"skiplock reader role", a->reader}};
+	for (int i = 0; i < 4; i++)
+		if (names[i][1])
+			printf("%s: %s\n", names[i][0], names[i][1]);
 	return CLI_OK;
 }
 
@@ -68,10 +84,12 @@ int cmd_init(int argc, char **argv)
 	static const struct option opts[] = {CLI_COMMON_LONGOPTS,
 	                                     {"owner", required_argument, NULL, O_OWNER},
 	                                     {"grant-worker", required_argument, NULL, O_WORKER},
+	                                     {"grant-operator", required_argument, NULL, O_OPERATOR},
+	                                     {"grant-reader", required_argument, NULL, O_READER},
 	                                     {0}};
 	cli_common cc;
 	cli_common_init(&cc, "init");
-	init_args a = {0};
+	skl_roles a = {0};
 	bool done;
 	int rc = cli_start(&cc, argc, argv, opts, own_option, &a, usage, exit_help, 0, &done);
 	if (done)
@@ -82,7 +100,7 @@ int cmd_init(int argc, char **argv)
 		return rc;
 	skl_error err;
 	int applied = 0;
-	if ((a.owner || a.worker) && skl_schema_check_roles(c, a.owner, a.worker, &err) != SKL_OK)
+	if (any_role(&a) && skl_schema_roles_exist(c, &a, &err) != SKL_OK)
 		rc = cli_fail(&cc, &err);
 	else if (skl_schema_install(c, &applied, &err) != SKL_OK)
 		rc = cli_fail(&cc, &err);
@@ -91,7 +109,8 @@ int cmd_init(int argc, char **argv)
 		       skl_schema_latest(), applied, applied == 1 ? "" : "s");
 	else
 		printf("skiplock schema is current: version %d\n", skl_schema_latest());
-	if (rc == CLI_OK && (a.owner || a.worker))
+	/* an upgrade grants the roles granted before their new functions */
+	if (rc == CLI_OK && (any_role(&a) || applied > 0))
 		rc = grant(&cc, c, &a);
 	skl_client_close(c);
 	return rc;

@@ -166,18 +166,23 @@ skl_rc skl_schema_install(skl_client *c, int *applied, skl_error *err)
 
 /* ---- roles ---- */
 
-typedef struct grant_args {
-	const char *owner, *worker;
-} grant_args;
+static const char *const *role_list(const skl_roles *r, const char *v[4])
+{
+	v[0] = r->owner;
+	v[1] = r->worker;
+	v[2] = r->operator_role;
+	v[3] = r->reader;
+	return v;
+}
 
 static skl_rc check_roles_fn(skl_client *c, void *ctx, skl_error *err)
 {
-	const grant_args *g = ctx;
+	const char *v[4];
 	PGresult *res = NULL;
 	skl_rc rc = skl__exec(c,
-	                      "SELECT r FROM unnest(ARRAY[$1, $2]::text[]) r WHERE r IS NOT NULL "
+	                      "SELECT r FROM unnest(ARRAY[$1, $2, $3, $4]::text[]) r WHERE r IS NOT NULL "
 	                      "AND NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname::text = r)",
-	                      2, (const char *[]){g->owner, g->worker}, &res, err);
+	                      4, role_list(ctx, v), &res, err);
 	if (rc == SKL_OK && PQntuples(res) > 0)
 		rc = skl__seterr(err, SKL_INVALID,
 		                 "role \"%s\" does not exist; create it first (CREATE ROLE ... LOGIN "
@@ -189,46 +194,60 @@ static skl_rc check_roles_fn(skl_client *c, void *ctx, skl_error *err)
 
 static skl_rc grant_fn(skl_client *c, void *ctx, skl_error *err)
 {
+	const char *v[4];
 	PGresult *res = NULL;
-	const grant_args *g = ctx;
 	skl_rc rc = check_roles_fn(c, ctx, err);
 	if (rc == SKL_OK)
 		rc = skl__exec(c, "SELECT pg_advisory_xact_lock(" SKL_LOCK_SCHEMA "), "
-		                  "skiplock.grant_roles($1, $2)",
-		               2, (const char *[]){g->owner, g->worker}, &res, err);
+		                  "skiplock.grant_roles($1, $2, $3, $4)",
+		               4, role_list(ctx, v), &res, err);
 	PQclear(res);
 	return rc;
 }
 
-static bool role_name_ok(const char *r, skl_error *err)
+static bool role_names_ok(const skl_roles *r, skl_error *err)
 {
-	if (r == NULL || (*r && strlen(r) < 64))
-		return true;
-	skl__seterr(err, SKL_INVALID, "role name \"%.80s\" must be 1 to 63 bytes", r);
-	return false;
+	const char *v[4];
+	role_list(r, v);
+	for (int i = 0; i < 4; i++)
+		if (v[i] && (!*v[i] || strlen(v[i]) >= 64)) {
+			skl__seterr(err, SKL_INVALID, "role name \"%.80s\" must be 1 to 63 bytes", v[i]);
+			return false;
+		}
+	return true;
+}
+
+skl_rc skl_schema_roles_exist(skl_client *c, const skl_roles *r, skl_error *err)
+{
+	static const skl_txn_opts o = {.idempotent = 1};
+	if (!role_names_ok(r, err))
+		return SKL_INVALID;
+	skl_rc rc = skl__run(c, &o, check_roles_fn, (void *)r, err);
+	if (rc == SKL_OK)
+		skl_error_clear(err);
+	return rc;
+}
+
+skl_rc skl_schema_grant_roles(skl_client *c, const skl_roles *r, skl_error *err)
+{
+	static const skl_txn_opts o = {.txn = 1, .idempotent = 1, .lock_timeout_ms = 10000};
+	if (!role_names_ok(r, err))
+		return SKL_INVALID;
+	skl_rc rc = skl__run(c, &o, grant_fn, (void *)r, err);
+	if (rc == SKL_OK)
+		skl_error_clear(err);
+	return rc;
 }
 
 skl_rc skl_schema_check_roles(skl_client *c, const char *owner, const char *worker,
                               skl_error *err)
 {
-	static const skl_txn_opts o = {.idempotent = 1};
-	if (!role_name_ok(owner, err) || !role_name_ok(worker, err))
-		return SKL_INVALID;
-	grant_args g = {owner, worker};
-	skl_rc rc = skl__run(c, &o, check_roles_fn, &g, err);
-	if (rc == SKL_OK)
-		skl_error_clear(err);
-	return rc;
+	skl_roles r = {.owner = owner, .worker = worker};
+	return skl_schema_roles_exist(c, &r, err);
 }
 
 skl_rc skl_schema_grant(skl_client *c, const char *owner, const char *worker, skl_error *err)
 {
-	static const skl_txn_opts o = {.txn = 1, .idempotent = 1, .lock_timeout_ms = 10000};
-	if (!role_name_ok(owner, err) || !role_name_ok(worker, err))
-		return SKL_INVALID;
-	grant_args g = {owner, worker};
-	skl_rc rc = skl__run(c, &o, grant_fn, &g, err);
-	if (rc == SKL_OK)
-		skl_error_clear(err);
-	return rc;
+	skl_roles r = {.owner = owner, .worker = worker};
+	return skl_schema_grant_roles(c, &r, err);
 }
