@@ -2,7 +2,7 @@
 # Invoked as: cmake -DOUT=file.c -DFILES="a.sql;b.sql" -P embed_sql.cmake
 string(REPLACE "|" ";" FILES "${FILES}")
 set(body "/* generated from sql/NNNN_name.sql by cmake/embed_sql.cmake; do not edit */\n")
-string(APPEND body "#include \"schema_steps.h\"\n\n")
+string(APPEND body "#include \"core/schema_steps.h\"\n\n")
 set(table "const skl_schema_step skl_schema_steps[] = {\n")
 set(i 0)
 foreach(f IN LISTS FILES)

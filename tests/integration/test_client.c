@@ -11,7 +11,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "internal.h"
+#include "core/internal.h"
 #include "itest.h"
 
 static skl_client *open_client(itest_ctx *t, const char *app, int call_ms, int retry_ms)

@@ -15,7 +15,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "cron_int.h"
+#include "coord/cron_int.h"
 #include "itest.h"
 
 /* A fixed instant in the future of any real clock: simulated ticks never

@@ -12,7 +12,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "internal.h"
+#include "core/internal.h"
 #include "itest.h"
 
 static skl_client *open_client(const char *url, const char *app)

@@ -14,7 +14,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "internal.h"
+#include "core/internal.h"
 #include "itest.h"
 #include "ledger.h"
 

@@ -24,7 +24,7 @@
 #include <unistd.h>
 
 #include "depserver.h"
-#include "internal.h"
+#include "core/internal.h"
 #include "itest.h"
 
 /* ---- worker processes whose handler calls the dependency ---- */

@@ -8,7 +8,7 @@
 #include <string.h>
 #include <cmocka.h>
 
-#include "internal.h"
+#include "core/internal.h"
 
 static void fingerprint_vectors(void **state)
 {
