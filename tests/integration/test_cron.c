@@ -17,6 +17,7 @@
 
 #include "coord/cron_int.h"
 #include "itest.h"
+#include "skiplock.h"
 
 /* A fixed instant in the future of any real clock: simulated ticks never
  * depend on when the test runs. */

@@ -14,6 +14,7 @@
 
 #include "core/internal.h"
 #include "itest.h"
+#include "skiplock.h"
 #include "ledger.h"
 
 enum { JOBS = 3000, WORKERS = 2 };

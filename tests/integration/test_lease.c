@@ -14,6 +14,7 @@
 
 #include "core/internal.h"
 #include "itest.h"
+#include "skiplock.h"
 
 static skl_client *open_client(const char *url, const char *app)
 {

@@ -15,7 +15,9 @@
 #include <unistd.h>
 
 #include "core/internal.h"
+#include "queue/queue_int.h"
 #include "itest.h"
+#include "skiplock.h"
 #include "ledger.h"
 
 static skl_client *open_client(itest_ctx *t)

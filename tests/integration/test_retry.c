@@ -26,6 +26,7 @@
 #include "depserver.h"
 #include "core/internal.h"
 #include "itest.h"
+#include "skiplock.h"
 
 /* ---- worker processes whose handler calls the dependency ---- */
 

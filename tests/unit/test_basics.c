@@ -9,6 +9,7 @@
 #include <cmocka.h>
 
 #include "core/internal.h"
+#include "skiplock.h"
 
 static void sqlstates(void **state)
 {

@@ -19,6 +19,7 @@
 
 #include "coord/cron_int.h"
 #include "coord/tz.h"
+#include "skiplock.h"
 
 static int64_t T(const char *iso)
 {

@@ -10,6 +10,7 @@
 #include <cmocka.h>
 
 #include "core/internal.h"
+#include "skiplock.h"
 
 static void names(void **state)
 {

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <cmocka.h>
 
+#include "skiplock.h"
 #include "worker/wmetrics.h"
 
 static void has_line(const char *text, const char *line)

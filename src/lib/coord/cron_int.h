@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include "core/internal.h"
+#include "skiplock/cron.h"
 
 /* What one evaluation of a schedule does, computed from its cursor (the
  * last fire time handled, or its creation instant) and "now". */

@@ -24,6 +24,7 @@
 #include <string.h>
 
 #include "core/internal.h"
+#include "skiplock/idem.h"
 
 static const skl_txn_opts idem_opts = {.idempotent = 1};
 static const skl_txn_opts idem_txn_opts = {.txn = 1, .idempotent = 1};

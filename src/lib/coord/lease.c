@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "core/internal.h"
+#include "skiplock/lease.h"
 
 /* Bytes: the server checks 1..SKL_LEASE_NAME_MAX characters. */
 #define LEASE_BYTES_MAX (4 * SKL_LEASE_NAME_MAX)

@@ -23,8 +23,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/buf.h"
 #include "coord/cron_int.h"
+#include "core/buf.h"
+#include "skiplock/queue.h"
 
 /* A timestamptz as exact UTC text; NULL stays NULL. */
 #define SKL_TS_US(x) "to_char((" x ") AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"')"

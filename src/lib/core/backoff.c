@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "core/internal.h"
+#include "skiplock/retry.h"
 
 int64_t skl__backoff_ceiling(int attempt, int64_t base_ms, int64_t cap_ms)
 {

@@ -18,7 +18,7 @@
 #include <stdarg.h>
 #include <stdint.h>
 
-#include "skiplock.h"
+#include "skiplock/client.h"
 
 #define SKL_PRINTF(f, a) __attribute__((format(printf, f, a)))
 #define SKL_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
@@ -83,8 +83,6 @@ uint64_t skl__seed(void);              /* from the kernel's entropy */
 uint64_t skl__rand(uint64_t *state);   /* xorshift64*; state never 0 */
 double skl__rand01(uint64_t *state);   /* uniform in [0, 1) */
 char *skl__strdup(const char *s);      /* NULL in, NULL out */
-/* SKL_OK for a job kind of 1..SKL_KIND_MAX bytes, else SKL_INVALID saying so. */
-skl_rc skl__check_kind(const char *kind, skl_error *err);
 
 /* backoff.c: delay in ms before retry number `attempt` (0-based), uniform
  * in [0, min(cap, base * 2^attempt)] — "full jitter". */
@@ -128,20 +126,6 @@ skl_rc skl__connect(skl_client *c, skl_error *err);
 /* redact.c: replaces, in place, every password found in url (3 bytes or
  * longer, as written or percent-decoded) that occurs in msg by "***". */
 void skl__scrub(char *msg, const char *url);
-/* queue.c: skl_rescue, calling fn (when not NULL) with the queue and kind
- * of every job whose expired lease was ended, and whether it was discarded
- * (its last attempt). */
-typedef void (*skl__rescued_fn)(void *ctx, const char *queue, const char *kind,
-                                bool discarded);
-skl_rc skl__rescue_each(skl_client *c, int limit, skl__rescued_fn fn, void *ctx,
-                        int *rescued, int *discarded, skl_error *err);
-/* The text of the claim statement, or with `record` of the combined
- * record-and-claim, with `after` their form that claims after a place in
- * the claim order (queue.c): for tests of their plans. */
-const char *skl__claim_sql(bool record, bool after);
-/* The fenced outcome statement and the heartbeat, for the same tests. */
-const char *skl__record_sql(void);
-const char *skl__heartbeat_sql(void);
 
 /* url.c */
 skl_rc skl__url_host_port(const char *url, char **host, char **port, skl_error *err);

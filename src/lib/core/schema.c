@@ -16,6 +16,7 @@
 
 #include "core/internal.h"
 #include "core/schema_steps.h"
+#include "skiplock/schema.h"
 
 /* "skl" + 1: transaction-scoped advisory lock key of schema installation. */
 #define SKL_LOCK_SCHEMA "8316001898373562369"

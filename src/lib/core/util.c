@@ -58,16 +58,3 @@ char *skl__strdup(const char *s)
 {
 	return s ? strdup(s) : NULL;
 }
-
-const char *skl_version(void)
-{
-	return SKL_VERSION_STRING;
-}
-
-skl_rc skl__check_kind(const char *kind, skl_error *err)
-{
-	size_t kl = kind ? strlen(kind) : 0;
-	if (kl == 0 || kl > SKL_KIND_MAX)
-		return skl__seterr(err, SKL_INVALID, "job kind must be 1 to %d bytes", SKL_KIND_MAX);
-	return SKL_OK;
-}

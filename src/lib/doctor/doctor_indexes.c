@@ -36,6 +36,7 @@
 #include <string.h>
 
 #include "core/internal.h"
+#include "skiplock/diagnose.h"
 
 /* Schemas looked at: $1 names one, else every user schema. */
 #define SCHEMA_FILTER(n)                                                                    \

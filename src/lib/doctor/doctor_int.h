@@ -7,6 +7,7 @@
 #define SKL_DOCTOR_INT_H
 
 #include "core/internal.h"
+#include "skiplock/doctor.h"
 
 typedef struct dl_report {
 	skl_lock_report pub;

@@ -37,6 +37,7 @@
 #include <string.h>
 
 #include "core/internal.h"
+#include "skiplock/diagnose.h"
 
 #define PROBE_CLASS "1936419952"   /* 0x736b6c70, "sklp": the advisory key's first half */
 #define HOLDERS 4

@@ -26,6 +26,7 @@
 #include <strings.h>
 
 #include "core/internal.h"
+#include "skiplock/diagnose.h"
 
 /* ---- a minimal SQL lexer: enough to check the two statements' shapes ---- */
 

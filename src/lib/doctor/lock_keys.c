@@ -15,6 +15,7 @@
 #include <zlib.h>
 
 #include "core/internal.h"
+#include "skiplock/doctor.h"
 
 skl_rc skl_advisory_key_from_tag(uint32_t classid, uint32_t objid, int objsubid,
                                  skl_advisory_key *out)

@@ -26,6 +26,8 @@
 #include <unistd.h>
 
 #include "migrate/migrate_int.h"
+#include "skiplock/lease.h"
+#include "skiplock/schema.h"
 
 typedef struct applied_row {
 	int64_t version;

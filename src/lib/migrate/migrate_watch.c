@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "migrate/migrate_int.h"
+#include "skiplock/lease.h"
 
 #define WATCH_TICK_MS 100
 #define SAMPLE_EVERY_MS 200

@@ -10,6 +10,8 @@
 #include <string.h>
 
 #include "core/internal.h"
+#include "queue/queue_int.h"
+#include "skiplock/retry.h"
 
 void skl_breaker_config_init(skl_breaker_config *c)
 {

@@ -22,6 +22,7 @@
 #include <string.h>
 
 #include "core/internal.h"
+#include "skiplock/inspect.h"
 
 static const char *const job_states[] = {"available", "running", "completed", "discarded",
                                          "cancelled"};

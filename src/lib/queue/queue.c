@@ -17,6 +17,9 @@
 
 #include "core/buf.h"
 #include "core/internal.h"
+#include "queue/queue_int.h"
+#include "skiplock/queue.h"
+#include "skiplock/retry.h"
 
 void skl_enqueue_opts_init(skl_enqueue_opts *o)
 {

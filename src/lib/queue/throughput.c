@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "core/internal.h"
+#include "skiplock/inspect.h"
 
 static const char *const rate_sql =
 	"SELECT queue, kind,"

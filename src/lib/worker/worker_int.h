@@ -10,6 +10,10 @@
 #include <stdatomic.h>
 
 #include "core/internal.h"
+#include "queue/queue_int.h"
+#include "skiplock/queue.h"
+#include "skiplock/retry.h"
+#include "skiplock/worker.h"
 #include "worker/wmetrics.h"
 
 #define SLOT_MAGIC 0x736b6c6aU

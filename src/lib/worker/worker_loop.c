@@ -18,6 +18,7 @@
 
 #include <jansson.h>
 
+#include "skiplock/cron.h"
 #include "worker/command.h"
 #include "worker/worker_int.h"
 
