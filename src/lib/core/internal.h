@@ -127,6 +127,12 @@ skl_rc skl__connect(skl_client *c, skl_error *err);
  * longer, as written or percent-decoded) that occurs in msg by "***". */
 void skl__scrub(char *msg, const char *url);
 
+/* sqlscan.c: the next statement of text at or after *pos: its offset and
+ * length (without the ';') and the 1-based line it starts on.  False when
+ * only whitespace and comments are left. */
+bool skl__next_statement(const char *text, size_t len, size_t *pos, size_t *start,
+                         size_t *stmt_len, int *line);
+
 /* url.c */
 skl_rc skl__url_host_port(const char *url, char **host, char **port, skl_error *err);
 
