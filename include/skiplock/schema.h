@@ -15,8 +15,24 @@ extern "C" {
  * under a transaction-scoped advisory lock, so many replicas may call it at
  * once, through a transaction pooler too; none holds session state.
  * *applied (may be NULL) receives how many steps this call applied.
- * Idempotent.  Blocks up to the client's retry bound. */
+ * Before applying anything, the checksum recorded for each installed step
+ * is compared with the built-in text's: SKL_CONFLICT naming the first step
+ * that differs, and nothing is applied (skl_schema_repair, or
+ * sql/SCHEMA.md "Checksums and repair").  Idempotent.  Blocks up to the
+ * client's retry bound. */
 SKL_API skl_rc skl_schema_install(skl_client *c, int *applied, skl_error *err);
+
+/* Repairs installed steps whose recorded checksum is an earlier text that
+ * sql/CHECKSUMS lists as superseded (it differs from the built-in step only
+ * in functions and comments): re-creates that step's functions with CREATE
+ * OR REPLACE FUNCTION (owner, grants and triggers are kept) and comments,
+ * then records the built-in checksum, in one transaction per step under the
+ * schema lock.  SKL_CONFLICT, changing nothing, when an installed step has
+ * a checksum no repair is known for.  *repaired (may be NULL) receives how
+ * many steps this call repaired; 0 when none needed it.  Does not apply
+ * missing steps: call skl_schema_install next.  Idempotent; safe when many
+ * replicas call it at once.  Blocks up to the client's retry bound. */
+SKL_API skl_rc skl_schema_repair(skl_client *c, int *repaired, skl_error *err);
 
 /* Sets up least-privilege roles on an installed schema (see
  * docs/security.md): owner (may be NULL) becomes the owner of the schema

@@ -16,6 +16,12 @@ static const char usage[] =
 	"transaction-mode pooler; none leaves a session lock or setting behind.\n"
 	"Running it again changes nothing.\n"
 	"\n"
+	"Each installed step's checksum (SHA-256 of its text) is compared with the\n"
+	"built-in step's first. When one differs, init names the step and changes\n"
+	"nothing. With --repair, a step installed from an earlier text that differs\n"
+	"only in its functions (listed in sql/CHECKSUMS) has its functions and their\n"
+	"comments re-created; any other difference is refused (sql/SCHEMA.md).\n"
+	"\n"
 	"Least privilege (docs/security.md): with --owner, ROLE becomes the owner of\n"
 	"the schema and everything in it; with --grant-worker, ROLE may use the\n"
 	"schema's functions and read and write its rows, and nothing else: it cannot\n"
@@ -26,17 +32,21 @@ static const char usage[] =
 	"Options:\n"
 	"  --owner ROLE           make ROLE the owner of the schema and its objects\n"
 	"  --grant-worker ROLE    grant ROLE what workers, enqueue, leases and cron need\n"
+	"  --repair               re-create the functions of steps installed from an\n"
+	"                         earlier text, then install what is missing\n"
 	"\n";
 
 static const char exit_help[] =
-	"\nExit status: 0 installed or already current, 1 the database refused a step,\n"
+	"\nExit status: 0 installed or already current, 1 the database refused a step or\n"
+	"an installed step differs from the built-in one (see --repair),\n"
 	"2 bad usage or a role that does not exist, 3 database unreachable within\n"
 	"--retry-for.\n";
 
-enum { O_OWNER = OPT_COMMON_LAST + 1, O_WORKER };
+enum { O_OWNER = OPT_COMMON_LAST + 1, O_WORKER, O_REPAIR };
 
 typedef struct init_args {
 	const char *owner, *worker;
+	bool repair;
 } init_args;
 
 static int own_option(int code, const char *arg, void *ctx)
@@ -46,6 +56,8 @@ static int own_option(int code, const char *arg, void *ctx)
 		a->owner = arg;
 	else if (code == O_WORKER)
 		a->worker = arg;
+	else if (code == O_REPAIR)
+		a->repair = true;
 	else
 		return CLI_USAGE;
 	return CLI_OK;
@@ -63,11 +75,38 @@ static int grant(const cli_common *cc, skl_client *c, const init_args *a)
 	return CLI_OK;
 }
 
+static int repair(const cli_common *cc, skl_client *c)
+{
+	skl_error err;
+	int n = 0;
+	if (skl_schema_repair(c, &n, &err) != SKL_OK)
+		return cli_fail(cc, &err);
+	if (n > 0)
+		printf("skiplock schema repaired: %d step%s installed from an earlier text\n", n,
+		       n == 1 ? "" : "s");
+	return CLI_OK;
+}
+
+static int install(const cli_common *cc, skl_client *c)
+{
+	skl_error err;
+	int applied = 0;
+	if (skl_schema_install(c, &applied, &err) != SKL_OK)
+		return cli_fail(cc, &err);
+	if (applied > 0)
+		printf("skiplock schema installed: version %d (%d step%s applied)\n",
+		       skl_schema_latest(), applied, applied == 1 ? "" : "s");
+	else
+		printf("skiplock schema is current: version %d\n", skl_schema_latest());
+	return CLI_OK;
+}
+
 int cmd_init(int argc, char **argv)
 {
 	static const struct option opts[] = {CLI_COMMON_LONGOPTS,
 	                                     {"owner", required_argument, NULL, O_OWNER},
 	                                     {"grant-worker", required_argument, NULL, O_WORKER},
+	                                     {"repair", no_argument, NULL, O_REPAIR},
 	                                     {0}};
 	cli_common cc;
 	cli_common_init(&cc, "init");
@@ -81,16 +120,12 @@ int cmd_init(int argc, char **argv)
 	if (rc != CLI_OK)
 		return rc;
 	skl_error err;
-	int applied = 0;
 	if ((a.owner || a.worker) && skl_schema_check_roles(c, a.owner, a.worker, &err) != SKL_OK)
 		rc = cli_fail(&cc, &err);
-	else if (skl_schema_install(c, &applied, &err) != SKL_OK)
-		rc = cli_fail(&cc, &err);
-	else if (applied > 0)
-		printf("skiplock schema installed: version %d (%d step%s applied)\n",
-		       skl_schema_latest(), applied, applied == 1 ? "" : "s");
-	else
-		printf("skiplock schema is current: version %d\n", skl_schema_latest());
+	else if (a.repair)
+		rc = repair(&cc, c);
+	if (rc == CLI_OK)
+		rc = install(&cc, c);
 	if (rc == CLI_OK && (a.owner || a.worker))
 		rc = grant(&cc, c, &a);
 	skl_client_close(c);

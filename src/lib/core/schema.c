@@ -7,7 +7,9 @@
  * lock ends with the transaction, so nothing can leak onto a pooled backend.
  * A step is applied iff its version is absent from skiplock.schema_version,
  * checked under the lock; the row is written in the step's transaction, so
- * a step is applied exactly once or not at all.
+ * a step is applied exactly once or not at all.  The row keeps the step's
+ * SHA-256; an installed step whose checksum is not the built-in text's
+ * stops the install (schema_repair.c).
  */
 #include <openssl/evp.h>
 #include <stdio.h>
@@ -36,7 +38,7 @@ static const char *const step_present_sql =
 static const char *const step_record_sql =
 	"INSERT INTO skiplock.schema_version (version, name, checksum) VALUES ($1, $2, $3)";
 
-static void sha256_hex(const char *text, char out[65])
+void skl__schema_checksum(const char *text, char out[65])
 {
 	unsigned char md[EVP_MAX_MD_SIZE];
 	unsigned int len = 0;
@@ -76,24 +78,40 @@ static skl_rc apply_step(skl_client *c, void *ctx, skl_error *err)
 			snprintf(err->message + n, sizeof(err->message) - n, " (schema step %s)", s->name);
 		return rc;
 	}
-	sha256_hex(s->sql, sum);
+	skl__schema_checksum(s->sql, sum);
 	rc = skl__exec(c, step_record_sql, 3, (const char *[]){ver, s->name, sum}, &res, err);
 	PQclear(res);
 	return rc;
 }
 
-/* Reads the installed versions into a bitmap (versions 1..SKL_MAX_STEPS). */
-#define SKL_MAX_STEPS 1024
-
-typedef struct installed {
-	unsigned char have[SKL_MAX_STEPS / 8];
-	int max;
-} installed;
-
-static skl_rc installed_fn(skl_client *c, void *ctx, skl_error *err)
+/* Notes version v, recorded with checksum sum, in st. */
+static void note_installed(skl_schema_state *st, int v, const char *sum)
 {
-	installed *in = ctx;
-	memset(in, 0, sizeof(*in));
+	if (v <= 0 || v >= SKL_MAX_STEPS)
+		return;
+	st->have[v / 8] |= (unsigned char)(1u << (v % 8));
+	if (v > st->max)
+		st->max = v;
+	for (int i = 0; i < skl_schema_nsteps; i++) {
+		char built[65];
+		if (skl_schema_steps[i].version != v)
+			continue;
+		skl__schema_checksum(skl_schema_steps[i].sql, built);
+		if (strcmp(built, sum) == 0 || st->ndrift == SKL_MAX_DRIFT)
+			return;
+		skl_schema_drift *d = &st->drift[st->ndrift++];
+		d->idx = i;
+		snprintf(d->recorded, sizeof(d->recorded), "%s", sum);
+		for (int k = 0; k < skl_schema_nsuperseded; k++)
+			d->repairable |= skl_schema_superseded_texts[k].version == v &&
+			                 strcmp(skl_schema_superseded_texts[k].checksum, sum) == 0;
+	}
+}
+
+skl_rc skl__schema_read(skl_client *c, void *ctx, skl_error *err)
+{
+	skl_schema_state *st = ctx;
+	memset(st, 0, sizeof(*st));
 	PGresult *res = NULL;
 	skl_rc rc = skl__exec(c, "SELECT to_regclass('skiplock.schema_version') IS NOT NULL", 0,
 	                      NULL, &res, err);
@@ -103,19 +121,15 @@ static skl_rc installed_fn(skl_client *c, void *ctx, skl_error *err)
 	PQclear(res);
 	if (!exists)
 		return SKL_OK;
-	rc = skl__exec(c, "SELECT version FROM skiplock.schema_version", 0, NULL, &res, err);
-	for (int i = 0; rc == SKL_OK && i < PQntuples(res); i++) {
-		int v = atoi(PQgetvalue(res, i, 0));
-		if (v > 0 && v < SKL_MAX_STEPS)
-			in->have[v / 8] |= (unsigned char)(1u << (v % 8));
-		if (v > in->max)
-			in->max = v;
-	}
+	rc = skl__exec(c, "SELECT version, checksum FROM skiplock.schema_version ORDER BY version",
+	               0, NULL, &res, err);
+	for (int i = 0; rc == SKL_OK && i < PQntuples(res); i++)
+		note_installed(st, atoi(PQgetvalue(res, i, 0)), PQgetvalue(res, i, 1));
 	PQclear(res);
 	return rc;
 }
 
-static bool has_version(const installed *in, int v)
+static bool has_version(const skl_schema_state *in, int v)
 {
 	return v > 0 && v < SKL_MAX_STEPS && (in->have[v / 8] & (1u << (v % 8)));
 }
@@ -123,9 +137,9 @@ static bool has_version(const installed *in, int v)
 skl_rc skl_schema_installed(skl_client *c, int *out, skl_error *err)
 {
 	static const skl_txn_opts o = {.idempotent = 1};
-	installed in;
+	skl_schema_state in;
 	*out = 0;
-	skl_rc rc = skl__run(c, &o, installed_fn, &in, err);
+	skl_rc rc = skl__run(c, &o, skl__schema_read, &in, err);
 	if (rc == SKL_OK)
 		*out = in.max;
 	return rc;
@@ -141,12 +155,15 @@ skl_rc skl_schema_install(skl_client *c, int *applied, skl_error *err)
 	/* Idempotent: the version check runs under the lock in every attempt. */
 	static const skl_txn_opts o = {.txn = 1, .idempotent = 1, .lock_timeout_ms = 10000};
 	static const skl_txn_opts ro = {.idempotent = 1};
-	installed have;
+	skl_schema_state have;
 	int n = 0;
 	if (applied)
 		*applied = 0;
-	/* Every missing step is applied, not only those above the newest. */
-	skl_rc rc = skl__run(c, &ro, installed_fn, &have, err);
+	/* Every missing step is applied, not only those above the newest;
+	 * none while an installed one differs from its built-in text. */
+	skl_rc rc = skl__run(c, &ro, skl__schema_read, &have, err);
+	if (rc == SKL_OK)
+		rc = skl__schema_drift_error(&have, err);
 	for (int i = 0; rc == SKL_OK && i < skl_schema_nsteps; i++) {
 		if (has_version(&have, skl_schema_steps[i].version))
 			continue;
