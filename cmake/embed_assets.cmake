@@ -1,8 +1,8 @@
-# Turns the dashboard's static files (src/cli/dashboard/*) into a C table.
+# Turns the dashboard's static files (src/cli/dashboard/assets/*) into a C table.
 # Invoked as: cmake -DOUT=file.c -DFILES="a.html|b.js" -P embed_assets.cmake
 string(REPLACE "|" ";" FILES "${FILES}")
-set(body "/* generated from the files in src/cli/dashboard by cmake/embed_assets.cmake; do not edit */\n")
-string(APPEND body "#include \"dashboard.h\"\n\n")
+set(body "/* generated from the files in src/cli/dashboard/assets by cmake/embed_assets.cmake; do not edit */\n")
+string(APPEND body "#include \"dashboard/dashboard.h\"\n\n")
 set(table "const dash_asset dash_assets[] = {\n")
 set(i 0)
 foreach(f IN LISTS FILES)

@@ -1,8 +1,10 @@
-# Turns sql/NNNN_name.sql files into a C array of schema steps.
-# Invoked as: cmake -DOUT=file.c -DFILES="a.sql;b.sql" -P embed_sql.cmake
+# Turns sql/NNNN_name.sql files into a C array of schema steps, and the
+# "superseded" lines of sql/CHECKSUMS into the table of earlier texts that
+# `skiplock init --repair` may repair.
+# Invoked as: cmake -DOUT=file.c -DFILES="a.sql|b.sql" -DCHECKSUMS=sql/CHECKSUMS -P embed_sql.cmake
 string(REPLACE "|" ";" FILES "${FILES}")
 set(body "/* generated from sql/NNNN_name.sql by cmake/embed_sql.cmake; do not edit */\n")
-string(APPEND body "#include \"schema_steps.h\"\n\n")
+string(APPEND body "#include \"core/schema_steps.h\"\n\n")
 set(table "const skl_schema_step skl_schema_steps[] = {\n")
 set(i 0)
 foreach(f IN LISTS FILES)
@@ -16,5 +18,21 @@ foreach(f IN LISTS FILES)
   math(EXPR i "${i} + 1")
 endforeach()
 string(APPEND table "};\nconst int skl_schema_nsteps = ${i};\n")
+file(STRINGS ${CHECKSUMS} lines REGEX "^superseded ")
+string(APPEND table "\nconst skl_schema_superseded skl_schema_superseded_texts[] = {\n")
+set(n 0)
+foreach(line IN LISTS lines)
+  if(NOT line MATCHES "^superseded ([0-9a-f]+) sql/([0-9][0-9][0-9][0-9])_[^ ]*\\.sql$")
+    message(FATAL_ERROR "${CHECKSUMS}: not \"superseded SHA256 sql/NNNN_name.sql\": ${line}")
+  endif()
+  string(LENGTH "${CMAKE_MATCH_1}" hashlen)
+  if(NOT hashlen EQUAL 64)
+    message(FATAL_ERROR "${CHECKSUMS}: not a SHA-256: ${line}")
+  endif()
+  math(EXPR vernum "1${CMAKE_MATCH_2} - 10000")
+  string(APPEND table "  {${vernum}, \"${CMAKE_MATCH_1}\"},\n")
+  math(EXPR n "${n} + 1")
+endforeach()
+string(APPEND table "  {0, \"\"}\n};\nconst int skl_schema_nsuperseded = ${n};\n")
 file(WRITE ${OUT}.tmp "${body}\n${table}")
 file(RENAME ${OUT}.tmp ${OUT})

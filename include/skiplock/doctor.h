@@ -63,7 +63,7 @@ SKL_API skl_rc skl_advisory_key_from_tag(uint32_t classid, uint32_t objid, int o
                                          skl_advisory_key *out);
 
 /* The known keys.  CRC-32 is the IEEE/zlib one. */
-#define SKL_KEY_SKIPLOCK_INIT INT64_C(8316001898373562369) /* src/lib/schema.c */
+#define SKL_KEY_SKIPLOCK_INIT INT64_C(8316001898373562369) /* src/lib/core/schema.c */
 #define SKL_KEY_PRISMA INT64_C(72707369)
 #define SKL_KEY_SQITCH INT64_C(75474063)
 /* sqlx: 0x3d32ad9e * CRC32(database) as i64 (it cannot overflow). */

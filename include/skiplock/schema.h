@@ -15,7 +15,11 @@ extern "C" {
  * under a transaction-scoped advisory lock, so many replicas may call it at
  * once, through a transaction pooler too; none holds session state.
  * *applied (may be NULL) receives how many steps this call applied.
- * Idempotent.  Blocks up to the client's retry bound. */
+ * Before applying anything, the checksum recorded for each installed step
+ * is compared with the built-in text's: SKL_CONFLICT naming the first step
+ * that differs, and nothing is applied (skl_schema_repair, or
+ * sql/SCHEMA.md "Checksums and repair").  Idempotent.  Blocks up to the
+ * client's retry bound. */
 SKL_API skl_rc skl_schema_install(skl_client *c, int *applied, skl_error *err);
 
 /* The roles skl_schema_grant_roles sets up; each may be NULL. */
@@ -41,12 +45,20 @@ SKL_API skl_rc skl_schema_grant_roles(skl_client *c, const skl_roles *roles, skl
  * SKL_INVALID naming the first that does not. */
 SKL_API skl_rc skl_schema_roles_exist(skl_client *c, const skl_roles *roles, skl_error *err);
 
+/* Repairs installed steps whose recorded checksum is an earlier text that
+ * sql/CHECKSUMS lists as superseded (it differs from the built-in step only
+ * in functions and comments): re-creates that step's functions with CREATE
+ * OR REPLACE FUNCTION (owner, grants and triggers are kept) and comments,
+ * then records the built-in checksum, in one transaction per step under the
+ * schema lock.  SKL_CONFLICT, changing nothing, when an installed step has
+ * a checksum no repair is known for.  *repaired (may be NULL) receives how
+ * many steps this call repaired; 0 when none needed it.  Does not apply
+ * missing steps: call skl_schema_install next.  Idempotent; safe when many
+ * replicas call it at once.  Blocks up to the client's retry bound. */
+SKL_API skl_rc skl_schema_repair(skl_client *c, int *repaired, skl_error *err);
+
 /* skl_schema_grant_roles with an owner and a worker only (either may be
- * NULL).  Both roles must exist: SKL_INVALID naming the
- * missing role otherwise (nothing is changed).  Runs in one transaction
- * under the schema lock; needs a superuser or a member of the owner role
- * that owns the schema now.  Idempotent: run it again after an upgrade.
- * Blocks up to the client's retry bound. */
+ * NULL). */
 SKL_API skl_rc skl_schema_grant(skl_client *c, const char *owner, const char *worker,
                                 skl_error *err);
 

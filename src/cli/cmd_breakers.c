@@ -7,9 +7,9 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "breakers_print.h"
+#include "print/breakers_print.h"
 #include "cli.h"
-#include "output.h"
+#include "print/output.h"
 
 static const char usage[] =
 	"Usage: skiplock breakers [list] [--json]\n"

@@ -17,7 +17,7 @@
 #include <string.h>
 
 #include "cli.h"
-#include "output.h"
+#include "print/output.h"
 
 static const char cron_usage[] =
 	"Usage: skiplock cron add NAME EXPR KIND [JSON] [--tz ZONE] [--queue Q]\n"

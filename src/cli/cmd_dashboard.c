@@ -12,7 +12,7 @@
 #include <string.h>
 
 #include "cli.h"
-#include "dashboard.h"
+#include "dashboard/dashboard.h"
 
 static const char usage[] =
 	"Usage: skiplock dashboard [--listen ADDR:PORT] [--read-only]\n"

@@ -38,7 +38,7 @@
 #include <libpq-fe.h>
 
 #include "cli.h"
-#include "pgembed.h"
+#include "demo/pgembed.h"
 
 #define DEMO_QUEUE "skiplock_demo"
 #define DEMO_DB "skiplock_demo"

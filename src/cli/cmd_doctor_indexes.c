@@ -2,7 +2,7 @@
  * cmd_doctor_indexes.c — `skiplock doctor indexes`: unused, invalid,
  * duplicate and redundant indexes, stale statistics, tables autovacuum is
  * losing on, and the health of skiplock's own jobs table.  The rules are
- * in src/lib/doctor_indexes.c and docs/diagnostics.md.
+ * in src/lib/doctor/doctor_indexes.c and docs/diagnostics.md.
  */
 #include <ctype.h>
 #include <inttypes.h>
@@ -11,7 +11,7 @@
 #include <string.h>
 
 #include "cli.h"
-#include "output.h"
+#include "print/output.h"
 
 static const char usage[] =
 	"NAME\n"

@@ -1,7 +1,7 @@
 /*
  * cmd_doctor_locks.c — `skiplock doctor locks`: options, help, and the
  * report as a table or JSON.  The queries and findings are the library's
- * (src/lib/doctor_locks.c); this file decides the exit status: 1 while any
+ * (src/lib/doctor/doctor_locks.c); this file decides the exit status: 1 while any
  * finding is left that no action of this run resolved.
  */
 #include <jansson.h>
@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "cli.h"
-#include "doctor_locks_print.h"
+#include "print/doctor_locks_print.h"
 
 static const char locks_usage[] =
 	"NAME\n"

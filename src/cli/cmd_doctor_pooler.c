@@ -1,13 +1,13 @@
 /*
  * cmd_doctor_pooler.c — `skiplock doctor pooler`: what sits between this
  * client and PostgreSQL, learnt from behaviour, and which session features
- * are unsafe through it.  The probe is src/lib/doctor_pooler.c.
+ * are unsafe through it.  The probe is src/lib/doctor/doctor_pooler.c.
  */
 #include <stdio.h>
 #include <string.h>
 
 #include "cli.h"
-#include "output.h"
+#include "print/output.h"
 
 static const char usage[] =
 	"NAME\n"

@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "batch.h"
+#include "enqueue/batch.h"
 
 static const char usage[] =
 	"Usage: skiplock enqueue [OPTIONS] KIND [JSON]\n"

@@ -1,14 +1,14 @@
 /*
  * cmd_explain.c — `skiplock explain --compare INDEX -- QUERY`: a query's
  * plan, rows and shared buffers before and after a candidate index, side
- * by side, with a verdict.  The measuring is src/lib/explain.c.
+ * by side, with a verdict.  The measuring is src/lib/doctor/explain.c.
  */
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "cli.h"
-#include "output.h"
+#include "print/output.h"
 
 static const char usage[] =
 	"NAME\n"

@@ -16,6 +16,12 @@ static const char usage[] =
 	"transaction-mode pooler; none leaves a session lock or setting behind.\n"
 	"Running it again changes nothing.\n"
 	"\n"
+	"Each installed step's checksum (SHA-256 of its text) is compared with the\n"
+	"built-in step's first. When one differs, init names the step and changes\n"
+	"nothing. With --repair, a step installed from an earlier text that differs\n"
+	"only in its functions (listed in sql/CHECKSUMS) has its functions and their\n"
+	"comments re-created; any other difference is refused (sql/SCHEMA.md).\n"
+	"\n"
 	"Least privilege (docs/security.md has the table of role x object x\n"
 	"privilege): with --owner, ROLE becomes the owner of the schema and\n"
 	"everything in it. A worker role works only through skiplock's functions\n"
@@ -34,18 +40,27 @@ static const char usage[] =
 	"  --grant-operator ROLE  grant ROLE a worker's rights and the operator's actions\n"
 	"  --grant-reader ROLE    grant ROLE read access (status, jobs list, dashboard\n"
 	"                         with --read-only)\n"
+	"  --repair               re-create the functions of steps installed from an\n"
+	"                         earlier text, then install what is missing\n"
 	"\n";
 
 static const char exit_help[] =
-	"\nExit status: 0 installed or already current, 1 the database refused a step,\n"
+	"\nExit status: 0 installed or already current, 1 the database refused a step or\n"
+	"an installed step differs from the built-in one (see --repair),\n"
 	"2 bad usage or a role that does not exist, 3 database unreachable within\n"
 	"--retry-for.\n";
 
-enum { O_OWNER = OPT_COMMON_LAST + 1, O_WORKER, O_OPERATOR, O_READER };
+enum { O_OWNER = OPT_COMMON_LAST + 1, O_WORKER, O_OPERATOR, O_READER, O_REPAIR };
+
+typedef struct init_args {
+	skl_roles roles;
+	bool repair;
+} init_args;
 
 static int own_option(int code, const char *arg, void *ctx)
 {
-	skl_roles *a = ctx;
+	init_args *ia = ctx;
+	skl_roles *a = &ia->roles;
 	if (code == O_OWNER)
 		a->owner = arg;
 	else if (code == O_WORKER)
@@ -54,6 +69,8 @@ static int own_option(int code, const char *arg, void *ctx)
 		a->operator_role = arg;
 	else if (code == O_READER)
 		a->reader = arg;
+	else if (code == O_REPAIR)
+		ia->repair = true;
 	else
 		return CLI_USAGE;
 	return CLI_OK;
@@ -79,6 +96,34 @@ static int grant(const cli_common *cc, skl_client *c, const skl_roles *a)
 	return CLI_OK;
 }
 
+static int repair(const cli_common *cc, skl_client *c)
+{
+	skl_error err;
+	int n = 0;
+	if (skl_schema_repair(c, &n, &err) != SKL_OK)
+		return cli_fail(cc, &err);
+	if (n > 0)
+		printf("skiplock schema repaired: %d step%s installed from an earlier text\n", n,
+		       n == 1 ? "" : "s");
+	return CLI_OK;
+}
+
+static int install(const cli_common *cc, skl_client *c, int *out)
+{
+	skl_error err;
+	int applied = 0;
+	*out = 0;
+	if (skl_schema_install(c, &applied, &err) != SKL_OK)
+		return cli_fail(cc, &err);
+	if (applied > 0)
+		printf("skiplock schema installed: version %d (%d step%s applied)\n",
+		       skl_schema_latest(), applied, applied == 1 ? "" : "s");
+	else
+		printf("skiplock schema is current: version %d\n", skl_schema_latest());
+	*out = applied;
+	return CLI_OK;
+}
+
 int cmd_init(int argc, char **argv)
 {
 	static const struct option opts[] = {CLI_COMMON_LONGOPTS,
@@ -86,10 +131,11 @@ int cmd_init(int argc, char **argv)
 	                                     {"grant-worker", required_argument, NULL, O_WORKER},
 	                                     {"grant-operator", required_argument, NULL, O_OPERATOR},
 	                                     {"grant-reader", required_argument, NULL, O_READER},
+	                                     {"repair", no_argument, NULL, O_REPAIR},
 	                                     {0}};
 	cli_common cc;
 	cli_common_init(&cc, "init");
-	skl_roles a = {0};
+	init_args a = {0};
 	bool done;
 	int rc = cli_start(&cc, argc, argv, opts, own_option, &a, usage, exit_help, 0, &done);
 	if (done)
@@ -100,18 +146,15 @@ int cmd_init(int argc, char **argv)
 		return rc;
 	skl_error err;
 	int applied = 0;
-	if (any_role(&a) && skl_schema_roles_exist(c, &a, &err) != SKL_OK)
+	if (any_role(&a.roles) && skl_schema_roles_exist(c, &a.roles, &err) != SKL_OK)
 		rc = cli_fail(&cc, &err);
-	else if (skl_schema_install(c, &applied, &err) != SKL_OK)
-		rc = cli_fail(&cc, &err);
-	else if (applied > 0)
-		printf("skiplock schema installed: version %d (%d step%s applied)\n",
-		       skl_schema_latest(), applied, applied == 1 ? "" : "s");
-	else
-		printf("skiplock schema is current: version %d\n", skl_schema_latest());
+	else if (a.repair)
+		rc = repair(&cc, c);
+	if (rc == CLI_OK)
+		rc = install(&cc, c, &applied);
 	/* an upgrade grants the roles granted before their new functions */
-	if (rc == CLI_OK && (any_role(&a) || applied > 0))
-		rc = grant(&cc, c, &a);
+	if (rc == CLI_OK && (any_role(&a.roles) || applied > 0))
+		rc = grant(&cc, c, &a.roles);
 	skl_client_close(c);
 	return rc;
 }

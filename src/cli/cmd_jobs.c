@@ -15,8 +15,8 @@
 #include <string.h>
 
 #include "cli.h"
-#include "jobs_print.h"
-#include "output.h"
+#include "print/jobs_print.h"
+#include "print/output.h"
 
 static const char jobs_usage[] =
 	"Usage: skiplock jobs list [--queue Q] [--kind K] [--state S] [--limit N] [--json]\n"

@@ -10,8 +10,8 @@
 #include <sys/random.h>
 #include <unistd.h>
 
-#include "lease_run.h"
-#include "output.h"
+#include "lease/lease_run.h"
+#include "print/output.h"
 
 static const char lease_usage[] =
 	"Usage: skiplock lease run NAME --ttl DUR [OPTIONS] -- CMD [ARGS...]\n"

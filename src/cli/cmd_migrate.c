@@ -1,7 +1,7 @@
 /*
  * cmd_migrate.c — `skiplock migrate up|status|verify --dir DIR`: options,
  * help, progress lines and the status table.  The run itself is the
- * library's (src/lib/migrate_run.c).
+ * library's (src/lib/migrate/migrate_run.c).
  */
 #include <inttypes.h>
 #include <limits.h>
@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "cli.h"
-#include "output.h"
+#include "print/output.h"
 
 static const char migrate_usage[] =
 	"NAME\n"

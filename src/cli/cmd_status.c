@@ -7,9 +7,9 @@
 #include <inttypes.h>
 #include <stdio.h>
 
-#include "breakers_print.h"
+#include "print/breakers_print.h"
 #include "cli.h"
-#include "output.h"
+#include "print/output.h"
 
 static const char usage[] =
 	"Usage: skiplock status [--json] [--window DUR]\n"

@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "cli.h"
-#include "metrics_http.h"
+#include "http/metrics_http.h"
 
 static const char usage[] =
 	"Usage: skiplock worker --handler KIND=COMMAND [--handler …] [OPTIONS]\n"

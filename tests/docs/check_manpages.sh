@@ -3,8 +3,8 @@
 #
 # The man pages cannot drift from the command: for every command that
 # `skiplock --help` lists there must be man/skiplock-CMD.1, and every option
-# the command accepts — from its option table in src/cli (cmd_CMD.c and
-# CMD_*.c) and from `skiplock CMD [SUB] --help` — must be described in that
+# the command accepts — from its option table in src/cli (cmd_CMD.c, CMD_*.c
+# and CMD/*.c) and from `skiplock CMD [SUB] --help` — must be described in that
 # page; the common options (CLI_COMMON_LONGOPTS in src/cli/cli.h) and every
 # command must be in man/skiplock.1.  An option in a table but not in the
 # command's --help is reported too.  Each problem is one line saying what
@@ -59,7 +59,7 @@ for c in $commands; do
 		continue
 	fi
 	files=("$SRC/src/cli/cmd_$c.c")
-	for f in "$SRC/src/cli/${c}"_*.c; do [ -e "$f" ] && files+=("$f"); done
+	for f in "$SRC/src/cli/${c}"_*.c "$SRC/src/cli/${c}"/*.c; do [ -e "$f" ] && files+=("$f"); done
 	help=$("$BIN" "$c" --help 2>/dev/null)
 	# subcommands: "skiplock CMD SUB" in its usage lines and in the sources
 	subs=$( { grep -oE "skiplock $c [a-z][a-z-]*" <<<"$help"

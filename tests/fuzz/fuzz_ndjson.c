@@ -3,7 +3,7 @@
  * objects, every field checked.  A batch read without error has one spec
  * per job line, each with a kind and names within their limits.
  */
-#include "batch.h"
+#include "enqueue/batch.h"
 #include "fuzz.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)

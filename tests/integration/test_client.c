@@ -11,8 +11,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "internal.h"
+#include "core/internal.h"
 #include "itest.h"
+#include "skiplock.h"
 
 static skl_client *open_client(itest_ctx *t, const char *app, int call_ms, int retry_ms)
 {

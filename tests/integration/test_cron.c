@@ -15,8 +15,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "cron_int.h"
+#include "coord/cron_int.h"
 #include "itest.h"
+#include "skiplock.h"
 
 /* A fixed instant in the future of any real clock: simulated ticks never
  * depend on when the test runs. */

@@ -12,8 +12,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "internal.h"
+#include "core/internal.h"
 #include "itest.h"
+#include "skiplock.h"
 #include "ledger.h"
 
 enum { JOBS = 3000, WORKERS = 2 };

@@ -12,8 +12,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "internal.h"
+#include "core/internal.h"
 #include "itest.h"
+#include "skiplock.h"
 
 static skl_client *open_client(const char *url, const char *app)
 {

@@ -14,8 +14,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "internal.h"
+#include "core/internal.h"
+#include "queue/queue_int.h"
 #include "itest.h"
+#include "skiplock.h"
 #include "ledger.h"
 
 static skl_client *open_client(itest_ctx *t)

@@ -24,8 +24,9 @@
 #include <unistd.h>
 
 #include "depserver.h"
-#include "internal.h"
+#include "core/internal.h"
 #include "itest.h"
+#include "skiplock.h"
 
 /* ---- worker processes whose handler calls the dependency ---- */
 

@@ -17,8 +17,9 @@
 #include <unistd.h>
 #include <cmocka.h>
 
-#include "cron_int.h"
-#include "tz.h"
+#include "coord/cron_int.h"
+#include "coord/tz.h"
+#include "skiplock.h"
 
 static int64_t T(const char *iso)
 {

@@ -8,7 +8,8 @@
 #include <string.h>
 #include <cmocka.h>
 
-#include "internal.h"
+#include "core/internal.h"
+#include "skiplock.h"
 
 static void fingerprint_vectors(void **state)
 {

@@ -9,7 +9,8 @@
 #include <string.h>
 #include <cmocka.h>
 
-#include "internal.h"
+#include "core/internal.h"
+#include "skiplock.h"
 
 static void names(void **state)
 {

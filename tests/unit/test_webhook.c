@@ -9,7 +9,7 @@
 #include <cmocka.h>
 
 #include "skiplock.h"
-#include "webhook_int.h"
+#include "worker/webhook_int.h"
 
 #define T0 1792567680LL /* Wed, 21 Oct 2026 07:28:00 GMT */
 #define YEAR_MS (366LL * 24 * 3600 * 1000)

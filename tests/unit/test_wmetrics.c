@@ -9,7 +9,8 @@
 #include <string.h>
 #include <cmocka.h>
 
-#include "wmetrics.h"
+#include "skiplock.h"
+#include "worker/wmetrics.h"
 
 static void has_line(const char *text, const char *line)
 {

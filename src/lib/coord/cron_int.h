@@ -1,0 +1,42 @@
+/*
+ * cron_int.h — what cron.c (expressions, fire times, plans) offers
+ * schedule.c (the schedules table and the tick) and the unit tests.
+ */
+#ifndef SKL_CRON_INT_H
+#define SKL_CRON_INT_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "core/internal.h"
+#include "skiplock/cron.h"
+
+/* What one evaluation of a schedule does, computed from its cursor (the
+ * last fire time handled, or its creation instant) and "now". */
+typedef struct skl_cron_plan {
+	bool any_due;        /* some fire time lies in (cursor, now] */
+	bool behind;         /* the oldest of them is older than the grace */
+	int64_t newest;      /* the newest due fire time (when any_due) */
+	int64_t *fires;      /* the fire times to enqueue, ascending (free) */
+	size_t nfires;
+	bool has_next;
+	int64_t next;        /* the first fire time after max(cursor, newest) */
+} skl_cron_plan;
+
+/* Plans one evaluation: not behind, every due fire time runs (the newest
+ * `bound` at most); behind, the policy decides: none runs nothing, latest
+ * the newest, all the newest `bound`.  Work is bounded by `bound` however
+ * far behind the cursor is. */
+skl_rc skl__cron_plan(const skl_cron_expr *e, const char *zone, int64_t cursor, int64_t now,
+                      skl_catch_up policy, int bound, int64_t grace_s, skl_cron_plan *out,
+                      skl_error *err);
+void skl__cron_plan_free(skl_cron_plan *p);
+
+/* Parses "YYYY-MM-DD[T ]HH:MM[:SS](Z|±HH:MM)"; false when malformed. */
+bool skl__cron_time_parse(const char *s, int64_t *t);
+
+/* Earliest and latest instants an expression is evaluated at: years 1..9999. */
+#define SKL_CRON_T_MIN INT64_C(-62135596800)
+#define SKL_CRON_T_MAX INT64_C(253402300799)
+
+#endif

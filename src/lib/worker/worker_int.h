@@ -1,0 +1,158 @@
+/*
+ * worker_int.h — the worker's private structures, shared by worker.c (setup
+ * and API) and worker_loop.c (the run loop and handler threads).
+ */
+#ifndef SKL_WORKER_INT_H
+#define SKL_WORKER_INT_H
+
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+
+#include "core/internal.h"
+#include "queue/queue_int.h"
+#include "skiplock/queue.h"
+#include "skiplock/retry.h"
+#include "skiplock/worker.h"
+#include "worker/wmetrics.h"
+
+#define SLOT_MAGIC 0x736b6c6aU
+
+typedef struct slot {
+	skl_job job;                 /* first: handlers get &slot->job */
+	unsigned magic;
+	struct slot *next;
+	const struct handler *h;
+	volatile sig_atomic_t lost;
+	skl_outcome_kind outcome;
+	int64_t retry_delay_ms;      /* > 0 with a retry outcome: set by the handler
+	                              * path (e.g. a webhook's Retry-After) and wins
+	                              * over the backoff; after the record, the
+	                              * delay the database chose */
+	bool deferred;               /* the retry budget refused an early retry */
+	skl_backoff backoff;         /* the kind's or worker's policy (retry_policy.c) */
+	int64_t backoff_base_ms, backoff_cap_ms;
+	char *result;                /* JSON or NULL */
+	char *error;                 /* text or NULL */
+	double seconds;              /* how long the handler ran */
+} slot;
+
+typedef struct handler {
+	char *kind;
+	skl_handler_fn fn;
+	void *ctx;
+	char *command;
+	char *url;                   /* webhook: POST the payload here (webhook.c) */
+	int64_t url_timeout_ms;      /* webhook: 0 = the job's or worker's timeout */
+	int64_t url_connect_ms;      /* webhook: 0 = min(timeout, 10 s) */
+	char *secret;                /* webhook: HMAC secret or NULL; never logged */
+} handler;
+
+/* A kind's retry budget in this process: first attempts and granted
+ * retries in one-second buckets over SKL_RETRY_BUDGET_WINDOW_MS. */
+#define BUDGET_BUCKETS (SKL_RETRY_BUDGET_WINDOW_MS / 1000)
+typedef struct retry_budget {
+	int64_t bucket_ms;           /* start of the newest bucket */
+	int head;
+	int firsts[BUDGET_BUCKETS], retries[BUDGET_BUCKETS];
+	int64_t denied;              /* since the last log line */
+	int64_t logged_ms;           /* when the last one was written */
+} retry_budget;
+
+/* Retry settings and state of one kind (worker.c, retry_policy.c). */
+typedef struct kind_retry {
+	char *kind;
+	skl_retry_policy policy;
+	bool breaker;
+	skl_breaker_config breaker_config;
+	retry_budget budget;         /* under the worker's mu */
+} kind_retry;
+
+struct skl_worker {
+	skl_client_options co;
+	skl_worker_options wo;
+	char *strings[8];            /* copies the option structs point into */
+	char **queues;
+	handler *handlers;
+	size_t nhandlers;
+	kind_retry *retry;           /* per-kind settings, from skl_worker_retry_policy */
+	size_t nretry;               /* and skl_worker_breaker */
+	skl_client *db;
+
+	pthread_mutex_t mu;
+	pthread_cond_t work;
+	slot *queued, *queued_tail, *done;
+	bool done_woken;             /* a byte is on the wake pipe for `done` */
+	slot **running;              /* every claimed, unrecorded slot */
+	size_t nrunning;
+	bool threads_exit;
+	pthread_t *threads;
+	int nthreads;
+
+	/* The place in the claim order after which claims start (main thread;
+	 * worker_loop.c exchange()): set from a full claim's last job, dropped
+	 * when a claim comes back short; a claim from the front is made at
+	 * least every SKL_CLAIM_FRONT_EVERY_MS. */
+	bool mark_set;
+	int mark_priority;
+	int64_t mark_run_at_us, mark_id, mark_front_at;
+
+	int wake[2];
+	uint64_t listen_gen;         /* the connection (db->connects) last looked at */
+	bool listening;              /* that connection LISTENs */
+	skl_client *listen_db;       /* through a pooler: a direct connection that
+	                              * only LISTENs (worker_idle.c); else NULL */
+	int64_t listen_retry_at;     /* its next (re)connection attempt */
+	volatile sig_atomic_t stop;
+	uint64_t rng;
+	skl_wmetrics *metrics;       /* per queue and kind; see wmetrics.h */
+	_Atomic uint64_t st_claimed, st_completed, st_retried, st_discarded, st_fenced,
+		st_rescued, st_heartbeats;
+};
+
+/* Runs one webhook attempt for s (webhook.c): fills s->result or s->error,
+ * may set s->retry_delay_ms; returns SKL_JOB_OK, SKL_JOB_RETRY,
+ * SKL_JOB_DISCARD or 1 (a failed attempt). */
+int skl__webhook_run(skl_worker *w, slot *s);
+/* Frees what add_handler-style registration allocated for a handler. */
+void skl__handler_free(handler *h);
+/* Registers a handler (worker.c); h's strings are taken over on success. */
+skl_rc skl__handler_add(skl_worker *w, const char *kind, const handler *h, skl_error *err);
+/* retry_policy.c: the delay before a failed job's next attempt (the
+ * handler's request in s->retry_delay_ms, the strategy, the budget).
+ * Counts first attempts for the budget.  Handler threads; takes mu. */
+void skl__retry_settle(skl_worker *w, slot *s);
+/* Creates or updates the breakers of the kinds given one (main thread). */
+skl_rc skl__retry_start(skl_worker *w, skl_error *err);
+kind_retry *skl__retry_kind(skl_worker *w, const char *kind, bool create);
+void skl__retry_free(skl_worker *w);
+
+/* worker_idle.c: wake-ups on a direct connection, and the idle poll. */
+typedef struct skl_idle_view {
+	int64_t run_in;              /* ms until the earliest available job of ours is
+	                              * due (<= 0: due now); INT64_MAX: none */
+	int64_t fire_in;             /* ms until the earliest enabled schedule fires */
+	int64_t expire_in;           /* ms until the earliest lease expires */
+} skl_idle_view;
+/* True when the worker may LISTEN: its connection is not a pooler. */
+bool skl__idle_listens(const skl_worker *w);
+/* LISTENs on a connection that does not yet (after every reconnect);
+ * true when it just did: notifications may have been missed meanwhile. */
+bool skl__idle_relisten(skl_worker *w);
+/* The socket to poll for notifications, or -1 when not listening. */
+int skl__idle_fd(const skl_worker *w);
+/* Reads what arrived: the number of notifications, or -1 when the
+ * connection was lost (the next statement reconnects). */
+int skl__idle_drain(skl_worker *w);
+/* One read-only statement: when the next job, fire time, lease expiry are due. */
+skl_rc skl__idle_poll(skl_worker *w, const char *const *kinds, skl_idle_view *v,
+                      skl_error *err);
+
+void skl__wlog(const skl_worker *w, skl_log_level lvl, const char *fmt, ...) SKL_PRINTF(3, 4);
+/* A message about one job: its context goes to log_record as fields, or
+ * before the message ("job=… kind=… attempt=… fencing=… queue=…: ") for the
+ * plain log callback. */
+void skl__wlog_job(const skl_worker *w, skl_log_level lvl, const skl_job *job,
+                   const char *fmt, ...) SKL_PRINTF(4, 5);
+
+#endif

@@ -1,0 +1,828 @@
+/*
+ * worker_loop.c — the worker's run loop and its handler threads.
+ *
+ * Database calls happen on the main thread only, so a worker holds one
+ * connection whatever its concurrency.  No transaction is open while a
+ * handler runs: the claim, the heartbeats and the outcomes are separate
+ * autocommit statements.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <jansson.h>
+
+#include "skiplock/cron.h"
+#include "worker/command.h"
+#include "worker/worker_int.h"
+
+static void wake(skl_worker *w)
+{
+	ssize_t ignored = write(w->wake[1], "d", 1);
+	(void)ignored;
+}
+
+static bool is_json(const char *s)
+{
+	json_error_t e;
+	json_t *v = json_loads(s, JSON_DECODE_ANY, &e);
+	json_decref(v);
+	return v != NULL;
+}
+
+static void set_text(char **dst, const char *text)
+{
+	free(*dst);
+	*dst = text ? strdup(text) : NULL;
+}
+
+/* "retry-after: SECONDS" on a line of stderr (the last one wins): the
+ * command's own delay before the next attempt, in ms; 0 when absent. */
+static int64_t retry_after_line(const char *err)
+{
+	int64_t ms = 0;
+	for (const char *p = err; p && *p; p = strchr(p, '\n') ? strchr(p, '\n') + 1 : NULL) {
+		if (strncasecmp(p, "retry-after:", 12) != 0)
+			continue;
+		char *end;
+		double secs = strtod(p + 12, &end);
+		while (*end == ' ' || *end == '\t' || *end == '\r')
+			end++;
+		if (end != p + 12 && (*end == '\n' || *end == '\0') && secs > 0 && secs <= 31536000)
+			ms = (int64_t)(secs * 1000.0 + 0.5);
+	}
+	return ms;
+}
+
+static int run_command(skl_worker *w, slot *s)
+{
+	skl_cmd_result *r = malloc(sizeof(*r));
+	if (r == NULL) {
+		set_text(&s->error, "out of memory running the command");
+		return 1;
+	}
+	int64_t timeout = s->job.timeout_ms > 0 ? s->job.timeout_ms : w->wo.job_timeout_ms;
+	skl__command_run(s->h->command, &s->job, timeout, w->wo.kill_grace_ms, &s->lost, r);
+	int code = 1;
+	char why[160] = "";
+	switch (r->end) {
+	case SKL_CMD_EXITED: code = r->code; break;
+	case SKL_CMD_SIGNALED: snprintf(why, sizeof(why), "killed by signal %d", r->code); break;
+	case SKL_CMD_TIMEOUT: snprintf(why, sizeof(why), "timed out after %" PRId64 " ms", timeout); break;
+	case SKL_CMD_STOPPED: snprintf(why, sizeof(why), "stopped: lease lost or worker shutting down"); break;
+	case SKL_CMD_SPAWN: snprintf(why, sizeof(why), "cannot start /bin/sh: %s", strerror(r->code)); break;
+	}
+	if (code == 0 && r->out_len > 0 && !r->out_truncated && is_json(r->out))
+		set_text(&s->result, r->out);
+	if (code == SKL_JOB_RETRY && r->end == SKL_CMD_EXITED)
+		s->retry_delay_ms = retry_after_line(r->err);
+	if (code != 0) {
+		char *msg = malloc(r->err_len + sizeof(why) + 32);
+		if (msg) {
+			if (why[0])
+				sprintf(msg, "%s%s%s", why, r->err_len ? "; stderr: " : "", r->err);
+			else
+				sprintf(msg, "exit status %d%s%s", code, r->err_len ? "; stderr: " : "", r->err);
+		}
+		free(s->error);
+		s->error = msg;
+	}
+	free(r);
+	return code;
+}
+
+static int run_handler(skl_worker *w, slot *s)
+{
+	if (s->h->command)
+		return run_command(w, s);
+	if (s->h->url)
+		return skl__webhook_run(w, s);
+	return s->h->fn(&s->job, s->h->ctx);
+}
+
+static double seconds_now(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static void run_slot(skl_worker *w, slot *s)
+{
+	double start = seconds_now();
+	int code = run_handler(w, s);
+	s->seconds = seconds_now() - start;
+	if (code == SKL_JOB_OK) {
+		s->outcome = SKL_OUTCOME_COMPLETE;
+		return;
+	}
+	if (s->error == NULL) {
+		char msg[64];
+		snprintf(msg, sizeof(msg), "handler returned %d", code);
+		set_text(&s->error, msg);
+	}
+	s->outcome = code == SKL_JOB_DISCARD ? SKL_OUTCOME_DISCARD : SKL_OUTCOME_RETRY;
+}
+
+/* Runs the handler, then decides the retry delay: a handler that asked
+ * for one left it in s->retry_delay_ms (> 0) with a retry outcome. */
+static void run_and_settle(skl_worker *w, slot *s)
+{
+	run_slot(w, s);
+	skl__retry_settle(w, s);
+}
+
+/* Runs queued slots; a finished one goes on the done list in the same
+ * critical section that takes the next, and the main thread gets one
+ * byte on the wake pipe (non-blocking) per batch it has not taken yet. */
+static void *thread_main(void *arg)
+{
+	skl_worker *w = arg;
+	/* A command that does not read its payload must not kill the process
+	 * with SIGPIPE: writes to its stdin fail with EPIPE instead. */
+	sigset_t pipe_set;
+	sigemptyset(&pipe_set);
+	sigaddset(&pipe_set, SIGPIPE);
+	pthread_sigmask(SIG_BLOCK, &pipe_set, NULL);
+	slot *s = NULL;
+	pthread_mutex_lock(&w->mu);
+	for (;;) {
+		if (s != NULL) {
+			s->next = w->done;
+			w->done = s;
+			if (!w->done_woken) {
+				w->done_woken = true;
+				wake(w);
+			}
+		}
+		while (w->queued == NULL && !w->threads_exit)
+			pthread_cond_wait(&w->work, &w->mu);
+		s = w->queued;
+		if (s == NULL)
+			break;
+		w->queued = s->next;
+		if (w->queued == NULL)
+			w->queued_tail = NULL;
+		pthread_mutex_unlock(&w->mu);
+		run_and_settle(w, s);
+		pthread_mutex_lock(&w->mu);
+	}
+	pthread_mutex_unlock(&w->mu);
+	return NULL;
+}
+
+static void free_slot(slot *s)
+{
+	free(s->job.internal);
+	free(s->result);
+	free(s->error);
+	free(s);
+}
+
+static void forget_running(skl_worker *w, slot *s)
+{
+	for (size_t i = 0; i < w->nrunning; i++)
+		if (w->running[i] == s) {
+			w->running[i] = w->running[--w->nrunning];
+			return;
+		}
+}
+
+/* Takes the done list; *n receives its length. */
+static slot *take_done(skl_worker *w, size_t *n)
+{
+	pthread_mutex_lock(&w->mu);
+	slot *list = w->done;
+	w->done = NULL;
+	w->done_woken = false;
+	pthread_mutex_unlock(&w->mu);
+	*n = 0;
+	for (slot *s = list; s; s = s->next)
+		(*n)++;
+	return list;
+}
+
+/* Puts slots back on the done list after a failed record. */
+static void give_back(skl_worker *w, slot *list)
+{
+	if (list == NULL)
+		return;
+	pthread_mutex_lock(&w->mu);
+	slot *tail = list;
+	while (tail->next)
+		tail = tail->next;
+	tail->next = w->done;
+	w->done = list;
+	pthread_mutex_unlock(&w->mu);
+}
+
+static void count(skl_worker *w, const slot *s, skl_wm_counter c)
+{
+	skl__wm_count(w->metrics, s->job.queue, s->job.kind, c, 1);
+}
+
+static void log_outcome(skl_worker *w, slot *s, const skl_recorded *rec)
+{
+	const skl_job *j = &s->job;
+	skl__wm_duration(w->metrics, j->queue, j->kind, s->seconds);
+	s->retry_delay_ms = rec->delay_ms;
+	if (!rec->accepted) {
+		w->st_fenced++;
+		count(w, s, WM_FENCED);
+		skl__wlog_job(w, SKL_LOG_WARNING, j, "lease lost, outcome dropped");
+	} else if (s->outcome == SKL_OUTCOME_COMPLETE) {
+		w->st_completed++;
+		count(w, s, WM_COMPLETED);
+		skl__wlog_job(w, SKL_LOG_DEBUG, j, "completed in %.3f s", s->seconds);
+	} else if (rec->discarded) {
+		w->st_discarded++;
+		count(w, s, WM_FAILED);
+		count(w, s, WM_DISCARDED);
+		skl__wlog_job(w, SKL_LOG_WARNING, j, "discarded: %s", s->error ? s->error : "");
+	} else {
+		w->st_retried++;
+		count(w, s, WM_FAILED);
+		count(w, s, WM_RETRIED);
+		skl__wlog_job(w, SKL_LOG_INFO, j, "failed, retry in %" PRId64 " ms: %s",
+		              s->retry_delay_ms, s->error ? s->error : "");
+	}
+}
+
+/* Logs, counts and frees recorded slots. */
+static void settle(skl_worker *w, slot *list, const skl_recorded *rec)
+{
+	size_t i = 0;
+	for (slot *s = list, *next; s; s = next, i++) {
+		next = s->next;
+		log_outcome(w, s, &rec[i]);
+		forget_running(w, s);
+		free_slot(s);
+	}
+}
+
+static skl_outcome *outcomes_of(slot *list, size_t n)
+{
+	skl_outcome *outs = calloc(n ? n : 1, sizeof(*outs));
+	size_t i = 0;
+	for (slot *s = list; outs && s; s = s->next, i++)
+		outs[i] = (skl_outcome){.id = s->job.id, .fencing = s->job.fencing,
+		                        .kind = s->outcome, .result = s->result, .error = s->error,
+		                        .retry_delay_ms = s->retry_delay_ms, .deferred = s->deferred,
+		                        .backoff = s->backoff, .backoff_base_ms = s->backoff_base_ms,
+		                        .backoff_cap_ms = s->backoff_cap_ms};
+	return outs;
+}
+
+static const handler *find_handler(const skl_worker *w, const char *kind)
+{
+	for (size_t i = 0; i < w->nhandlers; i++)
+		if (strcmp(w->handlers[i].kind, kind) == 0)
+			return &w->handlers[i];
+	return NULL;
+}
+
+/* Hands claimed jobs to the handler threads: queued in one critical
+ * section, then a thread woken per job (a signal without waiters is
+ * free). */
+static void dispatch(skl_worker *w, skl_job *jobs, size_t n)
+{
+	slot *head = NULL, *tail = NULL;
+	size_t queued = 0;
+	for (size_t i = 0; i < n; i++) {
+		slot *s = calloc(1, sizeof(*s));
+		if (s == NULL) { /* leave it to the rescue: its lease will expire */
+			free(jobs[i].internal);
+			continue;
+		}
+		s->job = jobs[i];
+		s->magic = SLOT_MAGIC;
+		s->h = find_handler(w, s->job.kind);
+		w->running[w->nrunning++] = s;
+		count(w, s, WM_CLAIMED);
+		skl__wlog_job(w, SKL_LOG_DEBUG, &s->job, "claimed");
+		if (tail)
+			tail->next = s;
+		else
+			head = s;
+		tail = s;
+		queued++;
+	}
+	free(jobs);
+	w->st_claimed += n;
+	if (head == NULL)
+		return;
+	pthread_mutex_lock(&w->mu);
+	if (w->queued_tail)
+		w->queued_tail->next = head;
+	else
+		w->queued = head;
+	w->queued_tail = tail;
+	pthread_mutex_unlock(&w->mu);
+	if (queued >= (size_t)w->wo.concurrency)
+		pthread_cond_broadcast(&w->work);
+	else
+		for (size_t i = 0; i < queued; i++)
+			pthread_cond_signal(&w->work);
+}
+
+/* Claims after the mark while one is set and a claim from the front was
+ * made within this bound: a job placed before the mark (a higher
+ * priority, an old run_at, a claim rolled back) waits at most this long
+ * more than it would otherwise (or walk_period() of a slow claim from
+ * the front). */
+#define SKL_CLAIM_FRONT_EVERY_MS 2000
+
+/* A walk that is slow because a held snapshot keeps every dead entry in
+ * its way (the claim from the front, the rescue) waits this many times its
+ * own duration before the next, up to a minute (a call slowed by a
+ * reconnect must not postpone them for long): at most 2 % of the
+ * worker's time.  Normally both take milliseconds and their periods stay
+ * as set. */
+#define SKL_SLOW_WALK_FACTOR 50
+#define SKL_SLOW_WALK_CAP_MS 60000
+
+/* The period of a walk that took `took` ms, normally `every`. */
+static int64_t walk_period(int64_t every, int64_t took)
+{
+	int64_t slow = took < SKL_SLOW_WALK_CAP_MS / SKL_SLOW_WALK_FACTOR
+	                   ? took * SKL_SLOW_WALK_FACTOR : SKL_SLOW_WALK_CAP_MS;
+	return slow > every ? slow : every;
+}
+
+static bool before(int p1, int64_t r1, int64_t i1, const skl_job *j)
+{
+	if (p1 != j->priority)
+		return p1 > j->priority;
+	return r1 != j->run_at_us ? r1 < j->run_at_us : i1 < j->id;
+}
+
+/* After a claim of `want` that got jobs[0..n): the new mark, or none when
+ * the claim came back short (what is left may sit before the mark). */
+static void move_mark(skl_worker *w, const skl_job *jobs, size_t n, size_t want, bool front,
+                      int64_t now, int64_t took)
+{
+	if (front)
+		w->mark_front_at = now + walk_period(SKL_CLAIM_FRONT_EVERY_MS, took);
+	w->mark_set = n > 0 && n >= want;
+	for (size_t i = 0; w->mark_set && i < n; i++)
+		if (i == 0 || before(w->mark_priority, w->mark_run_at_us, w->mark_id, &jobs[i])) {
+			w->mark_priority = jobs[i].priority;
+			w->mark_run_at_us = jobs[i].run_at_us;
+			w->mark_id = jobs[i].id;
+		}
+}
+
+/* Records finished outcomes and, when `claim` slots are wanted, claims in
+ * the same statement.  Returns the number of jobs claimed, or -1 when the
+ * database call failed (the outcomes are kept and tried again). */
+static int exchange(skl_worker *w, size_t claim, const char *const *kinds)
+{
+	size_t ndone;
+	slot *list = take_done(w, &ndone);
+	if (ndone == 0 && claim == 0)
+		return 0;
+	skl_outcome *outs = outcomes_of(list, ndone);
+	skl_recorded *ok = calloc(ndone ? ndone : 1, sizeof(*ok));
+	skl_claim_opts o = {.queues = w->wo.queues, .nqueues = w->wo.nqueues, .kinds = kinds,
+	                    .nkinds = w->nhandlers, .limit = claim, .lease_ms = w->wo.lease_ms,
+	                    .owner = w->wo.owner};
+	int64_t now = skl__now_ms();
+	o.after_set = w->mark_set && now < w->mark_front_at;
+	o.after_priority = w->mark_priority;
+	o.after_run_at_us = w->mark_run_at_us;
+	o.after_id = w->mark_id;
+	skl_job *jobs = NULL;
+	size_t n = 0;
+	skl_error err;
+	skl_rc rc = SKL_NOMEM;
+	if (outs && ok)
+		rc = claim ? skl__record_and_claim(w->db, outs, ndone, ok, &o, &jobs, &n, &err)
+		           : skl__record(w->db, outs, ndone, ok, &err);
+	if (rc == SKL_OK || rc == SKL_EMPTY) {
+		if (claim)
+			move_mark(w, jobs, n, claim, !o.after_set, now, skl__now_ms() - now);
+		settle(w, list, ok);
+		dispatch(w, jobs, n);
+	} else {
+		skl__wlog(w, SKL_LOG_WARNING, "%s failed, will retry: %s",
+		          ndone ? "recording outcomes" : "claim",
+		          rc == SKL_NOMEM ? "out of memory" : err.message);
+		give_back(w, list);
+	}
+	free(outs);
+	free(ok);
+	return rc == SKL_OK || rc == SKL_EMPTY ? (int)n : -1;
+}
+
+static void heartbeat(skl_worker *w)
+{
+	size_t n = w->nrunning;
+	if (n == 0)
+		return;
+	int64_t *ids = calloc(n, sizeof(int64_t)), *fen = calloc(n, sizeof(int64_t));
+	bool *alive = calloc(n, sizeof(bool));
+	skl_error err;
+	for (size_t i = 0; ids && fen && i < n; i++) {
+		ids[i] = w->running[i]->job.id;
+		fen[i] = w->running[i]->job.fencing;
+	}
+	skl_rc rc = ids && fen && alive
+	                ? skl_heartbeat(w->db, ids, fen, n, w->wo.lease_ms, alive, &err)
+	                : SKL_NOMEM;
+	if (rc == SKL_OK) {
+		w->st_heartbeats++;
+		for (size_t i = 0; i < n; i++)
+			if (!alive[i] && !w->running[i]->lost) {
+				w->running[i]->lost = 1;
+				skl__wlog_job(w, SKL_LOG_WARNING, &w->running[i]->job,
+				              "lease lost; stopping it");
+			}
+	} else {
+		skl__wlog(w, SKL_LOG_WARNING, "heartbeat failed: %s",
+		          rc == SKL_NOMEM ? "out of memory" : err.message);
+	}
+	free(ids);
+	free(fen);
+	free(alive);
+}
+
+static void count_rescue(void *ctx, const char *queue, const char *kind, bool discarded)
+{
+	skl_worker *w = ctx;
+	skl__wm_count(w->metrics, queue, kind, WM_RESCUED, 1);
+	if (discarded)
+		skl__wm_count(w->metrics, queue, kind, WM_DISCARDED, 1);
+}
+
+/* Returns the number of jobs whose expired lease it ended. */
+static int rescue(skl_worker *w)
+{
+	int rescued = 0, discarded = 0;
+	skl_error err;
+	if (skl__rescue_each(w->db, 1000, count_rescue, w, &rescued, &discarded, &err) != SKL_OK) {
+		skl__wlog(w, SKL_LOG_WARNING, "rescue failed: %s", err.message);
+		return 0;
+	}
+	w->st_rescued += (uint64_t)(rescued + discarded);
+	if (rescued + discarded > 0)
+		skl__wlog(w, SKL_LOG_INFO, "rescued %d job(s) with expired leases (%d discarded)",
+		          rescued, discarded);
+	return rescued + discarded;
+}
+
+static size_t pending_count(skl_worker *w)
+{
+	return w->nrunning; /* claimed and not yet recorded */
+}
+
+/* Jobs the worker may hold claimed: the handler threads, plus prefetched
+ * jobs waiting for one. */
+static size_t capacity(const skl_worker *w)
+{
+	return (size_t)w->wo.concurrency + (size_t)(w->wo.prefetch > 0 ? w->wo.prefetch : 0);
+}
+
+static size_t done_count(skl_worker *w)
+{
+	size_t n = 0;
+	pthread_mutex_lock(&w->mu);
+	for (slot *s = w->done; s; s = s->next)
+		n++;
+	pthread_mutex_unlock(&w->mu);
+	return n;
+}
+
+/* Waits for the wake pipe, a notification or ms; true when a
+ * notification arrived or the connection was lost (claim at once). */
+static bool wait_wake(skl_worker *w, int64_t ms)
+{
+	int woken = skl__idle_drain(w); /* read while the last statement ran */
+	struct pollfd p[2] = {{.fd = w->wake[0], .events = POLLIN},
+	                      {.fd = skl__idle_fd(w), .events = POLLIN}};
+	if (ms > 0 && woken == 0 && poll(p, p[1].fd >= 0 ? 2 : 1, ms > 1000 ? 1000 : (int)ms) > 0 &&
+	    p[1].fd >= 0 && p[1].revents)
+		woken = skl__idle_drain(w);
+	char buf[256];
+	while (read(w->wake[0], buf, sizeof(buf)) > 0)
+		;
+	return woken != 0;
+}
+
+static skl_rc start_threads(skl_worker *w, skl_error *err)
+{
+	w->running = calloc(capacity(w), sizeof(slot *));
+	w->threads = calloc((size_t)w->wo.concurrency, sizeof(pthread_t));
+	if (w->running == NULL || w->threads == NULL)
+		return skl__seterr(err, SKL_NOMEM, "out of memory");
+	pthread_attr_t at;
+	pthread_attr_init(&at);
+	pthread_attr_setstacksize(&at, 512 * 1024);
+	for (int i = 0; i < w->wo.concurrency; i++, w->nthreads++)
+		if (pthread_create(&w->threads[i], &at, thread_main, w) != 0) {
+			pthread_attr_destroy(&at);
+			return skl__seterr(err, SKL_IO, "cannot start handler thread %d", i + 1);
+		}
+	pthread_attr_destroy(&at);
+	return SKL_OK;
+}
+
+static void stop_threads(skl_worker *w)
+{
+	pthread_mutex_lock(&w->mu);
+	w->threads_exit = true;
+	pthread_mutex_unlock(&w->mu);
+	pthread_cond_broadcast(&w->work);
+	for (int i = 0; i < w->nthreads; i++)
+		pthread_join(w->threads[i], NULL);
+	w->nthreads = 0;
+}
+
+typedef struct loop_state {
+	int64_t poll, next_claim, next_hb, next_rescue, stop_at, kill_sent, next_cron, cron_warned;
+	int64_t next_stats, stats_warned;
+	bool idle;                   /* nothing claimed for idle_after(): see idle_poll */
+	bool woken;                  /* a notification or a new LISTEN: claim at once */
+	int64_t last_work, next_idle, idle_warned;
+} loop_state;
+
+/* Uniform in [ms/2, 3ms/2). The generator is shared with handler threads. */
+static int64_t jitter(skl_worker *w, int64_t ms)
+{
+	pthread_mutex_lock(&w->mu);
+	double r = skl__rand01(&w->rng);
+	pthread_mutex_unlock(&w->mu);
+	return ms / 2 + (int64_t)(r * (double)ms);
+}
+
+/* Periodic jobs: every worker evaluates every due schedule; the database
+ * decides which one enqueues each fire time (schedule.c).  A failure is
+ * logged at most once a minute. */
+static void cron_tick(skl_worker *w, loop_state *ls, int64_t now)
+{
+	skl_cron_tick_result r;
+	skl_error err;
+	skl_rc rc = skl_cron_tick(w->db, NULL, &r, &err);
+	const char *why = rc != SKL_OK ? err.message : r.failed ? r.failure : NULL;
+	if (why && now - ls->cron_warned >= 60000) {
+		ls->cron_warned = now;
+		skl__wlog(w, SKL_LOG_WARNING, "cron: %s", why);
+	}
+	int64_t every = w->wo.cron_every_ms > 0 ? w->wo.cron_every_ms : 1000;
+	ls->next_cron = now + jitter(w, every);
+}
+
+/* The cached queue gauges of skl_worker_metrics; a failure keeps the old
+ * values and is logged at most once a minute. */
+static void queue_stats(skl_worker *w, loop_state *ls, int64_t now)
+{
+	skl_error err;
+	skl_rc rc = skl__wm_refresh(w->metrics, w->db, w->wo.queues, w->wo.nqueues, &err);
+	if (rc != SKL_OK && now - ls->stats_warned >= 60000) {
+		ls->stats_warned = now;
+		skl__wlog(w, SKL_LOG_WARNING, "queue gauges: %s", err.message);
+	}
+	ls->next_stats = now + w->wo.queue_stats_every_ms;
+}
+
+static int64_t idle_after(const skl_worker *w)
+{
+	return 10 * w->wo.poll_max_ms;
+}
+
+/* Back to claiming on --poll: work appeared, or may have. */
+static void leave_idle(skl_worker *w, loop_state *ls, int64_t now)
+{
+	if (ls->idle) {
+		ls->idle = false;
+		ls->next_rescue = now + jitter(w, w->wo.rescue_every_ms);
+		ls->next_cron = now + jitter(w, w->wo.cron_every_ms > 0 ? w->wo.cron_every_ms : 1000);
+		skl__wlog(w, SKL_LOG_DEBUG, "no longer idle");
+	}
+	ls->last_work = now;
+	ls->poll = w->wo.poll_ms;
+	ls->next_claim = now;
+}
+
+static int64_t min64(int64_t a, int64_t b)
+{
+	return a < b ? a : b;
+}
+
+/* How long an idle worker sleeps after its idle poll: poll_idle_ms
+ * (drawn in [1, 1.25) times it, so never more often), or less when a job,
+ * a fire time or a lease expiry is due earlier. */
+static int64_t idle_sleep(skl_worker *w, const skl_idle_view *v)
+{
+	pthread_mutex_lock(&w->mu);
+	double r = skl__rand01(&w->rng);
+	pthread_mutex_unlock(&w->mu);
+	int64_t d = w->wo.poll_idle_ms, ms = d + (int64_t)(r * (double)(d / 4));
+	ms = min64(ms, v->run_in < INT64_MAX - 10 ? v->run_in + 10 : INT64_MAX);
+	if (!w->wo.no_cron)
+		ms = min64(ms, v->fire_in < INT64_MAX - 10 ? v->fire_in + 10 : INT64_MAX);
+	if (v->expire_in < INT64_MAX - 10) /* rescued within rescue_every of expiring */
+		ms = min64(ms, v->expire_in + 10 > w->wo.rescue_every_ms ? v->expire_in + 10
+		                                                         : w->wo.rescue_every_ms);
+	return ms > 0 ? ms : 1;
+}
+
+/* An idle worker's one statement: instead of claim polls, cron ticks and
+ * rescue passes on their periods, it asks when any of them is next due. */
+static void idle_poll(skl_worker *w, loop_state *ls, const char *const *kinds, int64_t now)
+{
+	skl_idle_view v;
+	skl_error err;
+	if (skl__idle_poll(w, kinds, &v, &err) != SKL_OK) {
+		if (now - ls->idle_warned >= 60000) {
+			ls->idle_warned = now;
+			skl__wlog(w, SKL_LOG_WARNING, "idle poll failed: %s", err.message);
+		}
+		ls->next_idle = now + jitter(w, w->wo.poll_max_ms);
+		return;
+	}
+	bool work = v.run_in <= 0;
+	if (v.expire_in <= 0 && rescue(w) > 0)
+		work = true;
+	if (!w->wo.no_cron && v.fire_in <= 0) {
+		cron_tick(w, ls, now);
+		work = true;
+	}
+	if (work)
+		leave_idle(w, ls, now);
+	else
+		ls->next_idle = now + idle_sleep(w, &v);
+}
+
+/* Periodic work besides claims and outcomes; returns the earliest time
+ * one of them is due next. */
+static int64_t chores(skl_worker *w, loop_state *ls, const char *const *kinds, int64_t now)
+{
+	if (now >= ls->next_hb) {
+		heartbeat(w);
+		ls->next_hb = now + w->wo.lease_ms / 3;
+	}
+	skl__wm_set_scalars(w->metrics, w->nrunning,
+	                    skl_client_connects(w->db) ? skl_client_connects(w->db) - 1 : 0,
+	                    skl_client_indeterminate(w->db));
+	bool stats = !w->stop && w->wo.queue_stats_every_ms > 0;
+	if (stats && now >= ls->next_stats) /* metrics stay fresh, idle or not */
+		queue_stats(w, ls, now);
+	if (ls->idle && !w->stop) {
+		if (now >= ls->next_idle)
+			idle_poll(w, ls, kinds, now);
+		if (ls->idle)
+			return min64(min64(ls->next_hb, ls->next_idle),
+			             stats ? ls->next_stats : INT64_MAX);
+	}
+	if (!w->stop && now >= ls->next_rescue) {
+		int64_t t0 = skl__now_ms();
+		rescue(w);
+		int64_t took = skl__now_ms() - t0;
+		ls->next_rescue = now + walk_period(jitter(w, w->wo.rescue_every_ms), took);
+	}
+	if (!w->stop && !w->wo.no_cron && now >= ls->next_cron)
+		cron_tick(w, ls, now);
+	int64_t until = ls->next_hb;
+	if (!w->stop && ls->next_rescue < until)
+		until = ls->next_rescue;
+	if (!w->stop && !w->wo.no_cron && ls->next_cron < until)
+		until = ls->next_cron;
+	if (stats && ls->next_stats < until)
+		until = ls->next_stats;
+	return until;
+}
+
+/* Records outcomes and claims into free slots when a claim is due; an
+ * empty claim backs off up to poll_max_ms, and after idle_after() without
+ * work the worker turns idle. */
+static void claim_turn(skl_worker *w, loop_state *ls, const char *const *kinds, int64_t now)
+{
+	size_t ndone = done_count(w);
+	size_t free_slots = capacity(w) - pending_count(w) + ndone;
+	bool want = !w->stop && !ls->idle && free_slots > 0 && (now >= ls->next_claim || ndone > 0);
+	if (ndone > 0)
+		ls->last_work = now;
+	if (!want) {
+		exchange(w, 0, kinds); /* outcomes only */
+		return;
+	}
+	int got = exchange(w, free_slots, kinds);
+	if (got > 0) {
+		ls->poll = w->wo.poll_ms;
+		ls->next_claim = now; /* more may be due as soon as a slot frees */
+		ls->last_work = now;
+		return;
+	}
+	ls->next_claim = now + jitter(w, ls->poll);
+	ls->poll = ls->poll * 2 > w->wo.poll_max_ms ? w->wo.poll_max_ms : ls->poll * 2;
+	if (got == 0 && pending_count(w) == 0 && now - ls->last_work >= idle_after(w)) {
+		ls->idle = true;
+		ls->next_idle = now; /* learn at once when the next job or fire time is due */
+		skl__wlog(w, SKL_LOG_DEBUG, "idle: polling every %" PRId64 " ms at most",
+		          w->wo.poll_idle_ms);
+	}
+}
+
+/* One turn of the loop; returns false when the drain is complete. */
+static bool turn(skl_worker *w, loop_state *ls, const char *const *kinds)
+{
+	int64_t now = skl__now_ms();
+	if (w->stop && ls->stop_at == 0) {
+		ls->stop_at = now + w->wo.shutdown_timeout_ms;
+		skl__wlog(w, SKL_LOG_INFO, "stopping: draining %zu running job(s)", pending_count(w));
+	}
+	if (w->stop && pending_count(w) == 0)
+		return false;
+	if (w->stop && now >= ls->stop_at && !ls->kill_sent) {
+		ls->kill_sent = now;
+		for (size_t i = 0; i < w->nrunning; i++)
+			w->running[i]->lost = 1; /* commands get SIGTERM, then SIGKILL */
+		skl__wlog(w, SKL_LOG_WARNING, "shutdown timeout: stopping %zu job(s)", w->nrunning);
+	}
+	if (ls->kill_sent && now - ls->kill_sent > w->wo.kill_grace_ms + 2000)
+		return false; /* C handlers that ignore skl_job_lost: leave them to the rescue */
+	if (ls->woken) {
+		ls->woken = false;
+		leave_idle(w, ls, now);
+	}
+	claim_turn(w, ls, kinds, now);
+	int64_t until = chores(w, ls, kinds, now);
+	if (!w->stop && !ls->idle && pending_count(w) < capacity(w) &&
+	    ls->next_claim < until)
+		until = ls->next_claim;
+	if (skl__idle_relisten(w))
+		ls->woken = true;
+	else if (wait_wake(w, until - skl__now_ms()))
+		ls->woken = true;
+	return true;
+}
+
+skl_rc skl_worker_run(skl_worker *w, skl_error *err)
+{
+	if (w->nhandlers == 0)
+		return skl__seterr(err, SKL_MISUSE, "the worker has no handlers");
+	skl_rc rc = skl_client_ping(w->db, err);
+	if (rc != SKL_OK)
+		return rc;
+	const char **kinds = calloc(w->nhandlers, sizeof(char *));
+	if (kinds == NULL)
+		return skl__seterr(err, SKL_NOMEM, "out of memory");
+	for (size_t i = 0; i < w->nhandlers; i++)
+		kinds[i] = w->handlers[i].kind;
+	rc = skl__retry_start(w, err);
+	if (rc == SKL_OK)
+		rc = start_threads(w, err);
+	int64_t now = skl__now_ms();
+	loop_state ls = {.poll = w->wo.poll_ms, .next_claim = now,
+	                 .next_hb = now + w->wo.lease_ms / 3,
+	                 .next_rescue = now + jitter(w, w->wo.rescue_every_ms),
+	                 .next_cron = now, .cron_warned = now - 60000, .next_stats = now,
+	                 .stats_warned = now - 60000, .last_work = now,
+	                 .idle_warned = now - 60000};
+	skl__wlog(w, SKL_LOG_INFO, "worker %s started: %zu kind(s), concurrency %d, lease %" PRId64
+	          " ms", w->wo.owner, w->nhandlers, w->wo.concurrency, w->wo.lease_ms);
+	while (rc == SKL_OK && turn(w, &ls, kinds))
+		;
+	stop_threads(w);
+	free(kinds);
+	if (rc == SKL_OK)
+		skl_error_clear(err);
+	return rc;
+}
+
+void skl_worker_free(skl_worker *w)
+{
+	if (w == NULL)
+		return;
+	if (w->nthreads)
+		stop_threads(w);
+	for (size_t i = 0; i < w->nrunning; i++)
+		free_slot(w->running[i]);
+	free(w->running);
+	free(w->threads);
+	for (size_t i = 0; i < w->nhandlers; i++)
+		skl__handler_free(&w->handlers[i]);
+	free(w->handlers);
+	skl__retry_free(w);
+	for (size_t i = 0; w->queues && w->queues[i]; i++)
+		free(w->queues[i]);
+	free(w->queues);
+	for (size_t i = 0; i < SKL_ARRAY_LEN(w->strings); i++)
+		free(w->strings[i]);
+	skl_client_close(w->db);
+	skl_client_close(w->listen_db);
+	if (w->wake[0] >= 0)
+		close(w->wake[0]);
+	if (w->wake[1] >= 0)
+		close(w->wake[1]);
+	pthread_mutex_destroy(&w->mu);
+	pthread_cond_destroy(&w->work);
+	skl__wm_free(w->metrics);
+	free(w);
+}

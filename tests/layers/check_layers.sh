@@ -1,0 +1,134 @@
+#!/usr/bin/env bash
+# tests/layers/check_layers.sh SOURCE_DIR LIBSKIPLOCK.a
+#
+# The library's parts are folders of src/lib, in dependency order:
+#   core  queue  coord  worker  migrate  doctor
+# A file may include, and its object may call, only its own part or an
+# earlier one.  Checked here:
+#  - every #include "…" in src/lib/<part>/*.[ch] and include/skiplock/*.h
+#    names "part/file.h", a public header "skiplock/NAME.h" (each belongs to
+#    a part, PUBLIC below) or the umbrella "skiplock.h" (above every part:
+#    only the files directly in src/lib may include it);
+#  - every skl_ symbol an object of the static library uses (nm -u) is
+#    defined (nm --defined-only) by an object of the same or an earlier part.
+# Prints the layer table (what each part includes and calls), then one line
+# per violation, and exits 1 when there is any.
+set -u
+SRC=${1:?usage: check_layers.sh SOURCE_DIR LIBSKIPLOCK.a}
+LIB=${2:?usage: check_layers.sh SOURCE_DIR LIBSKIPLOCK.a}
+PARTS=(core queue coord worker migrate doctor lib)
+declare -A RANK PUBLIC PART_OF
+for i in "${!PARTS[@]}"; do RANK[${PARTS[$i]}]=$i; done
+# The public headers by part (include/skiplock/NAME.h).
+while read -r part names; do
+	for n in $names; do PUBLIC[$n]=$part; done
+done <<'EOF'
+core error client schema retry
+queue queue inspect
+coord lease idem cron
+worker worker webhook
+migrate migrate
+doctor doctor diagnose
+EOF
+PROBLEMS=0
+problem() { echo "violation: $*"; PROBLEMS=$((PROBLEMS + 1)); }
+declare -A INCLUDES CALLS FILES
+
+# part_of FILE (relative to SRC): the part a source or header belongs to.
+part_of() {
+	case $1 in
+	src/lib/*/*) local p=${1#src/lib/}; echo "${p%%/*}" ;;
+	src/lib/*) echo lib ;;
+	include/skiplock/*) local n=${1#include/skiplock/}; echo "${PUBLIC[${n%.h}]:-?}" ;;
+	esac
+}
+
+# included_part HEADER: the part an #include "HEADER" reaches, or "?".
+included_part() {
+	case $1 in
+	skiplock.h) echo lib ;;
+	skiplock/*.h) local n=${1#skiplock/}; echo "${PUBLIC[${n%.h}]:-?}" ;;
+	*/*) local p=${1%%/*}; [ -n "${RANK[$p]:-}" ] && [ -f "$SRC/src/lib/$1" ] && echo "$p" || echo "?" ;;
+	*) echo "?" ;;
+	esac
+}
+
+check_includes() {
+	local f part h to
+	while read -r f; do
+		part=$(part_of "$f")
+		if [ -z "${RANK[$part]:-}" ]; then
+			problem "$f is in no part (src/lib/<part>/ with part one of ${PARTS[*]})"
+			continue
+		fi
+		[[ $f == src/lib/*.c ]] && FILES[$part]=$((${FILES[$part]:-0} + 1))
+		for h in $(sed -nE 's/^[[:space:]]*#[[:space:]]*include[[:space:]]+"([^"]+)".*/\1/p' "$SRC/$f"); do
+			to=$(included_part "$h")
+			if [ "$to" = "?" ]; then
+				problem "$f includes \"$h\": not \"part/file.h\" of src/lib, nor a public header of a part"
+			elif [ "${RANK[$to]}" -gt "${RANK[$part]}" ]; then
+				problem "$f ($part) includes \"$h\" ($to, a later part)"
+			elif [ "$to" != "$part" ]; then
+				INCLUDES[$part]="${INCLUDES[$part]:-} $to"
+			fi
+		done
+	done < <(cd "$SRC" && find src/lib include/skiplock -name '*.[ch]' | sort)
+}
+
+# Object names in the archive are the source's file name plus .o; the
+# generated schema_sql.c (cmake/embed_sql.cmake) belongs to core.
+map_objects() {
+	local f b
+	PART_OF[schema_sql.c.o]=core
+	while read -r f; do
+		b=$(basename "$f").o
+		[ -n "${PART_OF[$b]:-}" ] && problem "two sources are named $(basename "$f"): objects would be ambiguous"
+		PART_OF[$b]=$(part_of "$f")
+	done < <(cd "$SRC" && find src/lib -name '*.c' | sort)
+}
+
+check_calls() {
+	local obj sym from to
+	declare -A DEF
+	while IFS=: read -r _ obj sym; do
+		DEF[$sym]=$obj
+	done < <(nm -A --defined-only "$LIB" 2>/dev/null |
+		awk '$(NF-1) ~ /^[TDBRV]$/ && $NF ~ /^skl_/ {sub(/:[^:]*$/, "", $1); print $1 ":" $NF}')
+	while IFS=: read -r _ obj sym; do
+		from=${PART_OF[$obj]:-?}
+		to=${PART_OF[${DEF[$sym]:-}]:-?}
+		if [ "$from" = "?" ]; then
+			problem "object $obj has no source in src/lib"
+		elif [ -z "${DEF[$sym]:-}" ]; then
+			problem "$obj ($from) uses $sym, which the library does not define"
+		elif [ "${RANK[$to]}" -gt "${RANK[$from]}" ]; then
+			problem "$obj ($from) calls $sym, defined in ${DEF[$sym]} ($to, a later part)"
+		elif [ "$to" != "$from" ]; then
+			CALLS[$from]="${CALLS[$from]:-} $to"
+		fi
+	done < <(nm -A -u "$LIB" 2>/dev/null |
+		awk '$NF ~ /^skl_/ {sub(/:[^:]*$/, "", $1); print $1 ":" $NF}')
+	[ "${#DEF[@]}" -gt 0 ] || problem "nm found no skl_ symbols in $LIB"
+}
+
+# uniq_sorted "WORDS": the distinct words, in part order.
+uniq_sorted() {
+	local p out=""
+	for p in "${PARTS[@]}"; do [[ " $1 " == *" $p "* ]] && out+="$p "; done
+	out=${out% }
+	echo "${out:--}"
+}
+
+map_objects
+check_includes
+check_calls
+printf '%-6s %-8s %-6s %-36s %s\n' layer part files "includes from" "calls into"
+for p in "${PARTS[@]}"; do
+	printf '%-6s %-8s %-6s %-36s %s\n' "$((${RANK[$p]} + 1))" "$p" "${FILES[$p]:-0}" \
+		"$(uniq_sorted "${INCLUDES[$p]:-}")" "$(uniq_sorted "${CALLS[$p]:-}")"
+done
+if [ "$PROBLEMS" -gt 0 ]; then
+	echo "$PROBLEMS layering violation(s): a part may include and call only itself and earlier parts"
+	exit 1
+fi
+echo "layering ok: no part includes or calls a later one"
