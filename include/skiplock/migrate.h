@@ -39,6 +39,7 @@ extern "C" {
 #endif
 
 #define SKL_MIGRATE_NAME_MAX 200       /* bytes in the name part of a file name */
+#define SKL_MIGRATE_FILE_MAX (16 << 20) /* bytes in one migration file */
 #define SKL_MIGRATE_DIRECTIVE "-- skiplock:no-transaction"
 
 /* One migration file, loaded and normalised. */
@@ -100,7 +101,9 @@ SKL_API skl_rc skl_migrate_endpoint(const char *url, const char *direct_url, skl
 
 /* Loads every *.sql file of dir (other files and dot files are ignored).
  * SKL_INVALID for a missing directory, a .sql file whose name breaks the
- * pattern, two files with one version, a bad directive; SKL_IO for a read
+ * pattern, two files with one version, a bad directive, a file that is
+ * not a regular file after following symlinks (a FIFO, a device, a
+ * directory) or is larger than SKL_MIGRATE_FILE_MAX; SKL_IO for a read
  * error.  Nothing is sent anywhere. */
 SKL_API skl_rc skl_migrate_load_dir(const char *dir, skl_migration_set *out, skl_error *err);
 SKL_API void skl_migrate_set_free(skl_migration_set *set);

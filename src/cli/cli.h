@@ -15,7 +15,8 @@ enum {
 	CLI_OK = 0,          /* success */
 	CLI_PROBLEM = 1,     /* ran and found a problem */
 	CLI_USAGE = 2,       /* bad usage or bad input */
-	CLI_UNREACHABLE = 3  /* database unreachable after retries */
+	CLI_UNREACHABLE = 3, /* database unreachable after retries */
+	CLI_INCOMPLETE = 4   /* ran, but could not look at everything it checks */
 };
 
 /* Long-option codes of the common options (above any short option). */

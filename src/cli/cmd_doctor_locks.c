@@ -2,7 +2,9 @@
  * cmd_doctor_locks.c — `skiplock doctor locks`: options, help, and the
  * report as a table or JSON.  The queries and findings are the library's
  * (src/lib/doctor/doctor_locks.c); this file decides the exit status: 1 while any
- * finding is left that no action of this run resolved.
+ * finding is left that no action of this run resolved, else 4 when some
+ * session's state was hidden from the role (an orphan may hide there: a
+ * clean report it could not vouch for must not exit 0).
  */
 #include <jansson.h>
 #include <stdio.h>
@@ -50,7 +52,9 @@ static const char locks_usage[] =
 	"    Terminating needs a superuser, a role with the privileges of\n"
 	"    pg_signal_backend, or of the holder's role; seeing other roles'\n"
 	"    session state needs pg_read_all_stats. When either is missing it says\n"
-	"    so on stderr, with the GRANT to run.\n"
+	"    so on stderr, with the GRANT to run. Sessions whose state is hidden\n"
+	"    cannot be judged: with nothing else to act on, the exit status is then\n"
+	"    4, not 0.\n"
 	"\n"
 	"OPTIONS\n"
 	"    --json                    one JSON document: database, role, idle_for_ms,\n"
@@ -64,7 +68,10 @@ static const char locks_tail[] =
 	"\n"
 	"EXIT STATUS\n"
 	"    0 nothing needs action (or every finding was an orphan this run freed);\n"
-	"    1 a finding needs action; 2 bad usage; 3 database unreachable.\n"
+	"    1 a finding needs action; 2 bad usage; 3 database unreachable; 4 no\n"
+	"    visible finding needs action, but some sessions holding advisory locks\n"
+	"    are hidden from the role (it lacks pg_read_all_stats), so an orphan\n"
+	"    may be among them: the check is incomplete.\n"
 	"\n"
 	"EXAMPLES\n"
 	"    skiplock doctor locks\n"
@@ -145,7 +152,7 @@ static int run(cli_common *cc, const locks_args *a, int64_t idle_for_ms)
 		privilege_notes(cc, r, act, nact);
 		if (!ok)
 			cli_error(cc, "cannot write the output");
-		rc = !ok || need ? CLI_PROBLEM : CLI_OK;
+		rc = !ok || need ? CLI_PROBLEM : r->hidden_sessions ? CLI_INCOMPLETE : CLI_OK;
 	}
 	skl_free(act);
 	skl_lock_report_free(r);

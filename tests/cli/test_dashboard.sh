@@ -3,7 +3,9 @@
 # a token file, the bearer token is required (401 without it or with a wrong
 # one), POST needs the page's CSRF token (403 without it), --read-only
 # refuses every action, the JSON counts equal SQL counts, and the
-# throughput, breakers and lock-doctor endpoints answer.
+# throughput, breakers and lock-doctor endpoints answer; 100 idle sockets
+# held open do not keep a request from answering at once, and an idle
+# connection is closed after a few seconds.
 # shellcheck disable=SC2015  # A && pass || fail
 . "$(dirname "$0")/lib.sh"
 S=$SKL_BIN
@@ -110,6 +112,22 @@ check_eq "doctor locks: 200" "$(http GET /api/doctor/locks)" 200
 check_eq "doctor locks: a report, no action" "$(jq -c '[.findings, .actions]' "$TMP/body")" '[[],[]]'
 check_eq "GET on an action: 404" "$(http GET "/api/jobs/$d2/retry")" 404
 check_eq "DELETE: 405" "$(http DELETE "/api/jobs/$d2")" 405
+
+# --- 100 idle connections neither lock others out nor stay for long ---
+held=()
+for _ in $(seq 1 100); do
+	exec {fd}<>"/dev/tcp/127.0.0.1/$PORT" || break
+	held+=("$fd")
+done
+check_eq "100 idle sockets held open" "${#held[@]}" 100
+t0=$(date +%s%N)
+code=$(curl -s -m 2 -o "$TMP/body" -w '%{http_code}' "http://127.0.0.1:$PORT/api/queues")
+ms=$((($(date +%s%N) - t0) / 1000000))
+check_eq "a request beside 100 idle sockets answers 200 within 2 s (took $ms ms)" "$code" 200
+# The server drops an idle connection after its timeout (5 s): EOF, not a wait.
+timeout 10 cat <&"${held[0]}" >/dev/null
+check_eq "an idle connection is closed by the server within 10 s" "$?" 0
+for fd in "${held[@]}"; do exec {fd}>&-; done
 stop_dash rw
 
 # --- --read-only: actions refused even with the right CSRF token ---

@@ -7,7 +7,9 @@
 # succeeds, and the database is clean afterwards (exit 0).  Then: an idle
 # transaction holding a table lock that DDL waits on is reported (holder and
 # blocker) and never terminated; a role without pg_signal_backend is told so
-# and terminates nothing; the JSON document; bad input.  Bounded waits only.
+# and terminates nothing; a role without pg_read_all_stats, to which the
+# orphan is hidden, exits 4 (could not look), not 0; the JSON document; bad
+# input.  Bounded waits only.
 . "$(dirname "$0")/lib.sh"
 
 doctor() { "$SKL_BIN" doctor locks --url "$URL" "$@"; }
@@ -89,9 +91,9 @@ check_eq "the DDL ran once the holder rolled back" "$RC" 0
 
 # --- privileges (roles cannot log in through the test PgBouncer) ----------
 if [ "$MODE" = direct ]; then
-	app="dl_app_$$" doc="dl_doc_$$"
-	admin -c "CREATE ROLE $app LOGIN; CREATE ROLE $doc LOGIN IN ROLE pg_read_all_stats" >/dev/null
-	trap 'cleanup; admin -c "DROP ROLE IF EXISTS $app; DROP ROLE IF EXISTS $doc" >/dev/null 2>&1' EXIT
+	app="dl_app_$$" doc="dl_doc_$$" blind="dl_blind_$$"
+	admin -c "CREATE ROLE $app LOGIN; CREATE ROLE $doc LOGIN IN ROLE pg_read_all_stats; CREATE ROLE $blind LOGIN" >/dev/null
+	trap 'cleanup; admin -c "DROP ROLE IF EXISTS $app; DROP ROLE IF EXISTS $doc; DROP ROLE IF EXISTS $blind" >/dev/null 2>&1' EXIT
 	APP_URL="postgresql://$app@$SKL_TEST_PGHOST:$SKL_TEST_PGPORT/$DB"
 	DOC_URL="postgresql://$doc@$SKL_TEST_PGHOST:$SKL_TEST_PGPORT/$DB"
 	mkfifo "$TMP/app"
@@ -102,6 +104,18 @@ if [ "$MODE" = direct ]; then
 	wait_until "the app's lock" 10 sh -c "[ \"\$(psql -X -At '$DIRECT_URL' -c \"SELECT count(*) FROM pg_locks WHERE $THIS_DB AND locktype = 'advisory' AND objid = 72707369 AND granted\")\" = 1 ]"
 	doc_flags() { "$SKL_BIN" doctor locks --url "$DOC_URL" --idle-for 1s >/dev/null 2>&1; [ $? = 1 ]; }
 	wait_until "the orphan to age" 15 doc_flags
+	# A role without pg_read_all_stats cannot see that the session is idle:
+	# the orphan is hidden, and the run must not pass for clean.
+	BLIND_URL="postgresql://$blind@$SKL_TEST_PGHOST:$SKL_TEST_PGPORT/$DB"
+	for flag in "" --terminate-idle-orphans; do
+		"$SKL_BIN" doctor locks --url "$BLIND_URL" --idle-for 1s $flag >"$TMP/b.out" 2>"$TMP/b.err"
+		check_eq "without pg_read_all_stats ${flag:-(report)}: exit 4 (could not look)" "$?" 4
+		grep -q "GRANT pg_read_all_stats TO \"$blind\"" "$TMP/b.err" && pass "says the privilege is missing" ||
+			fail "no pg_read_all_stats message: $(cat "$TMP/b.err")"
+	done
+	"$SKL_BIN" doctor locks --url "$BLIND_URL" --idle-for 1s --json >"$TMP/b.json" 2>/dev/null
+	check_eq "--json: exit 4, hidden_sessions" "$? $(jq -c '[.hidden_sessions, .needs_action]' "$TMP/b.json")" "4 [true,false]"
+	check_eq "the hidden orphan's lock is untouched" "$(q "SELECT count(*) FROM pg_locks WHERE $THIS_DB AND locktype = 'advisory' AND objid = 72707369 AND granted")" 1
 	"$SKL_BIN" doctor locks --url "$DOC_URL" --idle-for 1s --terminate-idle-orphans >"$TMP/p.out" 2>"$TMP/p.err"
 	check_eq "without pg_signal_backend: exit 1" "$?" 1
 	grep -q "GRANT pg_signal_backend TO \"$doc\"" "$TMP/p.err" && pass "says the privilege is missing: $(cat "$TMP/p.err")" ||

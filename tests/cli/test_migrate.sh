@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# `skiplock migrate`: bad input exits 2 before anything is applied; a pooled
+# `skiplock migrate`: bad input exits 2 before anything is applied (also a
+# FIFO, a symlink to /dev/zero or a file over 16 MiB named like a
+# migration); status of an empty directory is clean under UBSan; a pooled
 # URL without a direct one is refused (and --allow-pooler runs anyway);
 # files apply in order and are recorded; a failing file leaves no partial
 # schema and names file, line and server message; verify catches an edited
@@ -61,6 +63,34 @@ run allow "$SKL_BIN" migrate up --dir "$D" --url "$POOLED_URL" --pooler transact
 check_eq "--allow-pooler runs through the pooler" "$RC $(regclass via_pooler) $(applied x pooler_migrations)" "0 via_pooler 1"
 has "--allow-pooler warns" "$TMP/allow.err" 'migrating through a pooler'
 fi
+
+# --- an empty directory, and files that are not regular files: refused
+# before a byte is read, one line naming the file, exit 2 (both modes) ------
+D=$TMP/empty
+mkdir -p "$D"
+run empty timeout 20 "$SKL_BIN" migrate status --dir "$D" --url "$URL" "${DIRECT[@]}" --table empty_migrations
+check_eq "status of an empty directory: exit 0, no sanitizer report" \
+	"$RC $(grep -c 'runtime error' "$TMP/empty.err")" "0 0"
+D=$TMP/special
+mkdir -p "$D"
+echo 'CREATE TABLE special_a (id int);' >"$D/0001_a.sql"
+mkfifo "$D/0002_fifo.sql"
+expect_exit "a FIFO named like a migration" 2 'migration file .*/0002_fifo.sql: not a regular file' -- \
+	timeout 20 "$SKL_BIN" migrate up --dir "$D" --url "$URL" "${DIRECT[@]}"
+rm "$D/0002_fifo.sql"
+ln -s /dev/zero "$D/0002_zero.sql"
+expect_exit "a symlink to /dev/zero" 2 'migration file .*/0002_zero.sql: not a regular file' -- \
+	timeout 20 "$SKL_BIN" migrate up --dir "$D" --url "$URL" "${DIRECT[@]}"
+rm "$D/0002_zero.sql"
+head -c $((16 * 1024 * 1024 + 1)) /dev/zero | tr '\0' ' ' >"$D/0002_huge.sql"
+expect_exit "a file over 16 MiB" 2 'migration file .*/0002_huge.sql: larger than the limit .*16 MiB' -- \
+	timeout 20 "$SKL_BIN" migrate up --dir "$D" --url "$URL" "${DIRECT[@]}"
+rm "$D/0002_huge.sql"
+check_eq "nothing applied after a refused file" "$(regclass special_a) $(regclass skiplock.migrations)" "none none"
+echo 'CREATE TABLE special_b (id int);' >"$TMP/linked.sql"
+ln -s "$TMP/linked.sql" "$D/0002_linked.sql"
+run linked mig up --dir "$D" --table special_migrations
+check_eq "a symlink to a regular file is followed" "$RC $(regclass special_b) $(applied x special_migrations)" "0 special_b 1,2"
 
 # --- apply, fail, verify ---------------------------------------------------
 D=$TMP/m

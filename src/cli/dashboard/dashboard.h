@@ -23,7 +23,7 @@ typedef struct dash_asset {
 extern const dash_asset dash_assets[];
 extern const int dash_nassets;
 
-/* The server's state, shared by every connection thread.  The client is
+/* The server's state, shared by every server thread.  The client is
  * used under `lock` only: an skl_client serves one thread at a time. */
 typedef struct dash_server {
 	skl_client *client;
@@ -44,7 +44,7 @@ bool dash_secret_equal(const char *a, const char *b);
  * false when out of randomness or memory. */
 bool dash_page_init(dash_server *s);
 
-/* Starts the HTTP daemon, one thread per connection, on addr (a struct
+/* Starts the HTTP daemon, a few event-loop threads, on addr (a struct
  * sockaddr_in, or a sockaddr_in6 when v6); returns it (a struct
  * MHD_Daemon *) or NULL.  *port gets the bound port. */
 void *dash_http_start(dash_server *s, const void *addr, bool v6, unsigned *port);

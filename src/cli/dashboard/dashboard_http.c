@@ -173,17 +173,33 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *conn, const char
 	return send_error(conn, 405, "method not allowed");
 }
 
+/* Idle connections must not lock others out.  A few event-loop threads
+ * (epoll) serve every connection, so an idle one costs a descriptor, not a
+ * thread, and the limit can be far above what one page opens; a connection
+ * silent for DASH_IDLE_S seconds is closed; one address may hold at most
+ * half the slots (a remote one, behind a token, cannot take them all).
+ * The pool lets a static asset be served while another thread waits on the
+ * database mutex. */
+enum {
+	DASH_THREADS = 4,
+	DASH_IDLE_S = 5,
+	DASH_MAX_CONNECTIONS = 512,
+	DASH_MAX_PER_IP = DASH_MAX_CONNECTIONS / 2
+};
+
 void *dash_http_start(dash_server *s, const void *addr, bool v6, unsigned *port)
 {
 	if (!cli_mhd_load(NULL))
 		return NULL;
-	unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION;
+	unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL;
 	if (v6)
 		flags |= MHD_USE_IPv6;
 	struct MHD_Daemon *d = MHD_start_daemon(
 		flags, 0, NULL, NULL, handle, s, MHD_OPTION_SOCK_ADDR, addr,
-		MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)30, MHD_OPTION_CONNECTION_LIMIT,
-		(unsigned)64, MHD_OPTION_END);
+		MHD_OPTION_THREAD_POOL_SIZE, (unsigned)DASH_THREADS,
+		MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)DASH_IDLE_S,
+		MHD_OPTION_CONNECTION_LIMIT, (unsigned)DASH_MAX_CONNECTIONS,
+		MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)DASH_MAX_PER_IP, MHD_OPTION_END);
 	if (d == NULL)
 		return NULL;
 	const union MHD_DaemonInfo *info = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);

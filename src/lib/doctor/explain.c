@@ -9,7 +9,9 @@
  *    a transaction-mode pooler;
  *  - nothing runs before the inputs are known good: the shapes are checked
  *    here without a database, the query is EXPLAINed (not run) in a
- *    read-only transaction and refused when its plan modifies data, the
+ *    read-only transaction and refused when its plan modifies data or
+ *    calls a volatile function (a sequence's nextval is not undone by the
+ *    ROLLBACK, nor is a session lock or a remote call), the
  *    table must exist and must not be production-sized unless the caller
  *    says yes, and the index statement is tried once under a savepoint
  *    that is rolled back before the query first runs;
@@ -330,9 +332,107 @@ static skl_rc exec1(skl_client *c, const char *sql, int n, const char *const *v,
 	return skl__exec(c, sql, n, v, r, err);
 }
 
+/* ---- volatile functions: their effects outlast the ROLLBACK ---- */
+
+/* An identifier token as the catalog spells it: unquoted ones fold to
+ * lower case, quoted ones lose their quotes and doubled quotes. */
+static json_t *ident(const lexer *l)
+{
+	char name[256];
+	size_t o = 0;
+	const char *t = l->tok;
+	if (l->kind == 'q')
+		for (t++; *t && o + 1 < sizeof(name); t++) {
+			if (*t == '"' && *++t != '"')
+				break;   /* the closing quote; a doubled one stands for one */
+			name[o++] = *t;
+		}
+	else
+		for (; *t && o + 1 < sizeof(name); t++)
+			name[o++] = (char)tolower((unsigned char)*t);
+	name[o] = '\0';
+	return json_string(name);
+}
+
+/* Appends [schema or null, name] to calls for each "name(" and
+ * "schema.name(" in one deparsed expression of EXPLAIN VERBOSE. */
+static void scan_calls(const char *text, json_t *calls)
+{
+	lexer l = {.p = text};
+	lexer prev[3] = {{0}};   /* the three tokens before the current one */
+	for (next(&l); l.kind; next(&l)) {
+		bool name = prev[0].kind == 'w' || prev[0].kind == 'q';
+		if (l.kind == '.' && l.tok[0] == '(' && name) {
+			bool qual = prev[1].kind == '.' && prev[1].tok[0] == '.' &&
+			            (prev[2].kind == 'w' || prev[2].kind == 'q');
+			json_array_append_new(calls, json_pack("[o, o]", qual ? ident(&prev[2]) : json_null(),
+			                                       ident(&prev[0])));
+		}
+		prev[2] = prev[1];
+		prev[1] = prev[0];
+		prev[0] = l;
+	}
+}
+
+/* Every string anywhere in the plan: Output, Filter, Function Call, … */
+static void walk_strings(const json_t *v, json_t *calls)
+{
+	size_t i;
+	const char *key;
+	json_t *child;
+	if (json_is_string(v))
+		scan_calls(json_string_value(v), calls);
+	else if (json_is_array(v))
+		json_array_foreach(v, i, child)
+			walk_strings(child, calls);
+	else if (json_is_object(v))
+		json_object_foreach((json_t *)v, key, child)
+			walk_strings(child, calls);
+}
+
+/* The volatile functions among the names, resolved as the deparser wrote
+ * them: unqualified names among the functions visible on search_path, any
+ * overload (a conservative match).  A few pg_catalog functions are
+ * volatile only because they return a new value each call; they change
+ * nothing, so they are allowed. */
+static const char *const volatile_sql =
+	"SELECT string_agg(DISTINCT p.oid::regprocedure::text, ', ')"
+	"  FROM json_array_elements($1::json) c"
+	"  JOIN pg_proc p ON p.proname = c ->> 1"
+	"   AND CASE WHEN c ->> 0 IS NULL THEN pg_function_is_visible(p.oid)"
+	"            ELSE p.pronamespace = (SELECT oid FROM pg_namespace WHERE nspname = c ->> 0) END"
+	" WHERE p.provolatile = 'v'"
+	"   AND NOT (p.pronamespace = 'pg_catalog'::regnamespace AND p.proname IN"
+	"            ('random', 'random_normal', 'clock_timestamp', 'timeofday', 'gen_random_uuid'))";
+
+static skl_rc check_volatile(skl_client *c, const json_t *plan, skl_error *err)
+{
+	json_t *calls = json_array();
+	if (calls)
+		walk_strings(plan, calls);
+	char *text = calls ? json_dumps(calls, JSON_COMPACT) : NULL;
+	json_decref(calls);
+	if (text == NULL)
+		return skl__seterr(err, SKL_NOMEM, "out of memory");
+	const char *p[] = {text};
+	PGresult *r;
+	skl_rc rc = exec1(c, volatile_sql, 1, p, &r, err);
+	free(text);
+	if (rc == SKL_OK && !PQgetisnull(r, 0, 0))
+		rc = skl__seterr(err, SKL_INVALID, "the query calls the volatile function %s: a "
+		                 "volatile function may change what the ROLLBACK cannot undo (nextval "
+		                 "advances a sequence for good), so explain --compare does not run it",
+		                 PQgetvalue(r, 0, 0));
+	PQclear(r);
+	return rc;
+}
+
+/* EXPLAIN VERBOSE deparses every expression the plan evaluates: views are
+ * expanded and inlined SQL functions replaced by their bodies, so a call
+ * that the query's text hides still shows. */
 static skl_rc check_plan_reads_only(skl_client *c, const char *query, skl_error *err)
 {
-	static const char fmt[] = "EXPLAIN (FORMAT JSON) %s";
+	static const char fmt[] = "EXPLAIN (VERBOSE, FORMAT JSON) %s";
 	size_t n = strlen(query) + sizeof(fmt);
 	char *sql = malloc(n);
 	if (sql == NULL)
@@ -343,7 +443,12 @@ static skl_rc check_plan_reads_only(skl_client *c, const char *query, skl_error 
 	free(sql);
 	if (rc == SKL_OK && strstr(PQgetvalue(r, 0, 0), "\"ModifyTable\""))
 		rc = skl__seterr(err, SKL_INVALID, "the query must only read: its plan modifies data");
+	json_t *plan = rc == SKL_OK ? json_loads(PQgetvalue(r, 0, 0), 0, NULL) : NULL;
 	PQclear(r);
+	if (rc == SKL_OK)
+		rc = plan ? check_volatile(c, plan, err)
+		          : skl__seterr(err, SKL_DB, "EXPLAIN returned no JSON plan");
+	json_decref(plan);
 	return rc;
 }
 

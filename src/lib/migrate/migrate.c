@@ -7,6 +7,7 @@
 #include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <openssl/evp.h>
 #include <stdio.h>
@@ -14,6 +15,7 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "core/buf.h"
 #include "core/internal.h"
@@ -194,29 +196,65 @@ skl_rc skl_migrate_endpoint(const char *url, const char *direct_url, skl_pooler 
 
 /* ---- loading a directory ---- */
 
+/* Opened without blocking (a FIFO has no writer to wait for), following
+ * symlinks; what is open must then be a regular file of at most
+ * SKL_MIGRATE_FILE_MAX bytes, so a FIFO, a device such as /dev/zero or a
+ * directory named like a migration is refused before a byte is read. */
+static skl_rc open_regular(const char *path, int *fd, skl_error *err)
+{
+	struct stat st;
+	*fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+	if (*fd < 0)
+		return skl__seterr_errno(err, errno, "cannot open %s", path);
+	const char *why = fstat(*fd, &st) != 0 ? strerror(errno)
+	                  : !S_ISREG(st.st_mode) ? "not a regular file"
+	                  : st.st_size > SKL_MIGRATE_FILE_MAX ? "larger than the limit" : NULL;
+	if (why == NULL)
+		return SKL_OK;
+	close(*fd);
+	*fd = -1;
+	return skl__seterr(err, SKL_INVALID, "migration file %s: %s (a migration must be a "
+	                   "regular file of at most %d MiB; a symlink is followed)", path, why,
+	                   SKL_MIGRATE_FILE_MAX >> 20);
+}
+
+/* Reads at most SKL_MIGRATE_FILE_MAX bytes: the file may grow after fstat. */
+static skl_rc read_capped(int fd, const char *path, skl_buf *b, skl_error *err)
+{
+	char chunk[8192];
+	for (;;) {
+		ssize_t n = read(fd, chunk, sizeof(chunk));
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			return skl__seterr_errno(err, errno, "cannot read %s", path);
+		if (n == 0)
+			return SKL_OK;
+		if (b->len + (size_t)n > SKL_MIGRATE_FILE_MAX)
+			return skl__seterr(err, SKL_INVALID, "migration file %s: larger than the limit "
+			                   "(a migration must be a regular file of at most %d MiB)",
+			                   path, SKL_MIGRATE_FILE_MAX >> 20);
+		if (!skl_buf_add(b, chunk, (size_t)n))
+			return skl__seterr(err, SKL_NOMEM, "out of memory reading %s", path);
+	}
+}
+
 static skl_rc read_file(const char *path, char **text, size_t *len, skl_error *err)
 {
 	*text = NULL;
 	*len = 0;
-	FILE *f = fopen(path, "rb");
-	if (f == NULL)
-		return skl__seterr_errno(err, errno, "cannot open %s", path);
+	int fd;
+	skl_rc rc = open_regular(path, &fd, err);
+	if (rc != SKL_OK)
+		return rc;
 	skl_buf b = {0};
-	char chunk[8192];
-	size_t n;
-	bool ok = true;
-	while (ok && (n = fread(chunk, 1, sizeof(chunk), f)) > 0)
-		ok = skl_buf_add(&b, chunk, n);
-	bool rerr = ferror(f);
-	fclose(f);
-	if (!ok || rerr) {
+	rc = read_capped(fd, path, &b, err);
+	close(fd);
+	if (rc == SKL_OK && memchr(b.data ? b.data : "", '\0', b.len) != NULL)
+		rc = skl__seterr(err, SKL_INVALID, "%s contains a NUL byte: not SQL text", path);
+	if (rc != SKL_OK) {
 		skl_buf_free(&b);
-		return ok ? skl__seterr_errno(err, EIO, "cannot read %s", path)
-		          : skl__seterr(err, SKL_NOMEM, "out of memory reading %s", path);
-	}
-	if (memchr(b.data ? b.data : "", '\0', b.len) != NULL) {
-		skl_buf_free(&b);
-		return skl__seterr(err, SKL_INVALID, "%s contains a NUL byte: not SQL text", path);
+		return rc;
 	}
 	*len = skl_migrate_normalise(b.data, b.len);
 	if (b.data)
@@ -328,10 +366,10 @@ skl_rc skl_migrate_load_dir(const char *dir, skl_migration_set *out, skl_error *
 		return skl__seterr(err, SKL_INVALID, "migrations directory %s does not exist or is "
 		                   "not a directory", dir ? dir : "(none)");
 	skl_rc rc = list_dir(dir, out, err);
-	if (rc == SKL_OK) {
+	if (rc == SKL_OK && out->n > 1) /* qsort's base must not be NULL, even for 0 items */
 		qsort(out->items, out->n, sizeof(*out->items), by_version);
+	if (rc == SKL_OK)
 		rc = check_duplicates(out, err);
-	}
 	for (size_t i = 0; rc == SKL_OK && i < out->n; i++)
 		rc = load_one(dir, &out->items[i], err);
 	if (rc != SKL_OK) {
