@@ -37,7 +37,9 @@ typedef enum skl_log_level {
 } skl_log_level;
 
 /* Diagnostics sink.  The library never prints; it calls this (if set) from
- * the thread that made the call.  msg is valid only during the call. */
+ * the thread that made the call.  msg is valid only during the call; it
+ * may quote input (a job's kind or queue, a handler's stderr) with any byte
+ * in it, so a sink that writes lines must escape control characters. */
 typedef void (*skl_log_fn)(void *ctx, skl_log_level level, const char *msg);
 
 typedef struct skl_client_options {

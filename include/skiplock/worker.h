@@ -82,7 +82,10 @@ typedef struct skl_log_context {
 	const char *payload;   /* the job's JSON payload, only with log_payloads */
 } skl_log_context;
 
-/* A structured log callback: msg carries no context prefix. */
+/* A structured log callback: msg carries no context prefix.  msg and the
+ * context's strings are raw: a kind, a queue or a handler's stderr may put
+ * any byte in them, newlines and carriage returns included, so a sink that
+ * writes lines must escape them (the command does). */
 typedef void (*skl_log_record_fn)(void *ctx, skl_log_level level, const skl_log_context *lc,
                                   const char *msg);
 

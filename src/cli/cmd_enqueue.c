@@ -107,18 +107,37 @@ static int own_option(int code, const char *arg, void *ctx)
 }
 
 /* Reads a payload from standard input: at most max_payload + 1 bytes, so an
- * oversized payload is refused without reading all of it. */
-static char *read_stdin_payload(const enqueue_args *a)
+ * oversized payload is refused without reading all of it.  *len is what was
+ * read (a NUL byte in it would cut the text short). */
+static char *read_stdin_payload(const enqueue_args *a, size_t *len)
 {
-	size_t cap = (size_t)a->lim.max_payload + 2, len = 0;
+	size_t cap = (size_t)a->lim.max_payload + 2;
 	char *buf = malloc(cap);
 	if (buf == NULL)
 		return NULL;
 	size_t r;
-	while (len < cap - 1 && (r = fread(buf + len, 1, cap - 1 - len, stdin)) > 0)
-		len += r;
-	buf[len] = '\0';
+	*len = 0;
+	while (*len < cap - 1 && (r = fread(buf + *len, 1, cap - 1 - *len, stdin)) > 0)
+		*len += r;
+	buf[*len] = '\0';
 	return buf;
+}
+
+/* The payload from standard input in *out, or CLI_USAGE / CLI_PROBLEM after
+ * one message. */
+static int stdin_payload(enqueue_args *a, char **out)
+{
+	size_t len = 0;
+	if ((*out = read_stdin_payload(a, &len)) == NULL) {
+		cli_error(a->cc, "out of memory reading the payload");
+		return CLI_PROBLEM;
+	}
+	const char *nul = memchr(*out, '\0', len);
+	if (nul == NULL)
+		return CLI_OK;
+	cli_error(a->cc, "payload on standard input contains a NUL byte (at byte %td)",
+	          nul - *out + 1);
+	return CLI_USAGE;
 }
 
 static int run_single(enqueue_args *a, skl_client *c, const char *kind, const char *json)
@@ -195,14 +214,14 @@ int cmd_enqueue(int argc, char **argv)
 		return CLI_USAGE;
 	}
 	char *from_stdin = NULL;
-	if (!a.batch && strcmp(json, "-") == 0 && (json = from_stdin = read_stdin_payload(&a)) == NULL) {
-		cli_error(&cc, "out of memory reading the payload");
-		return CLI_PROBLEM;
+	if (!a.batch && strcmp(json, "-") == 0) {
+		rc = stdin_payload(&a, &from_stdin);
+		json = from_stdin;
 	}
-	if (!a.batch && (!cli_check_len(&cc, "job kind", kind, SKL_KIND_MAX) ||
-	                 !cli_check_payload(&cc, a.lim.max_payload, json, ""))) {
+	if (rc != CLI_OK || (!a.batch && (!cli_check_len(&cc, "job kind", kind, SKL_KIND_MAX) ||
+	                                  !cli_check_payload(&cc, a.lim.max_payload, json, "")))) {
 		free(from_stdin);
-		return CLI_USAGE;
+		return rc != CLI_OK ? rc : CLI_USAGE;
 	}
 	skl_client *c = NULL;
 	if (!cli_check_len(&cc, "queue name", a.opts.queue, SKL_KIND_MAX) ||

@@ -8,6 +8,15 @@
  * context as fields: worker, job_id, queue, kind, attempt, fencing, and
  * payload only when the worker was asked to (--log-payloads).  Nothing
  * here prints a URL: the library redacts passwords before logging one.
+ *
+ * A text line is one line whatever its fields hold: a message's newlines
+ * become spaces, and every other control byte of any field is escaped (a
+ * carriage return as the two characters \r, ESC as \x1b); a kind or queue
+ * that is not one plain word is written in double quotes, with '"' and the
+ * backslash escaped too.  So anyone who can enqueue a job or write to a
+ * handler's stderr cannot forge a log line.  Free text (the message, a
+ * payload) is not quoted: it runs to the end of the line, and a backslash
+ * in it is written as it is.
  */
 #include <jansson.h>
 #include <stdarg.h>
@@ -112,20 +121,70 @@ static void emit_json(skl_log_level level, const skl_log_context *lc, const char
 	json_decref(o);
 }
 
+/* Writes s escaped: control bytes as \\n, \\r, \\t or \\xHH, so no field can
+ * end the line or move the cursor.  Quoted, s is written in double quotes
+ * with '"' and '\\' escaped as well, so a quoted field ends where it
+ * seems to. */
+static void put_escaped(FILE *f, const char *s, bool quoted)
+{
+	if (quoted)
+		putc_unlocked('"', f);
+	for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+		const char *e = *p == '\n' ? "n" : *p == '\r' ? "r" : *p == '\t' ? "t" : NULL;
+		if (e || *p < 0x20 || *p == 0x7f || (quoted && (*p == '"' || *p == '\\')))
+			putc_unlocked('\\', f);
+		if (e)
+			fputs(e, f);
+		else if (*p < 0x20 || *p == 0x7f)
+			fprintf(f, "x%02x", *p);
+		else
+			putc_unlocked(*p, f);
+	}
+	if (quoted)
+		putc_unlocked('"', f);
+}
+
+/* A context value: bare when it is one plain word, else quoted. */
+static void put_value(FILE *f, const char *s)
+{
+	bool plain = *s != '\0';
+	for (const unsigned char *p = (const unsigned char *)s; *p && plain; p++)
+		plain = *p > 0x20 && *p != 0x7f && *p != '"' && *p != '\\' && *p != '=';
+	put_escaped(f, s, !plain);
+}
+
+/* One text line.  Every field that comes from outside (a kind, a queue, a
+ * payload, a message quoting a handler's stderr) passes put_escaped. */
+static void emit_text(skl_log_level level, const skl_log_context *lc, const char *prefix,
+                      const char *msg)
+{
+	flockfile(stderr);
+	if (prefix)
+		fputs(prefix, stderr);
+	else
+		fprintf(stderr, "skiplock: %s: ", level_names[level]);
+	if (lc && lc->job_id) {
+		fprintf(stderr, "job=%lld kind=", (long long)lc->job_id);
+		put_value(stderr, lc->kind ? lc->kind : "");
+		fprintf(stderr, " attempt=%d fencing=%lld queue=", lc->attempt, (long long)lc->fencing);
+		put_value(stderr, lc->queue ? lc->queue : "");
+		if (lc->payload) {
+			fputs(" payload=", stderr);
+			put_escaped(stderr, lc->payload, false);
+		}
+		fputs(": ", stderr);
+	}
+	put_escaped(stderr, msg, false);
+	putc_unlocked('\n', stderr);
+	funlockfile(stderr);
+}
+
 static void emit(skl_log_level level, const skl_log_context *lc, const char *msg)
 {
-	if (format == LOG_JSON) {
+	if (format == LOG_JSON)
 		emit_json(level, lc, msg);
-		return;
-	}
-	if (lc == NULL || lc->job_id == 0) {
-		fprintf(stderr, "skiplock: %s: %s\n", level_names[level], msg);
-		return;
-	}
-	fprintf(stderr, "skiplock: %s: job=%lld kind=%s attempt=%d fencing=%lld queue=%s%s%s: %s\n",
-	        level_names[level], (long long)lc->job_id, lc->kind ? lc->kind : "",
-	        lc->attempt, (long long)lc->fencing, lc->queue ? lc->queue : "",
-	        lc->payload ? " payload=" : "", lc->payload ? lc->payload : "", msg);
+	else
+		emit_text(level, lc, NULL, msg);
 }
 
 /* One line: trailing blanks dropped, newlines turned into spaces. */
@@ -164,10 +223,12 @@ void cli_error(const cli_common *cc, const char *fmt, ...)
 		emit(SKL_LOG_ERROR, NULL, buf);
 		return;
 	}
+	char prefix[64];
 	if (cc && cc->command)
-		fprintf(stderr, "skiplock %s: %s\n", cc->command, buf);
+		snprintf(prefix, sizeof(prefix), "skiplock %s: ", cc->command);
 	else
-		fprintf(stderr, "skiplock: %s\n", buf);
+		snprintf(prefix, sizeof(prefix), "skiplock: ");
+	emit_text(SKL_LOG_ERROR, NULL, prefix, buf);
 }
 
 void cli_log_sink(void *ctx, skl_log_level level, const char *msg)

@@ -59,8 +59,42 @@ check_eq "nothing of the failed batch was written" "$(count)" "$before"
 echo '{"from":"stdin"}' | "$S" enqueue --url "$URL" stdin-kind - >/dev/null
 check_eq "payload from stdin" "$(q "SELECT payload->>'from' FROM skiplock.jobs WHERE kind = 'stdin-kind'")" stdin
 
+# payloads reach the database as written (jsonb's own normalisation aside):
+# single, stdin and batch store the same text as the SQL cast of the input
+exact=('{"n": 0.1}' '{"n":1e2, "m": 1E+2, "z": -0}' '{"n": 1.5e300, "r": 2.50}'
+	'[18446744073709551616, -9223372036854775809]' '1e400'
+	'{"big": 123456789012345678901234567890.5e-3}' '{ "s" : "x\u0041\n" , "a":[1.0] }')
+: >"$TMP/exact.ndjson"
+for p in "${exact[@]}"; do printf '{"kind":"exact","payload": %s }\n' "$p" >>"$TMP/exact.ndjson"; done
+"$S" enqueue --url "$URL" --batch "$TMP/exact.ndjson" >"$TMP/exact.ids" 2>"$TMP/exact.err" ||
+	fail "batch of exact payloads: $(cat "$TMP/exact.err")"
+i=0
+for p in "${exact[@]}"; do
+	i=$((i + 1))
+	want=$(q "SELECT \$p\$$p\$p\$::jsonb::text")
+	id=$("$S" enqueue --url "$URL" exact "$p" 2>&1)
+	check_eq "single enqueue keeps $p" "$(q "SELECT payload::text FROM skiplock.jobs WHERE id = ${id:-0}")" "$want"
+	id=$(printf '%s' "$p" | "$S" enqueue --url "$URL" exact - 2>&1)
+	check_eq "stdin enqueue keeps $p" "$(q "SELECT payload::text FROM skiplock.jobs WHERE id = ${id:-0}")" "$want"
+	id=$(sed -n "${i}p" "$TMP/exact.ids")
+	check_eq "batch enqueue keeps $p" "$(q "SELECT payload::text FROM skiplock.jobs WHERE id = ${id:-0}")" "$want"
+done
+
 # bad input: one line, exit 2, nothing written
 before=$(count)
+expect_exit "NUL byte in a stdin payload" 2 'payload on standard input contains a NUL byte \(at byte 8\)' -- \
+	sh -c 'printf '"'"'{"a":1}\0{"b":2}'"'"' | "$0" enqueue --url "$1" k -' "$S" "$URL"
+printf '{"kind":"a"}\n{"kind":"b","payload":"x\0y"}\n' >"$TMP/nul.ndjson"
+expect_exit "NUL byte in a batch line" 2 '^skiplock enqueue: line 2: contains a NUL byte \(at column 25\)' -- \
+	"$S" enqueue --url "$URL" --batch "$TMP/nul.ndjson"
+printf '{"kind":"a"}\n\0\n' >"$TMP/nul2.ndjson"
+expect_exit "NUL byte on an otherwise empty batch line" 2 'line 2: contains a NUL byte' -- \
+	"$S" enqueue --url "$URL" --batch "$TMP/nul2.ndjson"
+expect_exit "a malformed number is still refused" 2 'invalid JSON payload at line 1, column 7' -- \
+	"$S" enqueue --url "$URL" k '{"a": 01}'
+printf '%s\n' '{"kind":"a","payload":[1.5e300, 1-2]}' >"$TMP/badnum.ndjson"
+expect_exit "a malformed number in a batch payload is refused" 2 'line 1: invalid JSON at column' -- \
+	"$S" enqueue --url "$URL" --batch "$TMP/badnum.ndjson"
 printf '%s\n' '{"kind":"a"}' '{"kind":"b"}' '{"kind":"c",' '{"kind":"d"}' >"$TMP/bad.ndjson"
 expect_exit "batch with a malformed line" 2 '^skiplock enqueue: line 3: invalid JSON' -- "$S" enqueue --url "$URL" --batch "$TMP/bad.ndjson"
 printf '%s\n' '{"kind":"a"}' '{"payload":{}}' >"$TMP/bad2.ndjson"

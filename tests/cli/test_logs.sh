@@ -3,7 +3,8 @@
 # is one JSON object with time, level and message; lines about a job carry
 # its context (worker, job_id, queue, kind, attempt, fencing); payloads
 # appear only with --log-payloads; a password in the URL never appears;
-# --log-level filters.
+# --log-level filters.  In text lines, kinds, queues and handler stderr
+# are escaped, so they cannot forge a line.
 . "$(dirname "$0")/lib.sh"
 S=$SKL_BIN
 "$S" init --url "$URL" >/dev/null 2>&1 || fail "init"
@@ -67,6 +68,30 @@ run_worker "$TMP/t1.log" --log-level warning
 check_eq "text: only warning lines" "$(grep -vc '^skiplock: warning: ' "$TMP/t1.log")" 0
 grep -q "^skiplock: warning: job=$id kind=fail attempt=2 fencing=2 queue=default: discarded: exit status 3" "$TMP/t1.log" &&
 	pass "text: the discarded line starts with the job's context" || fail "text: no context prefix: $(cat "$TMP/t1.log")"
+
+# --- text: a kind, a queue or handler stderr cannot forge a line ---
+# A line that looks like a record of its own, after a newline (kind, queue)
+# or a carriage return (stderr): every line of the log, split at both,
+# must be one the worker wrote.
+q "DELETE FROM skiplock.jobs"
+FK=$'fk\nskiplock: error: FORGED-KIND'
+FQ=$'fq\nskiplock: error: FORGED-QUEUE'
+id=$("$S" enqueue --url "$URL" --queue "$FQ" --max-attempts 1 "$FK")
+"$S" worker --url "$URL" --poll 50ms --poll-max 200ms --queue "$FQ" \
+	--handler "$FK=printf 'boom\\rskiplock: error: FORGED-STDERR\\033[2K' >&2; exit 3" 2>"$TMP/f1.log" &
+w=$!
+wait_for "SELECT state FROM skiplock.jobs WHERE id = $id" discarded 20 || fail "the forging job was not discarded"
+kill -TERM $w
+wait $w
+check_eq "no forged line, split at newlines and carriage returns" \
+	"$(tr '\r' '\n' <"$TMP/f1.log" | grep -c '^skiplock: error: FORGED')" 0
+check_eq "no raw control byte but newlines" "$(tr -d '\n' <"$TMP/f1.log" | tr -d '[:print:]' | wc -c)" 0
+grep -qF "skiplock: warning: job=$id kind=\"fk\\nskiplock: error: FORGED-KIND\" attempt=1 fencing=1 queue=\"fq\\nskiplock: error: FORGED-QUEUE\": discarded: exit status 3; stderr: boom\\rskiplock: error: FORGED-STDERR\\x1b[2K" "$TMP/f1.log" &&
+	pass "text: kind and queue quoted, stderr escaped, on one line" ||
+	fail "text: the discarded line is not escaped as expected: $(cat -A "$TMP/f1.log")"
+"$S" enqueue --url "$URL" --batch $'nope\rskiplock: error: FORGED-ARG' 2>"$TMP/f2.log"
+check_eq "usage errors escape what they quote" "$(tr '\r' '\n' <"$TMP/f2.log" | grep -c '^skiplock: error: FORGED')" 0
+check_eq "the usage error is still one line" "$(wc -l <"$TMP/f2.log")" 1
 
 # --- usage errors and other commands: also JSON ---
 "$S" enqueue --log-format json --url "$URL" k '{bad' >/dev/null 2>"$TMP/e1.log"

@@ -6,11 +6,16 @@
  * needs (kind, payload text, queue, run_at, unique key) are copied into
  * large blocks, so reading 100,000 lines costs a few hundred allocations
  * of memory instead of keeping 100,000 parsed objects alive.
+ *
+ * A payload is kept as the exact text of its line (json_text.h): the line
+ * is parsed only after the payload's numbers are masked, so a number
+ * jansson cannot hold is neither changed nor refused.
  */
 #include <stdlib.h>
 #include <string.h>
 
 #include "enqueue/batch.h"
+#include "enqueue/json_text.h"
 
 bool cli_check_len(const cli_common *cc, const char *what, const char *s, size_t max)
 {
@@ -38,8 +43,16 @@ bool cli_check_payload(const cli_common *cc, long long max, const char *json, co
 {
 	if (!payload_size(cc, max, json, where))
 		return false;
+	size_t n = strlen(json);
+	char *masked = malloc(n + 1);
+	if (masked == NULL) {
+		cli_error(cc, "out of memory checking the payload");
+		return false;
+	}
+	cli_json_mask_numbers(memcpy(masked, json, n + 1), n);
 	json_error_t e;
-	json_t *v = json_loads(json, JSON_DECODE_ANY, &e);
+	json_t *v = json_loadb(masked, n, JSON_DECODE_ANY, &e);
+	free(masked);
 	if (v == NULL) {
 		cli_error(cc, "%sinvalid JSON payload at line %d, column %d: %s", where, e.line,
 		          e.column, e.text);
@@ -96,14 +109,14 @@ static bool keep(cli_batch *b, const char **s, const char *dflt)
 	return p != NULL;
 }
 
-/* The payload's compact JSON text, written into the batch's blocks. */
-static const char *keep_json(cli_batch *b, json_t *v)
+/* The payload's text, copied into the batch's blocks. */
+static const char *keep_text(cli_batch *b, const char *text, size_t n)
 {
-	size_t n = json_dumpb(v, NULL, 0, JSON_COMPACT | JSON_ENCODE_ANY);
-	char *p = n ? block_alloc(b, n + 1) : NULL;
-	if (p == NULL || json_dumpb(v, p, n, JSON_COMPACT | JSON_ENCODE_ANY) != n)
-		return NULL;
-	p[n] = '\0';
+	char *p = block_alloc(b, n + 1);
+	if (p) {
+		memcpy(p, text, n);
+		p[n] = '\0';
+	}
 	return p;
 }
 
@@ -208,34 +221,51 @@ static bool check_fields(const cli_common *cc, const cli_batch_limits *lim, json
 	       (s->payload == NULL || payload_size(cc, lim->max_payload, s->payload, where));
 }
 
-static int parse_line(const cli_common *cc, const skl_enqueue_opts *defaults,
-                      const cli_batch_limits *lim, cli_batch *b, const char *line,
-                      size_t len, const char *where)
+/* The line's JSON, its payload's text kept first (then masked in line). */
+static json_t *load_line(const cli_common *cc, cli_batch *b, skl_job_spec *s, char *line,
+                         size_t len, const char *where, int *rc)
 {
+	size_t off = 0, plen = 0;
+	bool has_payload = cli_json_member(line, len, "payload", &off, &plen);
+	if (has_payload && (s->payload = keep_text(b, line + off, plen)) == NULL) {
+		*rc = CLI_PROBLEM;
+		return NULL;
+	}
+	if (has_payload)
+		cli_json_mask_numbers(line + off, plen);
 	json_error_t e;
 	json_t *o = json_loadb(line, len, 0, &e);
-	if (o == NULL || !json_is_object(o)) {
-		if (o)
-			cli_error(cc, "%sexpected a JSON object", where);
-		else
-			cli_error(cc, "%sinvalid JSON at column %d: %s", where, e.column, e.text);
-		json_decref(o);
-		return CLI_USAGE;
-	}
+	*rc = CLI_USAGE;
+	if (o == NULL)
+		cli_error(cc, "%sinvalid JSON at column %d: %s", where, e.column, e.text);
+	else if (!json_is_object(o))
+		cli_error(cc, "%sexpected a JSON object", where);
+	else if ((json_object_get(o, "payload") != NULL) != has_payload)
+		cli_error(cc, "%scannot find the text of \"payload\"", where);
+	else
+		return o;
+	json_decref(o);
+	return NULL;
+}
+
+static int parse_line(const cli_common *cc, const skl_enqueue_opts *defaults,
+                      const cli_batch_limits *lim, cli_batch *b, char *line, size_t len,
+                      const char *where)
+{
 	skl_job_spec *s = &b->specs[b->n];
 	*s = (skl_job_spec){.opts = *defaults};
-	json_t *p = json_object_get(o, "payload");
-	int rc = CLI_OK;
-	if (p && (s->payload = keep_json(b, p)) == NULL)
-		rc = CLI_PROBLEM;
-	else if (!check_fields(cc, lim, o, s, where))
+	int rc;
+	json_t *o = load_line(cc, b, s, line, len, where, &rc);
+	if (o && !check_fields(cc, lim, o, s, where))
 		rc = CLI_USAGE;
-	else if (!keep(b, &s->kind, NULL) || !keep(b, &s->opts.queue, defaults->queue) ||
-	         !keep(b, &s->opts.run_at, defaults->run_at) ||
-	         !keep(b, &s->opts.unique_key, defaults->unique_key))
+	else if (o && (!keep(b, &s->kind, NULL) || !keep(b, &s->opts.queue, defaults->queue) ||
+	               !keep(b, &s->opts.run_at, defaults->run_at) ||
+	               !keep(b, &s->opts.unique_key, defaults->unique_key)))
 		rc = CLI_PROBLEM;
-	else
+	else if (o) {
+		rc = CLI_OK;
 		b->n++;
+	}
 	if (rc == CLI_PROBLEM)
 		cli_error(cc, "out of memory reading the batch");
 	json_decref(o);
@@ -272,7 +302,7 @@ static long long read_line(FILE *in, char **buf, size_t *cap, long long max)
 }
 
 static int one_line(const cli_common *cc, const skl_enqueue_opts *defaults,
-                    const cli_batch_limits *lim, cli_batch *b, const char *line, long long len,
+                    const cli_batch_limits *lim, cli_batch *b, char *line, long long len,
                     const char *where)
 {
 	if (len == -2) {
@@ -283,6 +313,11 @@ static int one_line(const cli_common *cc, const skl_enqueue_opts *defaults,
 	if (len < 0) {
 		cli_error(cc, "out of memory reading the batch");
 		return CLI_PROBLEM;
+	}
+	const char *nul = memchr(line, '\0', (size_t)len);
+	if (nul) {
+		cli_error(cc, "%scontains a NUL byte (at column %td)", where, nul - line + 1);
+		return CLI_USAGE;
 	}
 	if (len == 0 || strspn(line, " \t") == (size_t)len)
 		return CLI_OK;
@@ -309,7 +344,8 @@ int cli_batch_read(const cli_common *cc, const skl_enqueue_opts *defaults,
 	while (rc == CLI_OK && (len = read_line(in, &line, &cap, lim->max_line)) != -1) {
 		char where[48];
 		snprintf(where, sizeof(where), "line %ld: ", ++lineno);
-		rc = one_line(cc, defaults, lim, b, line ? line : "", len, where);
+		char empty[1] = "";
+		rc = one_line(cc, defaults, lim, b, line ? line : empty, len, where);
 	}
 	free(line);
 	if (rc == CLI_OK && ferror(in)) {
