@@ -86,9 +86,8 @@ int cmd_init(int argc, char **argv)
 		rc = cli_fail(&cc, &err);
 	else if (skl_schema_install(c, &applied, &err) != SKL_OK)
 		rc = cli_fail(&cc, &err);
-	else if (applied > 0)
-		printf("skiplock schema installed: version %d (%d step%s applied)\n",
-		       skl_schema_latest(), applied, applied == 1 ? "" : "s");
+	else if (applied > 0) /* a version, not a count of steps: sql/SCHEMA.md */
+		printf("skiplock schema installed: version %d\n", skl_schema_latest());
 	else
 		printf("skiplock schema is current: version %d\n", skl_schema_latest());
 	if (rc == CLI_OK && (a.owner || a.worker))
