@@ -78,5 +78,6 @@ for pid in "${BG[@]}"; do
 	wait_exit "$pid" 30
 	check_eq "background block (pid $pid) stops on SIGTERM with exit 0" "$RC" 0
 done
+[ "$FAILS" = 0 ] || tail -n 20 "$TMP"/bg*.err
 no_leftovers
 finish
