@@ -1,7 +1,13 @@
 # skiplock — the user-facing commands.  The real build is CMake (build/).
+# Each target installs (as root) only the Debian packages it needs, with
+# scripts/bootstrap: --build for make and make install, --demo for make demo,
+# --deb for make deb, --test for the rest.
 #
 #   make            build the library and the command (warnings are errors)
 #   make demo       the embedded demo: a private Postgres, workers, a crash
+#   make deb        a Debian package (build/release/skiplock_VERSION_ARCH.deb)
+#                   of the command, the libraries, headers, skiplock.pc, man
+#                   pages and the systemd unit, Depends computed by dpkg-shlibdeps
 #   make test       every test, under AddressSanitizer + UBSan, direct and
 #                   through PgBouncer, on a private cluster the harness starts
 #   make chaos      the fault campaign (DURATION=secs, SEED=n): a workload,
@@ -18,23 +24,36 @@ BUILD := build/release
 ASAN := build/asan
 CTEST_ARGS ?=
 
-.PHONY: all build demo test check-asan unit bootstrap install uninstall clean chaos fuzz
+.PHONY: all build demo deb test check-asan unit bootstrap install uninstall clean chaos fuzz
 
 all: build
 
 bootstrap:
-	@scripts/bootstrap
+	@scripts/bootstrap --test
 
-build: bootstrap
+# make [BUILD=dir]: the optimised build, needing only the build dependencies
+# (without cmocka the tests are not built).
+build:
+	@scripts/bootstrap --build
 	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSKL_WERROR=ON \
 	  -DCMAKE_INSTALL_PREFIX=$(PREFIX) >/dev/null
 	@cmake --build $(BUILD) -j $(JOBS)
 
 demo: build
+	@scripts/bootstrap --demo
 	@$(BUILD)/skiplock demo
 
+# The package installs into /usr (the multiarch libdir); the next `make`
+# configures $(BUILD) for PREFIX again.
+deb: PREFIX = /usr
+deb: build
+	@scripts/bootstrap --deb
+	@cd $(BUILD) && cpack -G DEB >/dev/null
+	@ls $(BUILD)/skiplock_*.deb
+
 $(ASAN)/CMakeCache.txt:
-	@cmake -S . -B $(ASAN) -DCMAKE_BUILD_TYPE=Debug -DSKL_WERROR=ON -DSKL_SANITIZE=ON >/dev/null
+	@cmake -S . -B $(ASAN) -DCMAKE_BUILD_TYPE=Debug -DSKL_WERROR=ON -DSKL_SANITIZE=ON \
+	  -DSKL_TESTS=ON >/dev/null
 
 check-asan: bootstrap $(ASAN)/CMakeCache.txt
 	@cmake --build $(ASAN) -j $(JOBS)
@@ -44,7 +63,7 @@ check-asan: bootstrap $(ASAN)/CMakeCache.txt
 
 # The README's test command: the optimised build must compile warning-free,
 # and every test runs against the sanitizer build.
-test: build check-asan
+test: bootstrap build check-asan
 
 unit: bootstrap $(ASAN)/CMakeCache.txt
 	@cmake --build $(ASAN) -j $(JOBS)
@@ -53,7 +72,7 @@ unit: bootstrap $(ASAN)/CMakeCache.txt
 # make chaos [DURATION=secs] [SEED=n]: the fault campaign (docs/chaos.md)
 # against the optimised build, on a private PostgreSQL + PgBouncer.
 DURATION ?= 120
-chaos: build
+chaos: bootstrap build
 	@SKL_BIN=$(CURDIR)/$(BUILD)/skiplock SKL_CUTPROXY=$(CURDIR)/$(BUILD)/tests/cutproxy \
 	  SKL_SOURCE_DIR=$(CURDIR) tests/harness/with-cluster -- \
 	  $(BUILD)/tests/chaos run --duration $(DURATION) $(if $(SEED),--seed $(SEED))

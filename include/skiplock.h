@@ -1,4 +1,5 @@
 /*
+ * SPDX-License-Identifier: MIT
  * skiplock.h — umbrella header of the skiplock library.
  *
  * skiplock coordinates background work through one PostgreSQL database and

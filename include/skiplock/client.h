@@ -1,4 +1,5 @@
 /*
+ * SPDX-License-Identifier: MIT
  * skiplock/client.h — connecting to PostgreSQL safely through poolers.
  *
  * An skl_client is one logical connection to one database: it connects

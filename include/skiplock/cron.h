@@ -1,4 +1,5 @@
 /*
+ * SPDX-License-Identifier: MIT
  * skiplock/cron.h — periodic jobs: cron expressions in IANA time zones,
  * schedules kept in skiplock.schedules, and the scheduler that every
  * worker runs.

@@ -1,4 +1,5 @@
 /*
+ * SPDX-License-Identifier: MIT
  * skiplock/diagnose.h — diagnostics behind `skiplock doctor pooler`,
  * `skiplock doctor indexes` and `skiplock explain --compare`.
  *

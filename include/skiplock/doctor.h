@@ -1,4 +1,5 @@
 /*
+ * SPDX-License-Identifier: MIT
  * skiplock/doctor.h — diagnosing lock trouble in anyone's database:
  * advisory locks held or awaited, the tools that took them, orphaned
  * session locks, idle transactions that hold locks and sessions that

@@ -1,4 +1,5 @@
 /*
+ * SPDX-License-Identifier: MIT
  * skiplock/error.h — result codes and the error record every call fills.
  *
  * Contract, stated once for the whole library: every fallible function

@@ -1,4 +1,5 @@
 /*
+ * SPDX-License-Identifier: MIT
  * skiplock/idem.h — idempotency keys: claim, replay, in-progress, conflict.
  *
  * A request carrying an idempotency key is claimed before any side effect.

@@ -1,4 +1,5 @@
 /*
+ * SPDX-License-Identifier: MIT
  * skiplock/inspect.h — reading the job queue: list jobs, show one job with
  * its error history, and per queue and kind status.
  *

@@ -1,4 +1,5 @@
 /*
+ * SPDX-License-Identifier: MIT
  * skiplock/lease.h — named leases with expiry and fencing tokens.
  *
  * A lease is a row in skiplock.leases, not a session: it survives

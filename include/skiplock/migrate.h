@@ -1,4 +1,5 @@
 /*
+ * SPDX-License-Identifier: MIT
  * skiplock/migrate.h — applying a directory of SQL migrations safely
  * behind poolers and next to live traffic.
  *

@@ -1,4 +1,5 @@
 /*
+ * SPDX-License-Identifier: MIT
  * skiplock/queue.h — the job queue: enqueue, claim, outcomes, heartbeat,
  * rescue, and operator actions.
  *

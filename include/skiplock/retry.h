@@ -1,4 +1,5 @@
 /*
+ * SPDX-License-Identifier: MIT
  * skiplock/retry.h — retry policy: backoff strategies, and the fleet-wide
  * circuit breakers in skiplock.breakers (docs/retry.md has the design).
  *

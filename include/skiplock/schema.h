@@ -1,4 +1,5 @@
 /*
+ * SPDX-License-Identifier: MIT
  * skiplock/schema.h — installing and upgrading skiplock's own schema.
  */
 #ifndef SKIPLOCK_SCHEMA_H

@@ -1,4 +1,5 @@
 /*
+ * SPDX-License-Identifier: MIT
  * skiplock/webhook.h — webhook handlers: a worker delivers a kind's jobs by
  * HTTP POST (libcurl).
  *

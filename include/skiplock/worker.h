@@ -1,4 +1,5 @@
 /*
+ * SPDX-License-Identifier: MIT
  * skiplock/worker.h — a process that runs jobs.
  *
  * A worker claims only kinds it has a handler for, runs up to `concurrency`

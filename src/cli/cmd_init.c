@@ -115,9 +115,8 @@ static int install(const cli_common *cc, skl_client *c, int *out)
 	*out = 0;
 	if (skl_schema_install(c, &applied, &err) != SKL_OK)
 		return cli_fail(cc, &err);
-	if (applied > 0)
-		printf("skiplock schema installed: version %d (%d step%s applied)\n",
-		       skl_schema_latest(), applied, applied == 1 ? "" : "s");
+	if (applied > 0) /* a version, not a count of steps: sql/SCHEMA.md */
+		printf("skiplock schema installed: version %d\n", skl_schema_latest());
 	else
 		printf("skiplock schema is current: version %d\n", skl_schema_latest());
 	*out = applied;

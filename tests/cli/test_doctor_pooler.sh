@@ -59,6 +59,9 @@ else
 	check_eq "transaction pooler, detected as direct from the URL: exit 1" "$rc" 1
 	check_eq "transaction pooler: verdict, unsafe features, undone, one action" "$(verdict "$doc")" \
 		"transaction pooler|backend,session SET,advisory lock,LISTEN/NOTIFY,prepared statement|true|1"
+	check_eq "LISTEN and prepared statements: said to be used on direct connections only" \
+		"$(json_q "$doc" "SELECT string_agg(f ->> 'name', ',' ORDER BY f ->> 'name') FROM json_array_elements((:'doc')::json -> 'features') f
+		                  WHERE f ->> 'skiplock' LIKE '%only on a direct connection%'")" "LISTEN/NOTIFY,prepared statement"
 	nothing_left "transaction pooler" "$POOLED_URL"
 	"$S" doctor pooler --url "$POOLED_URL" --pooler transaction --direct-url "$DIRECT_URL" >"$TMP/out"; rc=$?
 	cat "$TMP/out"

@@ -58,8 +58,10 @@ static const char *const does[SKL_PROBE_COUNT] = {
 	"each claim, renewal and outcome is one short transaction; nothing relies on the backend",
 	"settings are SET LOCAL inside each transaction, never a session SET",
 	"leases are rows with an expiry and a fencing token; only pg_advisory_xact_lock is used",
-	"workers poll; LISTEN/NOTIFY is never needed for correctness",
-	"only unnamed statements are used"};
+	"LISTEN only on a direct connection (the worker's own, or a second one to --direct-url); "
+	"through a pooler workers poll, and polling alone finds every job",
+	"named prepared statements only on a direct connection (the worker's claims, outcomes and "
+	"heartbeats); through a pooler only unnamed statements"};
 static const char *const names[SKL_PROBE_COUNT] = {"backend", "session SET", "advisory lock",
                                                    "LISTEN/NOTIFY", "prepared statement"};
 
