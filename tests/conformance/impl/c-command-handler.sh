@@ -28,6 +28,9 @@ conf.retry)
 conf.fail) echo "conf.fail attempt $attempt" >&2; exit 1 ;;
 conf.discard) echo "conf.discard attempt $attempt" >&2; exit 65 ;;
 conf.sleep) nap "$(field ms)"; complete ;;
-conf.hang) [ "$attempt" = 1 ] && nap "$(field ms)"; complete ;;
+conf.hang)
+	[ "$attempt" = 1 ] || complete
+	nap "$(field ms)"
+	printf '{"kind": "%s", "attempt": %s}\n' "$kind" "$attempt" ;;
 *) echo "no handler for $kind" >&2; exit 1 ;;
 esac
