@@ -65,7 +65,7 @@ case_heartbeat() {
 	while row=$(job "$id" "state || ' ' || attempt || ' ' || fencing || ' ' || (lease_expires_at > now())") &&
 		[ "${row%% *}" = running ]; do
 		samples=$((samples + 1))
-		[ "$row" = "running 1 1 true" ] || { bad=$((bad + 1)); echo "     sample: $row"; }
+		[ "$row" = "running 1 1 true" ] || { bad=$((bad + 1)); echo "     sample $samples: $row"; break; }
 		[ "$samples" -ge 200 ] && break
 		sleep 0.2
 	done
