@@ -24,9 +24,12 @@ case_outcomes() {
 	section "outcome mapping"
 	local ok retry failing discard
 	ok=$(enqueue "'conf.ok', '{\"outcome\": true}'")
-	retry=$(enqueue_cli conf.retry '{"until": 3}' --max-attempts 5 --backoff fixed --backoff-base 1s --backoff-cap 1s)
-	failing=$(enqueue_cli conf.fail '{}' --max-attempts 3 --backoff fixed --backoff-base 200ms --backoff-cap 200ms)
-	discard=$(enqueue_cli conf.discard '{}' --max-attempts 5)
+	if ! retry=$(enqueue_cli conf.retry '{"until": 3}' --max-attempts 5 --backoff fixed --backoff-base 1s --backoff-cap 1s) ||
+		! failing=$(enqueue_cli conf.fail '{}' --max-attempts 3 --backoff fixed --backoff-base 200ms --backoff-cap 200ms) ||
+		! discard=$(enqueue_cli conf.discard '{}' --max-attempts 5); then
+		fail "skiplock enqueue of the outcome jobs"
+		return
+	fi
 	start_worker outcomes-A
 	wait_for "SELECT state || ' ' || attempt || ' ' || jsonb_array_length(errors) || ' ' || (run_at > now())
 	            FROM skiplock.jobs WHERE id = $retry" "available 1 1 true" 10 ||

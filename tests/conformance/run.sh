@@ -44,12 +44,13 @@ stop_worker() {
 }
 # enqueue SQL-ARGS: ids of jobs enqueued by conformance.enqueue(SQL-ARGS).
 enqueue() { q "SELECT string_agg(id::text, ' ') FROM conformance.enqueue($1) AS id"; }
-# enqueue_cli ARGS...: `skiplock enqueue ARGS` (for per-job retry options).
+# enqueue_cli ARGS...: `skiplock enqueue ARGS` (for per-job retry options);
+# prints the id.  Run in $(…), so the caller counts a failure (status 1).
 enqueue_cli() {
 	local id
-	id=$("$SKL_BIN" enqueue --url "$URL" "$@") || { fail "enqueue $*"; return 1; }
-	q "INSERT INTO conformance.enqueued SELECT id, kind FROM skiplock.jobs WHERE id = $id"
-	echo "$id"
+	id=$("$SKL_BIN" enqueue --url "$URL" "$@") || return 1
+	q "INSERT INTO conformance.enqueued SELECT id, kind FROM skiplock.jobs WHERE id = $id" &&
+		echo "$id"
 }
 job() { q "SELECT $2 FROM skiplock.jobs j WHERE id = $1"; }
 # invariants SCOPE: check.sql's verdicts, counted as checks.
