@@ -103,9 +103,12 @@ static void repair_of_leases_is_its_functions(void **state)
 	skl_buf_init(&b, 1 << 20);
 	int n = skl__schema_repair_sql(step_index("0003_leases"), &b);
 	const char *sql = skl_buf_str(&b);
-	assert_int_equal(n, 6);
-	assert_int_equal(count(sql, "CREATE OR REPLACE FUNCTION skiplock."), 6);
-	assert_int_equal(count(sql, "COMMENT ON FUNCTION skiplock.lease_"), 4);
+	/* 0011 redefines lease_check_args and lease_fence: the repair leaves
+	 * them to it */
+	assert_int_equal(n, 4);
+	assert_int_equal(count(sql, "CREATE OR REPLACE FUNCTION skiplock."), 4);
+	assert_null(strstr(sql, "FUNCTION skiplock.lease_fence("));
+	assert_int_equal(count(sql, "COMMENT ON FUNCTION skiplock.lease_"), 3);
 	assert_non_null(strstr(sql, "CREATE OR REPLACE FUNCTION skiplock.lease_acquire("));
 	assert_null(strstr(sql, "CREATE TABLE"));
 	assert_null(strstr(sql, "CREATE TRIGGER"));

@@ -15,6 +15,7 @@
  */
 #include <ctype.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
@@ -153,6 +154,44 @@ typedef struct repair_args {
 	int functions;
 } repair_args;
 
+/* CREATE OR REPLACE FUNCTION resets what later steps set with ALTER
+ * FUNCTION (SECURITY DEFINER, a fixed search_path: step 0011).  Before a
+ * repair, the statements that set them again; run them after it. */
+static const char *const attributes_sql =
+	"SELECT coalesce(string_agg(format('ALTER FUNCTION %s %s%s', p.oid::regprocedure,"
+	"         CASE WHEN p.prosecdef THEN 'SECURITY DEFINER' ELSE 'SECURITY INVOKER' END,"
+	"         coalesce((SELECT string_agg(' SET ' || split_part(c, '=', 1) || ' = ' ||"
+	"                                     substr(c, strpos(c, '=') + 1), '')"
+	"                     FROM unnest(p.proconfig) c), '')), '; '), '')"
+	"  FROM pg_proc p WHERE p.pronamespace = 'skiplock'::regnamespace"
+	"   AND (p.prosecdef OR p.proconfig IS NOT NULL)";
+
+static skl_rc run_repair(skl_client *c, const skl_schema_step *s, repair_args *a,
+                         skl_error *err)
+{
+	PGresult *res = NULL;
+	skl_rc rc = skl__exec(c, attributes_sql, 0, NULL, &res, err);
+	char *restore = rc == SKL_OK ? strdup(PQgetvalue(res, 0, 0)) : NULL;
+	PQclear(res);
+	if (rc == SKL_OK && restore == NULL)
+		rc = skl__seterr(err, SKL_NOMEM, "out of memory repairing schema step %s", s->name);
+	skl_buf sql;
+	skl_buf_init(&sql, 4 << 20);
+	a->functions = skl__schema_repair_sql(a->d->idx, &sql);
+	if (rc == SKL_OK && skl_buf_failed(&sql))
+		rc = skl__seterr(err, SKL_NOMEM, "out of memory repairing schema step %s", s->name);
+	if (rc == SKL_OK)
+		rc = skl__exec_simple(c, skl_buf_str(&sql), &res, err);
+	PQclear(res);
+	res = NULL;
+	if (rc == SKL_OK && restore[0])
+		rc = skl__exec_simple(c, restore, &res, err);
+	PQclear(res);
+	skl_buf_free(&sql);
+	free(restore);
+	return rc;
+}
+
 /* One step, under the schema lock: still recorded with the superseded
  * checksum?  Then its functions and comments, and the new checksum. */
 static skl_rc repair_fn(skl_client *c, void *ctx, skl_error *err)
@@ -170,15 +209,7 @@ static skl_rc repair_fn(skl_client *c, void *ctx, skl_error *err)
 	PQclear(res);
 	if (rc != SKL_OK || !still)
 		return rc == SKL_OK ? SKL_EMPTY : rc;
-	skl_buf sql;
-	skl_buf_init(&sql, 4 << 20);
-	a->functions = skl__schema_repair_sql(a->d->idx, &sql);
-	if (skl_buf_failed(&sql))
-		rc = skl__seterr(err, SKL_NOMEM, "out of memory repairing schema step %s", s->name);
-	else
-		rc = skl__exec_simple(c, skl_buf_str(&sql), &res, err);
-	skl_buf_free(&sql);
-	PQclear(res);
+	rc = run_repair(c, s, a, err);
 	if (rc == SKL_OK)
 		rc = skl__exec(c, "UPDATE skiplock.schema_version SET checksum = $2 WHERE version = $1",
 		               2, (const char *[]){ver, sum}, &res, err);
