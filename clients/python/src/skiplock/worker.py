@@ -374,6 +374,9 @@ class Worker:
     # ---- handlers ----
 
     def _launch(self, job: Job) -> None:
+        old = self._held.get(job.id)
+        if old is not None:  # claimed again: our earlier claim was lost
+            self._lose(old)
         ctx = JobContext(job)
         h = _Held(job, ctx, self._async.get(job.kind, False))
         self._held[job.id] = h
