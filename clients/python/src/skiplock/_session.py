@@ -28,6 +28,8 @@ _JOB_COLUMNS = ("id, queue, kind, payload, attempt, max_attempts, fencing, lease
 _RECORD_CLAIM = (f"SELECT row_type, {_JOB_COLUMNS} FROM skiplock.record_claim("
                  f"{_OUTCOME_ARRAYS}, NULL, NULL, NULL, NULL, %s::text, %s::text[], "
                  f"%s::text[], %s::int, {_LEASE})")
+_CLAIM = (f"SELECT {_JOB_COLUMNS} FROM skiplock.claim(%s::text, %s::text[], %s::text[], "
+          f"%s::int, {_LEASE})")
 _RECORD = f"SELECT id FROM skiplock.record({_OUTCOME_ARRAYS})"
 _HEARTBEAT = f"SELECT id, extended FROM skiplock.heartbeat(%s::bigint[], %s::bigint[], {_LEASE})"
 _RESCUE = "SELECT count(*) FROM skiplock.rescue(%s::int)"
@@ -111,6 +113,11 @@ class Session:
     async def record_claim(self, outs: Sequence[Outcome], owner: str, kinds: List[str],
                            queues: Optional[List[str]], n: int,
                            lease_ms: int) -> Tuple[List[int], List[Job]]:
+        """Records `outs`, then claims up to n jobs: one round trip (a plain
+        claim when there is nothing to record, which costs the server less)."""
+        if not outs:
+            rows = await self._rows(_CLAIM, [owner, kinds, queues, n, lease_ms])
+            return [], [Job(*r) for r in rows]
         rows = await self._rows(_RECORD_CLAIM, [*outcome_params(outs), owner, kinds, queues, n,
                                                 lease_ms])
         recorded = [r[1] for r in rows if r[0] == "recorded"]

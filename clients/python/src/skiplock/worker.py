@@ -135,6 +135,7 @@ class Worker:
         self._stopping = False
         self._stop_deadline = 0.0
         self._failures = 0
+        self._wakes = 0  # notifications seen
 
     # ---- public: asyncio ----
 
@@ -291,11 +292,11 @@ class Worker:
         outs, self._outcomes = self._outcomes, []
         try:
             if self._claim_due(now):
-                n = self._free()
+                n, wakes = self._free(), self._wakes
                 recorded, jobs = await self._session.record_claim(
                     outs, self.owner, list(self.handlers), self.queues, n, self.lease_ms)
                 self._recorded(outs, recorded)
-                self._claimed(jobs, n)
+                self._claimed(jobs, n, wakes)
             else:
                 self._recorded(outs, await self._session.record(outs))
         except BaseException:
@@ -318,9 +319,9 @@ class Worker:
                 log.warning("skiplock worker: the outcome of job %d (token %d) was refused: "
                             "its claim had been lost", o.id, o.fencing)
 
-    def _claimed(self, jobs: List[Job], asked: int) -> None:
+    def _claimed(self, jobs: List[Job], asked: int, wakes: int) -> None:
         now = time.monotonic()
-        if len(jobs) < asked:
+        if len(jobs) < asked and wakes == self._wakes:  # no NOTIFY came meanwhile
             self._next_claim = now + self.poll_interval * random.uniform(0.5, 1.0)
         else:
             self._next_claim = now
@@ -437,6 +438,7 @@ class Worker:
     # ---- waiting ----
 
     def _notified(self) -> None:
+        self._wakes += 1
         self._next_claim = time.monotonic()
         self._wake.set()
 
