@@ -1,0 +1,75 @@
+"""Typed errors: transient or permanent by SQLSTATE, and fenced.
+
+The table is the C library's (src/lib/core/error.c): class 08, 57P01-57P03,
+40001, 40P01, 55P03 and 53300 are transient (a retry of the same call may
+succeed); an error without a SQLSTATE (the connection broke before the
+server answered) is transient too; everything else is permanent.
+Classification is by SQLSTATE only, never by message text.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import psycopg
+
+TRANSIENT_SQLSTATES = frozenset({"57P01", "57P02", "57P03", "40001", "40P01", "55P03", "53300"})
+FENCED_SQLSTATE = "SK001"
+
+
+def is_transient(sqlstate: Optional[str]) -> bool:
+    """True when a retry of the call that failed with `sqlstate` may succeed."""
+    if not sqlstate:
+        return True
+    return sqlstate.startswith("08") or sqlstate in TRANSIENT_SQLSTATES
+
+
+class SkiplockError(Exception):
+    """Base of every error this package raises; `sqlstate` may be None."""
+
+    def __init__(self, message: str, sqlstate: Optional[str] = None):
+        super().__init__(message)
+        self.sqlstate = sqlstate
+
+
+class TransientError(SkiplockError):
+    """The call may succeed if retried after a short backoff."""
+
+
+class PermanentError(SkiplockError):
+    """Retrying the same call will fail the same way."""
+
+
+class FencedError(PermanentError):
+    """The claim is no longer current: another owner has the job (SQLSTATE
+    SK001 from job_fence, or a 'fenced_out' outcome)."""
+
+    def __init__(self, message: str, job_id: Optional[int] = None,
+                 fencing: Optional[int] = None):
+        super().__init__(message, FENCED_SQLSTATE)
+        self.job_id = job_id
+        self.fencing = fencing
+
+
+def classify(exc: BaseException) -> SkiplockError:
+    """The typed error for a psycopg error (or any other exception)."""
+    if isinstance(exc, SkiplockError):
+        return exc
+    sqlstate = getattr(exc, "sqlstate", None)
+    message = _message(exc, sqlstate)
+    if sqlstate == FENCED_SQLSTATE:
+        err: SkiplockError = FencedError(message)
+    elif isinstance(exc, psycopg.InterfaceError) and not sqlstate:
+        err = PermanentError(message)  # misuse: a closed connection, a bad argument
+    elif isinstance(exc, psycopg.Error) and is_transient(sqlstate):
+        err = TransientError(message, sqlstate)
+    else:
+        err = PermanentError(message, sqlstate)
+    err.__cause__ = exc
+    return err
+
+
+def _message(exc: BaseException, sqlstate: Optional[str]) -> str:
+    text = str(exc).strip().splitlines()
+    first = text[0] if text else type(exc).__name__
+    return f"{first} (SQLSTATE {sqlstate})" if sqlstate else first

@@ -1,0 +1,85 @@
+"""enqueue() runs in the caller's transaction, sync and async."""
+
+import asyncio
+import datetime as dt
+
+import psycopg
+import pytest
+
+import skiplock
+from conftest import URL, job
+
+
+def count(db, kind):
+    return db.execute("SELECT count(*) FROM skiplock.jobs WHERE kind = %s", [kind]).fetchone()[0]
+
+
+def test_commit_makes_the_job(db, app_conn):
+    with app_conn.transaction():
+        app_conn.execute("SELECT 1")
+        job_id = skiplock.enqueue(app_conn, "t.commit", {"order": 42, "note": "é \"q\" \\"})
+        assert count(db, "t.commit") == 0, "visible before the caller's commit"
+    assert job(db, job_id, "kind, payload, queue, state") == (
+        "t.commit", {"order": 42, "note": "é \"q\" \\"}, "default", "available")
+
+
+def test_rollback_leaves_no_job(db, app_conn):
+    with pytest.raises(RuntimeError):
+        with app_conn.transaction():
+            skiplock.enqueue(app_conn, "t.rollback", {"order": 1})
+            raise RuntimeError("the caller's own failure")
+    assert count(db, "t.rollback") == 0
+
+
+def test_async_commit_and_rollback(db):
+    async def main():
+        async with await psycopg.AsyncConnection.connect(URL, prepare_threshold=None) as conn:
+            async with conn.transaction():
+                kept = await skiplock.enqueue(conn, "t.async", {"keep": True})
+            try:
+                async with conn.transaction():
+                    await skiplock.enqueue(conn, "t.async", {"keep": False})
+                    raise RuntimeError("rolled back")
+            except RuntimeError:
+                pass
+            return kept
+    kept = asyncio.run(main())
+    rows = db.execute("SELECT id, payload FROM skiplock.jobs WHERE kind = 't.async'").fetchall()
+    assert rows == [(kept, {"keep": True})]
+
+
+def test_options_reach_the_row(db, app_conn):
+    with app_conn.transaction():
+        a = skiplock.enqueue(app_conn, "t.opts", {}, queue="mail", priority=5, max_attempts=3,
+                             timeout=1.5, backoff="fixed", backoff_base=2,
+                             backoff_cap=dt.timedelta(minutes=1), unique_key="k1", delay=60)
+        b = skiplock.enqueue(app_conn, "t.opts", {}, unique_key="k1")
+    assert a == b, "a taken unique key returns the holder's id"
+    row = job(db, a, "queue, priority, max_attempts, timeout_ms, backoff, backoff_base_ms, "
+                     "backoff_cap_ms, run_at > now() + interval '50 s'")
+    assert row == ("mail", 5, 3, 1500, "fixed", 2000, 60000, True)
+
+
+def test_bad_input(db, app_conn):
+    with pytest.raises(TypeError, match="unknown option 'prio'"):
+        skiplock.enqueue(app_conn, "t.bad", {}, prio=1)
+    with pytest.raises(TypeError, match="run_at or delay"):
+        skiplock.enqueue(app_conn, "t.bad", {}, delay=1, run_at=dt.datetime.now(dt.timezone.utc))
+    with pytest.raises(skiplock.PermanentError) as e:
+        with app_conn.transaction():
+            skiplock.enqueue(app_conn, "t.bad", {},
+                             run_at=dt.datetime(1960, 1, 1, tzinfo=dt.timezone.utc))
+    assert e.value.sqlstate == "22023" and "out of range" in str(e.value)
+    assert count(db, "t.bad") == 0
+
+
+def test_lock_timeout_is_transient(db, app_conn):
+    with psycopg.connect(db.info.dsn) as holder:
+        holder.execute("LOCK TABLE skiplock.jobs IN EXCLUSIVE MODE")
+        with pytest.raises(skiplock.TransientError) as e:
+            with app_conn.transaction():
+                app_conn.execute("SET LOCAL lock_timeout = '100ms'")
+                skiplock.enqueue(app_conn, "t.lock", {})
+        holder.rollback()
+    assert e.value.sqlstate == "55P03"
+    assert isinstance(e.value.__cause__, psycopg.errors.LockNotAvailable)

@@ -1,0 +1,79 @@
+"""Typed errors: the SQLSTATE table of src/lib/core/error.c, and fencing."""
+
+import asyncio
+
+import psycopg
+import psycopg.errors
+import pytest
+
+import skiplock
+from conftest import enqueue_direct
+
+TRANSIENT = ["08000", "08003", "08006", "57P01", "57P02", "57P03", "40001", "40P01", "55P03",
+             "53300"]
+PERMANENT = ["23505", "22023", "22004", "2202E", "42501", "42883", "57014", "53200", "XX000"]
+
+
+@pytest.mark.parametrize("sqlstate", TRANSIENT)
+def test_transient_states(sqlstate):
+    err = skiplock.classify(psycopg.errors.lookup(sqlstate)("boom"))
+    assert isinstance(err, skiplock.TransientError) and err.sqlstate == sqlstate
+    assert skiplock.is_transient(sqlstate)
+
+
+@pytest.mark.parametrize("sqlstate", PERMANENT)
+def test_permanent_states(sqlstate):
+    err = skiplock.classify(psycopg.errors.lookup(sqlstate)("boom"))
+    assert isinstance(err, skiplock.PermanentError) and not isinstance(err, skiplock.FencedError)
+    assert err.sqlstate == sqlstate and not skiplock.is_transient(sqlstate)
+
+
+def test_no_sqlstate_is_transient():
+    err = skiplock.classify(psycopg.OperationalError("server closed the connection"))
+    assert isinstance(err, skiplock.TransientError) and err.sqlstate is None
+
+
+def test_unreachable_database_is_transient():
+    worker = skiplock.Worker("postgresql://nobody@127.0.0.1:1/x", {"t.x": lambda j, c: None},
+                             connect_kwargs={"connect_timeout": 2})
+    with pytest.raises(skiplock.TransientError):
+        asyncio.run(worker.start())
+
+
+def claim(db, kind, lease="30 s"):
+    return db.execute("SELECT id, fencing FROM skiplock.claim('test', ARRAY[%s], NULL, 1, "
+                      "%s::interval)", [kind, lease]).fetchone()
+
+
+def steal(db, job_id):
+    """Expire the claim, rescue it and claim it again: fencing moves on."""
+    with db.transaction():
+        db.execute("UPDATE skiplock.jobs SET lease_expires_at = now() - interval '1 s' "
+                   "WHERE id = %s", [job_id])
+        db.execute("SELECT skiplock.rescue()")
+
+
+def test_stale_complete_and_fail_raise_fenced(db, app_conn):
+    enqueue_direct(db, "t.fence")
+    job_id, fencing = claim(db, "t.fence")
+    steal(db, job_id)
+    assert claim(db, "t.fence") == (job_id, fencing + 1)
+    with pytest.raises(skiplock.FencedError) as e:
+        skiplock.complete(app_conn, job_id, fencing, {"late": True})
+    assert (e.value.job_id, e.value.fencing, e.value.sqlstate) == (job_id, fencing, "SK001")
+    with pytest.raises(skiplock.FencedError):
+        skiplock.fail(app_conn, job_id, fencing, "late")
+    assert skiplock.complete(app_conn, job_id, fencing + 1, {"ok": 1}) == "completed"
+    app_conn.commit()
+
+
+def test_job_fence_in_the_callers_transaction(db, app_conn):
+    enqueue_direct(db, "t.jobfence")
+    job_id, fencing = claim(db, "t.jobfence")
+    with app_conn.transaction():
+        skiplock.job_fence(app_conn, job_id, fencing)  # current: passes
+    steal(db, job_id)
+    with pytest.raises(skiplock.FencedError) as e:
+        with app_conn.transaction():
+            skiplock.job_fence(app_conn, job_id, fencing)
+    assert isinstance(e.value.__cause__, psycopg.Error) and e.value.sqlstate == "SK001"
