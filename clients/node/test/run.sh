@@ -6,13 +6,7 @@
 # when Node.js or npm is missing; installs pg from package-lock.json first
 # when node_modules is missing.
 HERE=$(cd "$(dirname "$0")/.." && pwd)
-command -v node >/dev/null || { echo "run.sh: node not found (scripts/bootstrap --test installs it)" >&2; exit 1; }
-if [ ! -f "$HERE/node_modules/pg/package.json" ]; then
-	command -v npm >/dev/null || { echo "run.sh: npm not found (scripts/bootstrap --test installs it)" >&2; exit 1; }
-	flock "$HERE/package.json" sh -c '[ -f "$1/node_modules/pg/package.json" ] ||
-		npm ci --prefix "$1" --no-audit --no-fund --silent >&2' sh "$HERE" ||
-		{ echo "run.sh: npm ci failed in $HERE" >&2; exit 1; }
-fi
+bash "$HERE/test/ensure-deps.sh" || exit 1
 . "${SKL_SOURCE_DIR:?run under CTest}/tests/cli/lib.sh"
 "$SKL_BIN" init --url "$URL" >"$TMP/init.log" 2>&1 || { cat "$TMP/init.log"; exit 1; }
 cd "$HERE" || exit 1
