@@ -1,0 +1,128 @@
+// Types for skiplock (hand-written; the package is plain ESM).
+import type { EventEmitter } from 'node:events';
+
+/** Anything with pg's query(): a pg.Client (inside your transaction), a
+ * pg.PoolClient, or a pg.Pool (a job committed on its own). */
+export interface Queryable {
+  query(config: { text: string; values?: unknown[] } | string, values?: unknown[]): Promise<{ rows: any[] }>;
+}
+
+/** Milliseconds, or "500ms", "2s", "1.5m", "1h", "1d". */
+export type Duration = number | string;
+
+export type Backoff = 'full' | 'equal' | 'decorrelated' | 'exponential' | 'fixed';
+
+export interface EnqueueOptions {
+  queue?: string;
+  runAt?: Date | string;
+  priority?: number;
+  /** While a job with this key is available or running, its id is returned and nothing is added. */
+  uniqueKey?: string;
+  maxAttempts?: number;
+  timeout?: Duration;
+  backoff?: Backoff;
+  backoffBase?: Duration;
+  backoffCap?: Duration;
+}
+
+/** Enqueues one job on db (in its transaction, if one is open); resolves to the job's id. */
+export function enqueue(db: Queryable, kind: string, payload?: unknown, opts?: EnqueueOptions): Promise<string>;
+export function enqueueStatement(kind: string, payload?: unknown, opts?: EnqueueOptions): { text: string; values: unknown[] };
+/** In your transaction, before the job's effect: throws FencedError unless the claim is current. */
+export function jobFence(db: Queryable, job: Pick<Job, 'id' | 'fencing'>): Promise<void>;
+
+export interface Job<P = any> {
+  /** PostgreSQL bigint, as a string. */
+  id: string;
+  queue: string;
+  kind: string;
+  payload: P;
+  /** 1 on the first run. */
+  attempt: number;
+  maxAttempts: number;
+  /** This claim's fencing token (bigint, as a string). */
+  fencing: string;
+  leaseExpiresAt: Date;
+  /** The job's own timeout; 0 when it has none. */
+  timeoutMs: number;
+  priority: number;
+  runAt: Date;
+}
+
+export interface HandlerContext {
+  /** Aborts when the lease is lost (reason: FencedError), the job times out
+   * (JobTimeoutError) or the worker stops waiting for it (ShutdownError). */
+  signal: AbortSignal;
+}
+
+export type Handler = (job: Job, ctx: HandlerContext) => Promise<unknown>;
+
+export interface WorkerOptions {
+  connectionString: string;
+  /** kind -> handler.  Resolve: completed with the value as result.  Throw
+   * PermanentError: discarded.  Throw anything else: a retryable failure
+   * (after err.retryAfterMs when set). */
+  handlers: Record<string, Handler>;
+  /** Handlers at once (default 10). */
+  concurrency?: number;
+  /** Queues to claim from (default: every queue). */
+  queues?: string[] | null;
+  /** Lease of a claim (default "30s"); heartbeats every lease/3. */
+  lease?: Duration;
+  /** "auto" (default): LISTEN only when the connection is known to be
+   * direct; "none": it is direct; "transaction"/"session": a pooler, poll. */
+  pooler?: 'auto' | 'none' | 'transaction' | 'session';
+  /** A direct endpoint for LISTEN when connectionString is pooled (default: $DIRECT_DATABASE_URL). */
+  directConnectionString?: string | null;
+  /** Longest idle poll (default "1s"), jittered over [poll/2, poll]. */
+  poll?: Duration;
+  /** How often expired leases are rescued (default "5s"). */
+  rescueEvery?: Duration;
+  /** How long stop() waits for running handlers (default "30s"). */
+  shutdownTimeout?: Duration;
+  /** Lease owner (default host:pid:random). */
+  owner?: string;
+  applicationName?: string;
+}
+
+export class Worker extends EventEmitter {
+  constructor(options: WorkerOptions);
+  readonly owner: string;
+  /** "listen" while a LISTEN is active on a direct connection, else "poll". */
+  readonly wakeups: 'listen' | 'poll';
+  /** Handlers running now. */
+  readonly running: number;
+  /** Connects and checks the schema (rejects with a typed error), then works in the background. */
+  start(): Promise<void>;
+  /** Claims nothing more, waits for running handlers, records their outcomes, closes. */
+  stop(): Promise<void>;
+  on(event: 'fenced', listener: (err: FencedError) => void): this;
+  on(event: 'error', listener: (err: SkiplockError) => void): this;
+  on(event: string | symbol, listener: (...args: any[]) => void): this;
+}
+
+export interface SkiplockErrorOptions { cause?: unknown; code?: string }
+
+export class SkiplockError extends Error {
+  constructor(message: string, options?: SkiplockErrorOptions);
+  /** The SQLSTATE, when the error came from PostgreSQL. */
+  code?: string;
+}
+export class TransientError extends SkiplockError {
+  constructor(message: string, options?: SkiplockErrorOptions & { retryAfterMs?: number });
+  retryAfterMs?: number;
+}
+export class PermanentError extends SkiplockError {}
+export class FencedError extends SkiplockError {
+  constructor(message: string, options?: SkiplockErrorOptions & { jobId?: string; fencing?: string });
+  jobId?: string;
+  fencing?: string;
+}
+export class JobTimeoutError extends TransientError {}
+export class ShutdownError extends TransientError {}
+
+/** pg's error (or any error) as a typed error, by SQLSTATE (the C library's table). */
+export function classify(err: unknown): SkiplockError;
+export function isTransientSqlstate(code: string | undefined | null): boolean;
+/** "transaction", "session" or "none", from the URL alone. */
+export function urlPooler(url: string): 'transaction' | 'session' | 'none';

@@ -1,0 +1,86 @@
+// The SQL protocol calls (docs/protocol.md), one statement each, with no
+// session state and no prepared statement, so they work through a
+// transaction pooler.  Outcomes are { job, outcome, result, error,
+// retryAfterMs }, outcome one of 'ok', 'retry', 'discard'.
+
+const CLAIM_COLS = 'id, queue, kind, payload, attempt, max_attempts, fencing, lease_expires_at, timeout_ms, priority, run_at';
+
+export function toJob(r) {
+  return {
+    id: r.id,
+    queue: r.queue,
+    kind: r.kind,
+    payload: r.payload,
+    attempt: r.attempt,
+    maxAttempts: r.max_attempts,
+    fencing: r.fencing,
+    leaseExpiresAt: r.lease_expires_at,
+    timeoutMs: r.timeout_ms,
+    priority: r.priority,
+    runAt: r.run_at,
+  };
+}
+
+// Error text without NUL (PostgreSQL text cannot hold it), at most 4 KiB.
+function errorText(e) {
+  return e === null || e === undefined ? null : String(e).replaceAll('\u0000', '').slice(0, 4096);
+}
+
+// Results as JSON text, so that arrays and strings stay JSON values.
+function resultText(r) {
+  return r === undefined ? null : JSON.stringify(r) ?? null;
+}
+
+function outcomeArrays(outs) {
+  return [
+    outs.map((o) => o.job.id),
+    outs.map((o) => o.job.fencing),
+    outs.map((o) => o.outcome),
+    outs.map((o) => (o.outcome === 'ok' ? resultText(o.result) : null)),
+    outs.map((o) => errorText(o.error)),
+    outs.map((o) => (o.retryAfterMs > 0 ? Math.round(o.retryAfterMs) : null)),
+  ];
+}
+
+const RECORD_ARGS = '$1::bigint[], $2::bigint[], $3::text[], $4::text[]::jsonb[], $5::text[], $6::bigint[]';
+
+export async function claim(db, c, n) {
+  const { rows } = await db.query(
+    `SELECT ${CLAIM_COLS} FROM skiplock.claim($1, $2::text[], $3::text[], $4, $5::interval)`,
+    [c.owner, c.kinds, c.queues, n, c.leaseInterval]);
+  return rows.map(toJob);
+}
+
+/** Records outs; resolves to the set of ids whose outcome was accepted. */
+export async function record(db, outs) {
+  const { rows } = await db.query(
+    `SELECT id FROM skiplock.record(${RECORD_ARGS})`, outcomeArrays(outs));
+  return new Set(rows.map((r) => r.id));
+}
+
+/** Records outs, then claims up to n: { accepted, jobs }. */
+export async function recordClaim(db, outs, c, n) {
+  const { rows } = await db.query(
+    `SELECT row_type, ${CLAIM_COLS} FROM skiplock.record_claim(${RECORD_ARGS},
+       NULL, NULL, NULL, NULL, $7, $8::text[], $9::text[], $10, $11::interval)`,
+    [...outcomeArrays(outs), c.owner, c.kinds, c.queues, n, c.leaseInterval]);
+  const accepted = new Set(rows.filter((r) => r.row_type === 'recorded').map((r) => r.id));
+  const jobs = rows.filter((r) => r.row_type === 'claimed').map(toJob);
+  return { accepted, jobs };
+}
+
+/** Extends the leases of jobs; resolves to one boolean per job, in order
+ * (false: that claim was lost). */
+export async function heartbeat(db, jobs, leaseInterval) {
+  const { rows } = await db.query(
+    'SELECT extended FROM skiplock.heartbeat($1::bigint[], $2::bigint[], $3::interval)',
+    [jobs.map((j) => j.id), jobs.map((j) => j.fencing), leaseInterval]);
+  if (rows.length !== jobs.length) throw new Error(`heartbeat: ${rows.length} rows for ${jobs.length} jobs`);
+  return rows.map((r) => r.extended);
+}
+
+/** Ends expired leases; resolves to how many jobs were given back. */
+export async function rescue(db) {
+  const { rows } = await db.query('SELECT count(*)::int AS n FROM skiplock.rescue(1000)');
+  return rows[0].n;
+}

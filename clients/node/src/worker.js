@@ -1,0 +1,252 @@
+// Worker: a thin loop around the SQL protocol (docs/protocol.md).
+//
+//   claim (or record_claim: the outcomes so far, then a claim, one call)
+//   -> handlers run concurrently, outside any transaction, each with an
+//      AbortSignal that fires when its lease is lost or it times out
+//   -> heartbeat every lease/3 -> outcomes batched into the next call
+//   -> rescue every rescueEvery -> when idle, poll with jitter (or wake on
+//      a notification, on a connection known to be direct).
+//
+// Bound: one database connection for every protocol call, whatever the
+// concurrency (plus, through a pooler, one LISTEN-only connection to a
+// direct endpoint when directConnectionString is given).  Handlers use
+// the application's own pool for their own queries.
+import { EventEmitter } from 'node:events';
+import { classify, FencedError, TransientError } from './errors.js';
+import { Connection } from './connection.js';
+import { workerOptions } from './options.js';
+import { Run } from './run.js';
+import * as proto from './protocol.js';
+
+const LISTEN_RETRY_MS = 5000;
+const GIVE_UP_AFTER_DRAIN_MS = 5000;
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+export class Worker extends EventEmitter {
+  #o;
+  #conn;
+  #side = null; // LISTEN-only connection to a direct endpoint
+  #runs = new Set(); // running handlers (a job lost and claimed again may have two)
+  #pending = []; // outcomes not yet recorded
+  #wake = null;
+  #woken = false;
+  #loop = null;
+  #beat = null;
+  #beating = false;
+  #stopping = false;
+  #drainAt = Infinity;
+  #nextRescue = 0;
+  #nextListen = 0;
+
+  constructor(options) {
+    super();
+    this.#o = workerOptions(options);
+    const notify = () => this.#signal();
+    const onError = (err) => this.#report(err);
+    const base = { applicationName: this.#o.applicationName, onError };
+    this.#conn = new Connection(this.#o.url, { ...base, pooler: this.#o.pooler, onNotify: notify });
+    if (this.#o.directUrl && this.#o.directUrl !== this.#o.url) {
+      this.#side = new Connection(this.#o.directUrl, { ...base, pooler: 'auto', onNotify: notify });
+    }
+  }
+
+  get owner() { return this.#o.owner; }
+  /** 'listen' while a LISTEN is active on a direct connection, else 'poll'. */
+  get wakeups() {
+    return this.#conn.listening || this.#side?.listening ? 'listen' : 'poll';
+  }
+  /** Jobs whose handlers are running now. */
+  get running() { return this.#runs.size; }
+
+  /** Connects (rejecting with a typed error when it cannot), then runs the
+   * loop in the background until stop(). */
+  async start() {
+    if (this.#loop !== null) throw new Error('Worker.start: already started');
+    try {
+      const db = await this.#conn.get();
+      await proto.rescue(db); // the schema is there and we may call it
+    } catch (err) {
+      await this.#conn.close();
+      throw classify(err);
+    }
+    this.#nextRescue = Date.now() + this.#o.rescueEveryMs;
+    this.#ensureListen();
+    this.#beat = setInterval(() => this.#heartbeat(), Math.max(this.#o.leaseMs / 3, 10));
+    this.#loop = this.#run();
+  }
+
+  /** Claims nothing more, waits for running handlers (up to
+   * shutdownTimeout: then their signals abort and they are recorded as
+   * retryable failures), records every outcome and closes. */
+  async stop() {
+    if (this.#loop === null) return;
+    if (!this.#stopping) {
+      this.#stopping = true;
+      this.#drainAt = Date.now() + this.#o.shutdownTimeoutMs;
+      this.#signal();
+    }
+    await this.#loop;
+  }
+
+  async #run() {
+    let backoff = 0;
+    while (!this.#finished()) {
+      try {
+        const more = await this.#turn();
+        backoff = 0;
+        if (!more) await this.#idle();
+      } catch (err) {
+        backoff = this.#failed(err, backoff);
+        await sleep(backoff);
+      }
+    }
+    clearInterval(this.#beat);
+    await Promise.all([this.#conn.close(), this.#side?.close()]);
+  }
+
+  #finished() {
+    if (!this.#stopping) return false;
+    const now = Date.now();
+    if (now >= this.#drainAt) for (const r of this.#runs) r.shutdown(this.#o.shutdownTimeoutMs);
+    if (now >= this.#drainAt + GIVE_UP_AFTER_DRAIN_MS) return true; // the database is gone
+    const handlersDone = this.#runs.size === 0 || now >= this.#drainAt;
+    return handlersDone && this.#pending.length === 0;
+  }
+
+  // One round trip: outcomes so far and/or a claim.  True when the claim
+  // was full (more jobs are probably due).
+  async #turn() {
+    await this.#maybeRescue();
+    const outs = this.#takeOutcomes();
+    const n = this.#stopping ? 0 : Math.min(this.#o.concurrency - this.#runs.size, 1000);
+    if (outs.length === 0 && n <= 0) return false;
+    const sentAt = Date.now();
+    let got;
+    try {
+      got = await this.#exchange(outs, n);
+    } catch (err) {
+      this.#pending.unshift(...outs);
+      throw err;
+    }
+    this.#fencedOut(outs, got.accepted);
+    for (const job of got.jobs) this.#start(job, sentAt + this.#o.leaseMs);
+    return n > 0 && got.jobs.length === n;
+  }
+
+  // The pending outcomes, at most one per job: record's answer names only
+  // the job, so a stale attempt's outcome and its successor's go in
+  // different calls.
+  #takeOutcomes() {
+    const ids = new Set();
+    const outs = [];
+    const later = [];
+    for (const o of this.#pending) {
+      if (ids.has(o.job.id)) later.push(o);
+      else outs.push(o);
+      ids.add(o.job.id);
+    }
+    this.#pending = later;
+    return outs;
+  }
+
+  async #exchange(outs, n) {
+    const db = await this.#conn.get();
+    if (outs.length > 0 && n > 0) return proto.recordClaim(db, outs, this.#o, n);
+    if (outs.length > 0) return { accepted: await proto.record(db, outs), jobs: [] };
+    return { accepted: new Set(), jobs: await proto.claim(db, this.#o, n) };
+  }
+
+  #fencedOut(outs, accepted) {
+    for (const o of outs) {
+      if (accepted.has(o.job.id)) continue;
+      const { id, fencing } = o.job;
+      this.emit('fenced', new FencedError(
+        `job ${id}: outcome '${o.outcome}' refused, the claim (fencing ${fencing}) is no longer current`,
+        { jobId: id, fencing }));
+    }
+  }
+
+  #start(job, deadline) {
+    const run = new Run(job, deadline, (out) => { this.#pending.push(out); this.#signal(); });
+    this.#runs.add(run);
+    run.execute(this.#o.handlers[job.kind]).finally(() => {
+      this.#runs.delete(run);
+      this.#signal();
+    });
+  }
+
+  async #maybeRescue() {
+    if (this.#stopping || Date.now() < this.#nextRescue) return;
+    this.#nextRescue = Date.now() + this.#o.rescueEveryMs;
+    if (await proto.rescue(await this.#conn.get()) > 0) this.#woken = true;
+  }
+
+  async #heartbeat() {
+    if (this.#beating) return;
+    const now = Date.now();
+    const live = [...this.#runs].filter((r) => !r.done);
+    for (const r of live) if (now > r.deadline) this.emit('fenced', r.lose('no heartbeat succeeded within the lease'));
+    const runs = live.filter((r) => !r.done);
+    if (runs.length === 0) return;
+    this.#beating = true;
+    try {
+      const extended = await proto.heartbeat(await this.#conn.get(), runs.map((r) => r.job), this.#o.leaseInterval);
+      for (const [i, r] of runs.entries()) {
+        if (!extended[i]) this.emit('fenced', r.lose('the database did not extend it'));
+        else r.deadline = now + this.#o.leaseMs;
+      }
+    } catch (err) {
+      this.#failed(err, 0);
+    } finally {
+      this.#beating = false;
+    }
+  }
+
+  // Reports err; drops the connection when it may be the cause.  Returns
+  // the next backoff: 100 ms doubling to 5 s, with jitter.
+  #failed(err, backoff) {
+    const e = classify(err);
+    this.#report(e);
+    if (e instanceof TransientError) this.#conn.reset();
+    const next = Math.min(Math.max(backoff * 2, 100), 5000);
+    return next / 2 + Math.random() * (next / 2);
+  }
+
+  #report(err) {
+    const e = classify(err);
+    if (this.listenerCount('error') > 0) this.emit('error', e);
+    else process.emitWarning(`skiplock worker ${this.#o.owner}: ${e.message}`, { code: e.code ?? 'SKIPLOCK' });
+  }
+
+  #ensureListen() {
+    const side = this.#side;
+    if (side === null || side.client !== null || side.connecting || Date.now() < this.#nextListen) return;
+    this.#nextListen = Date.now() + LISTEN_RETRY_MS;
+    side.get().catch((err) => this.#report(err));
+  }
+
+  #signal() {
+    this.#woken = true;
+    if (this.#wake !== null) this.#wake();
+  }
+
+  #waitWake() {
+    if (this.#woken) return Promise.resolve();
+    return new Promise((r) => { this.#wake = r; });
+  }
+
+  // Sleeps until woken, the poll interval (jittered over [poll/2, poll])
+  // or the next rescue, whichever comes first.
+  async #idle() {
+    this.#ensureListen();
+    if (!this.#woken) {
+      const poll = this.#o.pollMs * (0.5 + Math.random() / 2);
+      const wait = Math.max(Math.min(poll, this.#nextRescue - Date.now(), this.#drainAt - Date.now()), 0);
+      let t;
+      await Promise.race([this.#waitWake(), new Promise((r) => { t = setTimeout(r, wait); })]);
+      clearTimeout(t);
+    }
+    this.#woken = false;
+    this.#wake = null;
+  }
+}

@@ -1,0 +1,39 @@
+// Test helpers: the harness's database (run.sh passes the URLs), a direct
+// pool for checks, unique kinds per test, and bounded waits.
+import pg from 'pg';
+
+export const URL = process.env.SKL_TEST_URL;
+export const DIRECT_URL = process.env.SKL_TEST_DIRECT_URL;
+export const MODE = process.env.SKL_TEST_MODE;
+if (!URL || !DIRECT_URL || !MODE) throw new Error('run under clients/node/test/run.sh (SKL_TEST_URL, SKL_TEST_DIRECT_URL, SKL_TEST_MODE)');
+
+/** Checks go to the database directly, whatever the mode. */
+export const admin = new pg.Pool({ connectionString: DIRECT_URL, max: 2 });
+/** What an application would use: the mode's URL (PgBouncer when pooled). */
+export const appPool = () => new pg.Pool({ connectionString: URL, max: 4 });
+
+let seq = 0;
+export const kind = (name) => `t.${name}.${process.pid}.${++seq}`;
+export const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+export async function q(sql, params) {
+  return (await admin.query(sql, params)).rows;
+}
+
+export async function job(id) {
+  return (await q('SELECT * FROM skiplock.jobs WHERE id = $1', [id]))[0];
+}
+
+/** Polls fn until it returns a truthy value; throws after ms. */
+export async function waitFor(what, ms, fn) {
+  const end = Date.now() + ms;
+  for (;;) {
+    const v = await fn();
+    if (v) return v;
+    if (Date.now() > end) throw new Error(`timed out after ${ms} ms waiting for: ${what}`);
+    await sleep(25);
+  }
+}
+
+/** Options every test worker shares: fast polls and rescues. */
+export const fast = { connectionString: URL, poll: '200ms', rescueEvery: '250ms' };

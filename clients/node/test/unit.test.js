@@ -1,0 +1,58 @@
+// No database: the SQLSTATE table, URL rules, enqueue's statement and
+// option checks.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import {
+  classify, isTransientSqlstate, urlPooler, enqueueStatement, Worker,
+  TransientError, PermanentError, FencedError,
+} from '../src/index.js';
+
+test('SQLSTATE table is the C library\'s', () => {
+  for (const c of ['08000', '08006', '08P01', '57P01', '57P02', '57P03', '40001', '40P01', '55P03', '53300', '', undefined]) {
+    assert.equal(isTransientSqlstate(c), true, `${c} transient`);
+  }
+  for (const c of ['22023', '23505', '42501', '42883', '57014', '53200', '40002', 'SK001', 'XX000']) {
+    assert.equal(isTransientSqlstate(c), false, `${c} permanent`);
+  }
+});
+
+test('classify maps pg errors to typed errors, keeping the SQLSTATE and cause', () => {
+  const mk = (code) => Object.assign(new Error(`e ${code}`), { code });
+  const t = classify(mk('40P01'));
+  assert.ok(t instanceof TransientError);
+  assert.equal(t.code, '40P01');
+  assert.equal(t.cause.message, 'e 40P01');
+  assert.ok(classify(mk('23505')) instanceof PermanentError);
+  assert.ok(classify(mk('SK001')) instanceof FencedError);
+  assert.ok(classify(mk('ECONNREFUSED')) instanceof TransientError, 'no SQLSTATE: transient');
+  assert.ok(classify(new Error('Connection terminated unexpectedly')) instanceof TransientError);
+});
+
+test('pooled URLs: -pooler host, ports 6432 and 6543, Supabase pooler', () => {
+  assert.equal(urlPooler('postgresql://u@ep-cool-1-pooler.eu-central-1.aws.neon.tech/db'), 'transaction');
+  assert.equal(urlPooler('postgresql://u@ep-cool-1.eu-central-1.aws.neon.tech/db'), 'none');
+  assert.equal(urlPooler('postgres://u@db:6432/app'), 'transaction');
+  assert.equal(urlPooler('postgres://u@db:6543/app'), 'transaction');
+  assert.equal(urlPooler('postgres://u@aws-0-eu.pooler.supabase.com:5432/app'), 'session');
+  assert.equal(urlPooler('postgres://u@db:5432/app'), 'none');
+});
+
+test('enqueue statement: named arguments only for the options given', () => {
+  const s = enqueueStatement('mail', { to: 'a' }, { uniqueKey: 'k', timeout: '2s', runAt: new Date(0), queue: undefined });
+  assert.equal(s.text, 'SELECT skiplock.enqueue(kind => $1, payload => $2::jsonb, unique_key => $3::text, '
+    + 'timeout => $4::interval, run_at => $5::timestamptz) AS id');
+  assert.equal(enqueueStatement('k', [1, 2]).values[1], '[1,2]', 'an array payload stays JSON');
+  assert.throws(() => enqueueStatement('', {}), TypeError);
+  assert.throws(() => enqueueStatement('k', {}, { unique: 'x' }), /unknown option "unique"/);
+  assert.throws(() => enqueueStatement('k', {}, { timeout: 'soon' }), /timeout: expected/);
+});
+
+test('Worker options are checked in the constructor', () => {
+  const h = { k: async () => {} };
+  assert.throws(() => new Worker({ handlers: h }), /connectionString/);
+  assert.throws(() => new Worker({ connectionString: 'postgres://x/y', handlers: {} }), /handlers/);
+  assert.throws(() => new Worker({ connectionString: 'postgres://x/y', handlers: h, concurrency: 0 }), /concurrency/);
+  assert.throws(() => new Worker({ connectionString: 'postgres://x/y', handlers: h, lease: '50ms' }), /lease/);
+  assert.throws(() => new Worker({ connectionString: 'postgres://x/y', handlers: h, pooler: 'yes' }), /pooler/);
+  assert.throws(() => new Worker({ connectionString: 'postgres://x/y', handlers: h, queues: [] }), /queues/);
+});
