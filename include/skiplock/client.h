@@ -54,6 +54,15 @@ typedef struct skl_client_options {
 	int retry_cap_ms;         /* largest backoff step; default 2000 */
 	skl_log_fn log;           /* optional */
 	void *log_ctx;
+	bool require_schema;      /* before its first operation the client checks,
+	                           * once, that skiplock's schema is installed at
+	                           * skl_schema_latest() or newer (one read of
+	                           * skiplock.schema_version); every operation fails
+	                           * with SKL_SCHEMA until it is.  Not for clients
+	                           * that install it (schema calls skip the check).
+	                           * Default false: without it, an operation that
+	                           * fails on a missing skiplock object (see
+	                           * skl_sqlstate_is_undefined) is checked then */
 } skl_client_options;
 
 /* Fills opts with the defaults above.  Call it before setting fields. */

@@ -37,6 +37,14 @@ typedef enum skl_rc {
 	SKL_INVALID = 9,       /* bad input: URL, duration, JSON, name… */
 	SKL_UNREACHABLE = 10,  /* no connection within the retry bound */
 	SKL_IO = 11,           /* a local system call failed; errno kept */
+	SKL_REFUSED = 12,      /* the server (or the TLS handshake) refused the
+	                        * connection for a reason a retry cannot cure:
+	                        * no such database or role, a wrong or missing
+	                        * password, the TLS mode; never retried.
+	                        * SQLSTATE when the server sent one; the hint
+	                        * says what to fix */
+	SKL_SCHEMA = 13,       /* skiplock's schema is missing or older than this
+	                        * library: run `skiplock init` (skl_schema_install) */
 	SKL_RC_LAST            /* sentinel, never returned */
 } skl_rc;
 
@@ -64,6 +72,13 @@ SKL_API void skl_error_clear(skl_error *err);
  * connection) is transient too.  This is the one classification table of
  * the library; nothing else looks at SQLSTATEs or message text. */
 SKL_API bool skl_sqlstate_is_transient(const char *sqlstate);
+
+/* True when a SQLSTATE says an object a statement names does not exist or
+ * does not fit it (42P01 undefined table, 42883 undefined function, 42703
+ * undefined column, 42704 undefined object, 3F000 no such schema): when the
+ * statement is skiplock's own, its schema is missing or older than the
+ * library, which the library then checks (SKL_SCHEMA). */
+SKL_API bool skl_sqlstate_is_undefined(const char *sqlstate);
 
 /* Frees memory the library returned to the caller.  Accepts NULL. */
 SKL_API void skl_free(void *ptr);

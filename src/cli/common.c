@@ -27,6 +27,19 @@ const char cli_common_help[] =
 	"  --help                 show this help and exit\n"
 	"Durations are written 250ms, 5s, 2m, 1h30m, 1d or as bare seconds.\n";
 
+/* Commands that work on a database without skiplock's schema (or install
+ * it); every other one checks it first and says "run skiplock init". */
+static bool schema_free(const char *command)
+{
+	static const char *const free_of[] = {"init", "doctor", "explain", "demo", "migrate"};
+	for (size_t i = 0; i < sizeof(free_of) / sizeof(free_of[0]); i++) {
+		size_t n = strlen(free_of[i]);
+		if (strncmp(command, free_of[i], n) == 0 && (command[n] == '\0' || command[n] == ' '))
+			return true;
+	}
+	return false;
+}
+
 void cli_common_init(cli_common *cc, const char *command)
 {
 	memset(cc, 0, sizeof(*cc));
@@ -34,6 +47,7 @@ void cli_common_init(cli_common *cc, const char *command)
 	cli_log_command(command);
 	skl_client_options_init(&cc->client);
 	cc->client.log = cli_log_sink;
+	cc->client.require_schema = !schema_free(command);
 }
 
 bool cli_duration(const cli_common *cc, const char *name, const char *arg, int64_t *ms)
@@ -114,14 +128,19 @@ int cli_bad_option(const cli_common *cc, int code, char *const argv[])
 int cli_fail(const cli_common *cc, const skl_error *err)
 {
 	const char *state = err->sqlstate[0] ? err->sqlstate : NULL;
-	cli_error(cc, "%s%s%s%s%s%s", err->message, state ? " (SQLSTATE " : "", state ? state : "",
-	          state ? ")" : "", err->detail[0] ? ": " : "", err->detail);
+	/* a refused connection says what to fix */
+	const char *hint = err->rc == SKL_REFUSED ? err->hint : "";
+	cli_error(cc, "%s%s%s%s%s%s%s%s", err->message, state ? " (SQLSTATE " : "",
+	          state ? state : "", state ? ")" : "", err->detail[0] ? ": " : "", err->detail,
+	          hint[0] ? "; " : "", hint);
 	/* data exceptions and constraint violations: the input was bad */
 	if (state && (strncmp(state, "22", 2) == 0 || strncmp(state, "23", 2) == 0))
 		return CLI_USAGE;
 	switch (err->rc) {
 	case SKL_INVALID: return CLI_USAGE;
 	case SKL_UNREACHABLE: return CLI_UNREACHABLE;
+	case SKL_REFUSED: /* no database, role or password: retrying cannot help */
+	case SKL_SCHEMA: return CLI_PROBLEM;
 	case SKL_RETRY:
 	case SKL_INDETERMINATE:
 		return state && !skl_sqlstate_is_transient(state) ? CLI_PROBLEM : CLI_UNREACHABLE;

@@ -121,7 +121,7 @@ static bool has_version(const installed *in, int v)
 
 skl_rc skl_schema_installed(skl_client *c, int *out, skl_error *err)
 {
-	static const skl_txn_opts o = {.idempotent = 1};
+	static const skl_txn_opts o = {.idempotent = 1, .schema_itself = 1};
 	installed in;
 	*out = 0;
 	skl_rc rc = skl__run(c, &o, installed_fn, &in, err);
@@ -138,8 +138,9 @@ int skl_schema_latest(void)
 skl_rc skl_schema_install(skl_client *c, int *applied, skl_error *err)
 {
 	/* Idempotent: the version check runs under the lock in every attempt. */
-	static const skl_txn_opts o = {.txn = 1, .idempotent = 1, .lock_timeout_ms = 10000};
-	static const skl_txn_opts ro = {.idempotent = 1};
+	static const skl_txn_opts o = {.txn = 1, .idempotent = 1, .lock_timeout_ms = 10000,
+	                               .schema_itself = 1};
+	static const skl_txn_opts ro = {.idempotent = 1, .schema_itself = 1};
 	installed have;
 	int n = 0;
 	if (applied)
@@ -211,7 +212,7 @@ static bool role_name_ok(const char *r, skl_error *err)
 skl_rc skl_schema_check_roles(skl_client *c, const char *owner, const char *worker,
                               skl_error *err)
 {
-	static const skl_txn_opts o = {.idempotent = 1};
+	static const skl_txn_opts o = {.idempotent = 1, .schema_itself = 1};
 	if (!role_name_ok(owner, err) || !role_name_ok(worker, err))
 		return SKL_INVALID;
 	grant_args g = {owner, worker};
@@ -223,7 +224,8 @@ skl_rc skl_schema_check_roles(skl_client *c, const char *owner, const char *work
 
 skl_rc skl_schema_grant(skl_client *c, const char *owner, const char *worker, skl_error *err)
 {
-	static const skl_txn_opts o = {.txn = 1, .idempotent = 1, .lock_timeout_ms = 10000};
+	static const skl_txn_opts o = {.txn = 1, .idempotent = 1, .lock_timeout_ms = 10000,
+	                               .schema_itself = 1};
 	if (!role_name_ok(owner, err) || !role_name_ok(worker, err))
 		return SKL_INVALID;
 	grant_args g = {owner, worker};
