@@ -110,6 +110,7 @@ int cli_common_option(cli_common *cc, int code, const char *arg)
 	case OPT_LOG_LEVEL:
 	case OPT_LOG_FORMAT: return log_option(cc, code, arg);
 	case OPT_HELP: cc->help = true; return 1;
+	case OPT_CONFIG: return cc->settings; /* read before the flags (settings.c) */
 	default: return 0;
 	}
 }
@@ -173,6 +174,15 @@ bool cli_int(const cli_common *cc, const char *name, const char *arg, long long 
 int cli_parse(cli_common *cc, int argc, char **argv, const char *shortopts,
               const struct option *opts, cli_opt_fn own, void *ctx)
 {
+	struct option all[128];
+	if (cc->settings) {
+		if (!cli_settings_options(opts, all, sizeof(all) / sizeof(all[0])))
+			return CLI_USAGE;
+		opts = all;
+		int rc = cli_settings_apply(cc, all, argv, argc, shortopts, own, ctx);
+		if (rc != CLI_OK)
+			return rc;
+	}
 	int code;
 	opterr = 0;
 	optind = 1;
@@ -197,7 +207,8 @@ int cli_start(cli_common *cc, int argc, char **argv, const struct option *opts,
 	if (rc != CLI_OK)
 		return rc;
 	if (cc->help) {
-		printf("%s%s%s", usage, cli_common_help, exit_help);
+		printf("%s%s%s%s", usage, cli_common_help, cc->settings ? cli_settings_help : "",
+		       exit_help);
 		return CLI_OK;
 	}
 	if (max_operands >= 0 && argc - optind > max_operands) {
