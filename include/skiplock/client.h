@@ -58,11 +58,11 @@ typedef struct skl_client_options {
 	                           * once, that skiplock's schema is installed at
 	                           * skl_schema_latest() or newer (one read of
 	                           * skiplock.schema_version); every operation fails
-	                           * with SKL_SCHEMA until it is.  Not for clients
-	                           * that install it (schema calls skip the check).
-	                           * Default false: without it, an operation that
-	                           * fails on a missing skiplock object (see
-	                           * skl_sqlstate_is_undefined) is checked then */
+	                           * with SKL_SCHEMA until it is (the schema calls
+	                           * themselves skip the check).  Default false: a
+	                           * client may serve databases without skiplock's
+	                           * schema (doctor, explain, migrate); a missing
+	                           * skiplock object then fails as SKL_DB (42P01…) */
 } skl_client_options;
 
 /* Fills opts with the defaults above.  Call it before setting fields. */

@@ -73,13 +73,6 @@ SKL_API void skl_error_clear(skl_error *err);
  * the library; nothing else looks at SQLSTATEs or message text. */
 SKL_API bool skl_sqlstate_is_transient(const char *sqlstate);
 
-/* True when a SQLSTATE says an object a statement names does not exist or
- * does not fit it (42P01 undefined table, 42883 undefined function, 42703
- * undefined column, 42704 undefined object, 3F000 no such schema): when the
- * statement is skiplock's own, its schema is missing or older than the
- * library, which the library then checks (SKL_SCHEMA). */
-SKL_API bool skl_sqlstate_is_undefined(const char *sqlstate);
-
 /* Frees memory the library returned to the caller.  Accepts NULL. */
 SKL_API void skl_free(void *ptr);
 

@@ -72,22 +72,6 @@ bool skl_sqlstate_is_transient(const char *sqlstate)
 	return false;
 }
 
-static const char *const undefined_states[] = {
-	"42P01", /* undefined_table */
-	"42883", /* undefined_function */
-	"42703", /* undefined_column */
-	"42704", /* undefined_object: a type */
-	"3F000", /* invalid_schema_name */
-};
-
-bool skl_sqlstate_is_undefined(const char *sqlstate)
-{
-	for (size_t i = 0; sqlstate && i < SKL_ARRAY_LEN(undefined_states); i++)
-		if (strcmp(sqlstate, undefined_states[i]) == 0)
-			return true;
-	return false;
-}
-
 /* What to fix when the server refuses a connection with a SQLSTATE that
  * is not transient (the first entry whose prefix matches). */
 static const struct {

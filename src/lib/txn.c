@@ -159,19 +159,6 @@ static skl_rc check_schema(skl_client *c, skl_error *err)
 	return rc;
 }
 
-/* fn failed on an object that does not exist: when skiplock's schema is
- * missing or old, that is the error to report (the server's goes to the
- * detail); otherwise the server's error stands. */
-static skl_rc explain_undefined(skl_client *c, skl_rc rc, skl_error *err)
-{
-	skl_error e;
-	if (check_schema(c, &e) != SKL_SCHEMA)
-		return rc;
-	snprintf(e.detail, sizeof(e.detail), "%.480s (SQLSTATE %.5s).", err->message, err->sqlstate);
-	*err = e;
-	return SKL_SCHEMA;
-}
-
 skl_rc skl__run(skl_client *c, const skl_txn_opts *o, skl_txn_fn fn, void *ctx, skl_error *err)
 {
 	static const skl_txn_opts plain = {0};
@@ -180,11 +167,7 @@ skl_rc skl__run(skl_client *c, const skl_txn_opts *o, skl_txn_fn fn, void *ctx, 
 	skl_rc rc = SKL_OK;
 	if (c->require_schema && !c->schema_ok && !o->schema_itself)
 		rc = check_schema(c, err);
-	if (rc == SKL_OK)
-		rc = run_retrying(c, o, fn, ctx, err);
-	if (rc == SKL_DB && err && !o->schema_itself && skl_sqlstate_is_undefined(err->sqlstate))
-		rc = explain_undefined(c, rc, err);
-	return rc;
+	return rc == SKL_OK ? run_retrying(c, o, fn, ctx, err) : rc;
 }
 
 static skl_rc ping_fn(skl_client *c, void *ctx, skl_error *err)
