@@ -57,6 +57,15 @@ typedef struct skl_client_options {
 	int retry_cap_ms;         /* largest backoff step; default 2000 */
 	skl_log_fn log;           /* optional */
 	void *log_ctx;
+	bool require_schema;      /* before its first operation the client checks,
+	                           * once, that skiplock's schema is installed at
+	                           * skl_schema_latest() or newer (one read of
+	                           * skiplock.schema_version); every operation fails
+	                           * with SKL_SCHEMA until it is (the schema calls
+	                           * themselves skip the check).  Default false: a
+	                           * client may serve databases without skiplock's
+	                           * schema (doctor, explain, migrate); a missing
+	                           * skiplock object then fails as SKL_DB (42P01…) */
 } skl_client_options;
 
 /* Fills opts with the defaults above.  Call it before setting fields. */

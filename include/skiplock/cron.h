@@ -151,6 +151,46 @@ SKL_API skl_rc skl_cron_list(skl_client *c, skl_schedule_info **out, size_t *n,
                              skl_error *err);
 SKL_API void skl_schedule_info_free(skl_schedule_info *s, size_t n);
 
+/* ---- declarative schedules ---- */
+
+/* One schedule as it should be. */
+typedef struct skl_schedule_want {
+	skl_schedule_spec spec;
+	int paused;               /* 1 paused, 0 enabled, -1 as it is now (a new
+	                           * schedule is enabled) */
+} skl_schedule_want;
+
+typedef enum skl_cron_change {
+	SKL_CRON_KEEP = 0,        /* already as wanted: nothing written */
+	SKL_CRON_ADD = 1,
+	SKL_CRON_CHANGE = 2,      /* fields differ (see skl_cron_step.fields) */
+	SKL_CRON_REMOVE = 3
+} skl_cron_change;
+
+typedef struct skl_cron_step {
+	char name[SKL_SCHEDULE_NAME_MAX + 1];
+	skl_cron_change change;
+	char fields[128];         /* SKL_CRON_CHANGE: what differs, "expression,
+	                           * paused"; else "" */
+} skl_cron_step;
+
+/* Makes the schedules equal to want[0..n), in one transaction: adds the
+ * missing, changes those that differ (any spec field, or paused), and,
+ * with prune, removes every schedule not in want.  A schedule whose
+ * expression or zone changes, or that is resumed, skips the fire times
+ * that passed before now (as skl_cron_resume); one whose other fields
+ * change keeps its fire times.  Every spec is checked (and names must be
+ * unique) before anything is written: SKL_INVALID.  Concurrent calls are
+ * serialised by a lock on skiplock.schedules held for the transaction.
+ * With dry_run the same transaction is rolled back: *steps says what it
+ * would do.  Idempotent: a second call with the same want keeps all.
+ * *steps (may be NULL) receives one step per schedule, want's order then
+ * the removed by name, *nsteps their count; free with skl_free.  Blocks up
+ * to the client's retry bound. */
+SKL_API skl_rc skl_cron_apply(skl_client *c, const skl_schedule_want *want, size_t n,
+                              bool prune, bool dry_run, skl_cron_step **steps,
+                              size_t *nsteps, skl_error *err);
+
 /* ---- the scheduler ---- */
 
 typedef struct skl_cron_tick_opts {

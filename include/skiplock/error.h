@@ -38,6 +38,14 @@ typedef enum skl_rc {
 	SKL_INVALID = 9,       /* bad input: URL, duration, JSON, name… */
 	SKL_UNREACHABLE = 10,  /* no connection within the retry bound */
 	SKL_IO = 11,           /* a local system call failed; errno kept */
+	SKL_REFUSED = 12,      /* the server (or the TLS handshake) refused the
+	                        * connection for a reason a retry cannot cure:
+	                        * no such database or role, a wrong or missing
+	                        * password, the TLS mode; never retried.
+	                        * SQLSTATE when the server sent one; the hint
+	                        * says what to fix */
+	SKL_SCHEMA = 13,       /* skiplock's schema is missing or older than this
+	                        * library: run `skiplock init` (skl_schema_install) */
 	SKL_RC_LAST            /* sentinel, never returned */
 } skl_rc;
 

@@ -22,7 +22,7 @@ enum {
 /* Long-option codes of the common options (above any short option). */
 enum {
 	OPT_URL = 1000, OPT_DIRECT_URL, OPT_POOLER, OPT_CONNECT_TIMEOUT, OPT_TIMEOUT_CALL,
-	OPT_RETRY_FOR, OPT_LOG_LEVEL, OPT_LOG_FORMAT, OPT_HELP, OPT_COMMON_LAST
+	OPT_RETRY_FOR, OPT_LOG_LEVEL, OPT_LOG_FORMAT, OPT_HELP, OPT_CONFIG, OPT_COMMON_LAST
 };
 
 #define CLI_COMMON_LONGOPTS                                                        \
@@ -43,6 +43,8 @@ typedef struct cli_common {
 	const char *command;        /* "init", "enqueue"…: prefixes messages */
 	skl_client_options client;
 	bool help;
+	bool settings;              /* options may also come from SKIPLOCK_<OPTION>
+	                             * variables and a --config FILE (settings.c) */
 } cli_common;
 
 void cli_common_init(cli_common *cc, const char *command);
@@ -76,6 +78,20 @@ int cli_parse(cli_common *cc, int argc, char **argv, const char *shortopts,
 int cli_start(cli_common *cc, int argc, char **argv, const struct option *opts,
               cli_opt_fn own, void *ctx, const char *usage, const char *exit_help,
               int max_operands, bool *done);
+
+/* settings.c: with cc->settings, cli_parse first applies the options of
+ * --config FILE (a JSON object: "option": value, an array for a repeated
+ * option, true for a flag), then SKIPLOCK_<OPTION> environment variables
+ * (values of a repeated option on separate lines; 1/true/yes for a flag),
+ * then the command line; each option comes from the first of command
+ * line, environment, file that gives it.  Returns CLI_OK or an exit code
+ * after printing.  `all` is opts with --config added. */
+int cli_settings_apply(cli_common *cc, const struct option *all, char **argv, int argc,
+                       const char *shortopts, cli_opt_fn own, void *ctx);
+/* opts with --config appended, in out (capacity cap); false when full. */
+bool cli_settings_options(const struct option *opts, struct option *out, size_t cap);
+/* The help of --config and the environment, for --help. */
+extern const char cli_settings_help[];
 
 /* Opens a client from the common options; on failure prints one line and
  * returns the exit code (2 for a bad URL), else CLI_OK. */

@@ -1,5 +1,5 @@
 /*
- * cmd_cron.c — `skiplock cron add|list|remove|pause|resume`: periodic jobs.
+ * cmd_cron.c — `skiplock cron add|apply|list|remove|pause|resume`: periodic jobs.
  *
  * The schedules live in the database (skiplock/cron.h); every worker
  * evaluates them, so nothing here runs a scheduler.  Every operand and
@@ -17,12 +17,14 @@
 #include <string.h>
 
 #include "cli.h"
+#include "cron/cron_file.h"
 #include "print/output.h"
 
 static const char cron_usage[] =
 	"Usage: skiplock cron add NAME EXPR KIND [JSON] [--tz ZONE] [--queue Q]\n"
 	"                         [--catch-up none|latest|all] [--priority N]\n"
 	"                         [--max-attempts N]\n"
+	"       skiplock cron apply FILE [--dry-run]\n"
 	"       skiplock cron list [--json]\n"
 	"       skiplock cron remove NAME\n"
 	"       skiplock cron pause NAME\n"
@@ -36,7 +38,8 @@ static const char cron_usage[] =
 	"Fire times are judged by the database clock. \"skiplock cron SUBCOMMAND\n"
 	"--help\" shows the options of each.\n"
 	"\n"
-	"  add     create a schedule\n"
+	"  add     create a schedule (--replace: or make an existing one equal)\n"
+	"  apply   make the schedules equal to a file: add, change, remove\n"
 	"  list    schedules with their last and next fire times\n"
 	"  remove  delete a schedule (jobs it enqueued stay)\n"
 	"  pause   stop a schedule from firing\n"
@@ -50,7 +53,8 @@ static const char add_usage[] =
 	"\n"
 	"Create schedule NAME: at every fire time of EXPR, enqueue a job of KIND with\n"
 	"the JSON payload (default {}; - reads it from standard input), and print the\n"
-	"first fire time. NAME must be new.\n"
+	"first fire time. NAME must be new, unless --replace: then an existing\n"
+	"schedule NAME is changed to match (its paused state stays).\n"
 	"\n"
 	"EXPR has five fields, minute hour day-of-month month day-of-week:\n"
 	"  *  any;  5  one value;  1-5  a range;  */15  1-30/10  5/20  steps;\n"
@@ -76,11 +80,39 @@ static const char add_usage[] =
 	"                         the newest 100 at most\n"
 	"  --priority N           priority of the jobs (default 0)\n"
 	"  --max-attempts N       attempts per job (default 25)\n"
+	"  --replace              change schedule NAME if it exists; unchanged, nothing\n"
+	"                         is written. A new expression or zone skips the fire\n"
+	"                         times that passed before now\n"
 	"\n"
 	"Examples:\n"
 	"  skiplock cron add nightly-report '30 2 * * *' report '{\"full\": true}' \\\n"
 	"      --tz Europe/Berlin\n"
 	"  skiplock cron add heartbeat '@every 30s' ping --catch-up none\n"
+	"\n";
+
+static const char apply_usage[] =
+	"Usage: skiplock cron apply FILE [--dry-run]\n"
+	"\n"
+	"Make the schedules equal to FILE (- reads standard input), in one\n"
+	"transaction: add those missing, change those that differ, remove those not\n"
+	"in it. Running it again changes nothing, so every deploy can run it. Prints\n"
+	"one line per schedule added, changed (naming the fields) or removed, then\n"
+	"the counts. A schedule whose expression or zone changes, or that is\n"
+	"resumed, skips the fire times that passed before now; other changes keep\n"
+	"them. FILE is JSON:\n"
+	"\n"
+	"  {\"schedules\": [\n"
+	"    {\"name\": \"nightly-report\", \"expression\": \"30 2 * * *\",\n"
+	"     \"kind\": \"report\", \"zone\": \"Europe/Berlin\", \"queue\": \"default\",\n"
+	"     \"payload\": {\"full\": true}, \"priority\": 0, \"max_attempts\": 25,\n"
+	"     \"catch_up\": \"latest\", \"paused\": false}]}\n"
+	"\n"
+	"name, expression and kind are required; the others default as in cron add\n"
+	"(paused: false). An unknown field, a bad value or a name given twice exits\n"
+	"2 and writes nothing.\n"
+	"\n"
+	"Apply options:\n"
+	"  --dry-run              print what would change; write nothing\n"
 	"\n";
 
 static const char list_usage[] =
@@ -138,7 +170,7 @@ static const char common_exit[] =
 	"--retry-for.\n";
 
 enum { O_TZ = OPT_COMMON_LAST + 1, O_QUEUE, O_CATCH, O_PRIO, O_MAX, O_JSON, O_AT, O_BOUND,
-       O_GRACE };
+       O_GRACE, O_REPLACE, O_DRY_RUN };
 
 #define AT_OPTION {"at", required_argument, NULL, O_AT}
 static const struct option add_opts[] = {
@@ -148,8 +180,11 @@ static const struct option add_opts[] = {
 	{"catch-up", required_argument, NULL, O_CATCH},
 	{"priority", required_argument, NULL, O_PRIO},
 	{"max-attempts", required_argument, NULL, O_MAX},
+	{"replace", no_argument, NULL, O_REPLACE},
 	AT_OPTION,
 	{0}};
+static const struct option apply_opts[] = {
+	CLI_COMMON_LONGOPTS, {"dry-run", no_argument, NULL, O_DRY_RUN}, {0}};
 static const struct option list_opts[] = {
 	CLI_COMMON_LONGOPTS, {"json", no_argument, NULL, O_JSON}, {0}};
 static const struct option name_opts[] = {CLI_COMMON_LONGOPTS, {0}};
@@ -166,6 +201,8 @@ typedef struct cron_args {
 	skl_schedule_spec spec;
 	skl_cron_tick_opts tick;
 	bool json;
+	bool replace;
+	bool dry_run;
 	const char *at;
 } cron_args;
 
@@ -193,6 +230,8 @@ static int own_option(int code, const char *arg, void *ctx)
 		a->spec.max_attempts = (int)v;
 		return CLI_OK;
 	case O_JSON: a->json = true; return CLI_OK;
+	case O_REPLACE: a->replace = true; return CLI_OK;
+	case O_DRY_RUN: a->dry_run = true; return CLI_OK;
 	case O_AT: a->at = a->tick.at = arg; return CLI_OK;
 	case O_BOUND:
 		if (!cli_int(a->cc, "--catch-up-bound", arg, 1, 100000, &v))
@@ -224,6 +263,51 @@ static char *read_payload(const cron_args *a)
 	return buf;
 }
 
+static void print_steps(const skl_cron_step *st, size_t n, bool dry_run)
+{
+	static const char *const verb[] = {"", "added", "changed", "removed"};
+	size_t count[4] = {0};
+	for (size_t i = 0; i < n; i++) {
+		count[st[i].change]++;
+		if (st[i].change != SKL_CRON_KEEP)
+			printf("%s%s \"%s\"%s%s\n", dry_run ? "would be " : "", verb[st[i].change],
+			       st[i].name, st[i].fields[0] ? ": " : "", st[i].fields);
+	}
+	printf("%zu added, %zu changed, %zu removed, %zu unchanged%s\n", count[SKL_CRON_ADD],
+	       count[SKL_CRON_CHANGE], count[SKL_CRON_REMOVE], count[SKL_CRON_KEEP],
+	       dry_run ? " (dry run: nothing written)" : "");
+}
+
+static int apply_wants(cron_args *a, skl_client *c, const skl_schedule_want *w, size_t n,
+                       bool prune)
+{
+	skl_cron_step *st = NULL;
+	size_t nst = 0;
+	skl_error err;
+	skl_rc rc = skl_cron_apply(c, w, n, prune, a->dry_run, &st, &nst, &err);
+	if (rc == SKL_OK)
+		print_steps(st, nst, a->dry_run);
+	skl_free(st);
+	return rc == SKL_OK ? CLI_OK : cli_fail(a->cc, &err);
+}
+
+static int cron_replace(cron_args *a, skl_client *c)
+{
+	skl_schedule_want w = {.spec = a->spec, .paused = -1};
+	return apply_wants(a, c, &w, 1, false);
+}
+
+static int cron_apply(cron_args *a, skl_client *c, char **argv, int nargs)
+{
+	(void)nargs;
+	cron_file f;
+	int rc = cron_file_load(a->cc, argv[0], &f);
+	if (rc == CLI_OK)
+		rc = apply_wants(a, c, f.want, f.n, true);
+	cron_file_free(&f);
+	return rc;
+}
+
 static int cron_add(cron_args *a, skl_client *c, char **argv, int nargs)
 {
 	a->spec.name = argv[0];
@@ -233,6 +317,11 @@ static int cron_add(cron_args *a, skl_client *c, char **argv, int nargs)
 	char *from_stdin = NULL;
 	if (strcmp(a->spec.payload, "-") == 0 && (a->spec.payload = from_stdin = read_payload(a)) == NULL)
 		return CLI_PROBLEM;
+	if (a->replace) {
+		int rc = cron_replace(a, c);
+		free(from_stdin);
+		return rc;
+	}
 	int64_t next = 0;
 	skl_error err;
 	skl_rc rc = skl_cron_add(c, &a->spec, a->at, &next, &err);
@@ -396,6 +485,7 @@ typedef struct cron_sub {
 
 static const cron_sub subs[] = {
 	{"add", "cron add", add_usage, add_opts, 3, 4, "NAME EXPR KIND", cron_add},
+	{"apply", "cron apply", apply_usage, apply_opts, 1, 1, "FILE", cron_apply},
 	{"list", "cron list", list_usage, list_opts, 0, 0, "", cron_list},
 	{"remove", "cron remove", remove_usage, name_opts, 1, 1, "NAME", cron_remove},
 	{"pause", "cron pause", pause_usage, name_opts, 1, 1, "NAME", cron_pause},
@@ -440,10 +530,10 @@ int cmd_cron(int argc, char **argv)
 	cli_common cc;
 	cli_common_init(&cc, "cron");
 	if (name == NULL || name[0] == '-')
-		cli_error(&cc, "expected a subcommand: add, list, remove, pause or resume "
+		cli_error(&cc, "expected a subcommand: add, apply, list, remove, pause or resume "
 		          "(see skiplock cron --help)");
 	else
-		cli_error(&cc, "unknown subcommand \"%s\" (expected add, list, remove, pause or "
+		cli_error(&cc, "unknown subcommand \"%s\" (expected add, apply, list, remove, pause or "
 		          "resume)", name);
 	return CLI_USAGE;
 }

@@ -544,6 +544,7 @@ int cmd_worker(int argc, char **argv)
 		{0}};
 	cli_common cc;
 	cli_common_init(&cc, "worker");
+	cc.settings = true; /* SKIPLOCK_<OPTION> and --config FILE (settings.c) */
 	worker_args a = {.cc = &cc};
 	skl_worker_options_init(&a.wo);
 	bool done;

@@ -27,6 +27,19 @@ const char cli_common_help[] =
 	"  --help                 show this help and exit\n"
 	"Durations are written 250ms, 5s, 2m, 1h30m, 1d or as bare seconds.\n";
 
+/* Commands that work on a database without skiplock's schema (or install
+ * it); every other one checks it first and says "run skiplock init". */
+static bool schema_free(const char *command)
+{
+	static const char *const free_of[] = {"init", "doctor", "explain", "demo", "migrate"};
+	for (size_t i = 0; i < sizeof(free_of) / sizeof(free_of[0]); i++) {
+		size_t n = strlen(free_of[i]);
+		if (strncmp(command, free_of[i], n) == 0 && (command[n] == '\0' || command[n] == ' '))
+			return true;
+	}
+	return false;
+}
+
 void cli_common_init(cli_common *cc, const char *command)
 {
 	memset(cc, 0, sizeof(*cc));
@@ -34,6 +47,7 @@ void cli_common_init(cli_common *cc, const char *command)
 	cli_log_command(command);
 	skl_client_options_init(&cc->client);
 	cc->client.log = cli_log_sink;
+	cc->client.require_schema = !schema_free(command);
 }
 
 bool cli_duration(const cli_common *cc, const char *name, const char *arg, int64_t *ms)
@@ -96,6 +110,7 @@ int cli_common_option(cli_common *cc, int code, const char *arg)
 	case OPT_LOG_LEVEL:
 	case OPT_LOG_FORMAT: return log_option(cc, code, arg);
 	case OPT_HELP: cc->help = true; return 1;
+	case OPT_CONFIG: return cc->settings; /* read before the flags (settings.c) */
 	default: return 0;
 	}
 }
@@ -114,14 +129,19 @@ int cli_bad_option(const cli_common *cc, int code, char *const argv[])
 int cli_fail(const cli_common *cc, const skl_error *err)
 {
 	const char *state = err->sqlstate[0] ? err->sqlstate : NULL;
-	cli_error(cc, "%s%s%s%s%s%s", err->message, state ? " (SQLSTATE " : "", state ? state : "",
-	          state ? ")" : "", err->detail[0] ? ": " : "", err->detail);
+	/* a refused connection says what to fix */
+	const char *hint = err->rc == SKL_REFUSED ? err->hint : "";
+	cli_error(cc, "%s%s%s%s%s%s%s%s", err->message, state ? " (SQLSTATE " : "",
+	          state ? state : "", state ? ")" : "", err->detail[0] ? ": " : "", err->detail,
+	          hint[0] ? "; " : "", hint);
 	/* data exceptions and constraint violations: the input was bad */
 	if (state && (strncmp(state, "22", 2) == 0 || strncmp(state, "23", 2) == 0))
 		return CLI_USAGE;
 	switch (err->rc) {
 	case SKL_INVALID: return CLI_USAGE;
 	case SKL_UNREACHABLE: return CLI_UNREACHABLE;
+	case SKL_REFUSED: /* no database, role or password: retrying cannot help */
+	case SKL_SCHEMA: return CLI_PROBLEM;
 	case SKL_RETRY:
 	case SKL_INDETERMINATE:
 		return state && !skl_sqlstate_is_transient(state) ? CLI_PROBLEM : CLI_UNREACHABLE;
@@ -154,6 +174,15 @@ bool cli_int(const cli_common *cc, const char *name, const char *arg, long long 
 int cli_parse(cli_common *cc, int argc, char **argv, const char *shortopts,
               const struct option *opts, cli_opt_fn own, void *ctx)
 {
+	struct option all[128];
+	if (cc->settings) {
+		if (!cli_settings_options(opts, all, sizeof(all) / sizeof(all[0])))
+			return CLI_USAGE;
+		opts = all;
+		int rc = cli_settings_apply(cc, all, argv, argc, shortopts, own, ctx);
+		if (rc != CLI_OK)
+			return rc;
+	}
 	int code;
 	opterr = 0;
 	optind = 1;
@@ -178,7 +207,8 @@ int cli_start(cli_common *cc, int argc, char **argv, const struct option *opts,
 	if (rc != CLI_OK)
 		return rc;
 	if (cc->help) {
-		printf("%s%s%s", usage, cli_common_help, exit_help);
+		printf("%s%s%s%s", usage, cli_common_help, cc->settings ? cli_settings_help : "",
+		       exit_help);
 		return CLI_OK;
 	}
 	if (max_operands >= 0 && argc - optind > max_operands) {

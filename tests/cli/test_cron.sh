@@ -124,6 +124,74 @@ sleep 3
 kill -TERM "$W3"; wait "$W3"
 check_eq "--no-cron: no jobs in 3 s" "$(q "SELECT count(*) FROM skiplock.jobs")" 0
 
+# --- cron apply: the schedules become equal to the file, from any state ---
+q "DELETE FROM skiplock.schedules"
+cat >"$TMP/want.json" <<'JSON'
+{"schedules": [
+ {"name": "ap-hourly", "expression": "0 * * * *", "kind": "report", "payload": {"a": 1, "b": [1, 2]}},
+ {"name": "ap-nightly", "expression": "30 2 * * *", "kind": "report", "zone": "Europe/Berlin",
+  "queue": "night", "priority": 5, "max_attempts": 3, "catch_up": "all"},
+ {"name": "ap-held", "expression": "@every 1m", "kind": "beat", "paused": true}
+]}
+JSON
+# the schedules as the file states them, one line each, by name
+state() { q "SELECT string_agg(concat_ws('|', name, expression, zone, kind, payload::text, queue, priority, max_attempts, catch_up, enabled), ' ; ' ORDER BY name) FROM skiplock.schedules"; }
+WANT='ap-held|@every 1m|UTC|beat|{}|default|0|25|latest|f ; ap-hourly|0 * * * *|UTC|report|{"a": 1, "b": [1, 2]}|default|0|25|latest|t ; ap-nightly|30 2 * * *|Europe/Berlin|report|{}|night|5|3|all|t'
+converge() { # NAME: apply the file, then the state must be WANT
+	out=$("$S" cron apply --url "$URL" "$TMP/want.json" 2>&1) || fail "$1: apply failed: $out"
+	check_eq "$1: equal to the file" "$(state)" "$WANT"
+}
+out=$("$S" cron apply --url "$URL" --dry-run "$TMP/want.json" 2>&1)
+check_eq "apply --dry-run prints the plan" "$(echo "$out" | tail -n 1)" "3 added, 0 changed, 0 removed, 0 unchanged (dry run: nothing written)"
+check_eq "apply --dry-run writes nothing" "$(q "SELECT count(*) FROM skiplock.schedules")" 0
+converge "from nothing"
+before=$(q "SELECT max(updated_at) FROM skiplock.schedules")
+out=$("$S" cron apply --url "$URL" "$TMP/want.json" 2>&1)
+check_eq "apply again: idempotent" "$out" "0 added, 0 changed, 0 removed, 3 unchanged"
+check_eq "apply again writes nothing" "$(q "SELECT max(updated_at) FROM skiplock.schedules")" "$before"
+# every kind of drift at once: one removed, one changed, pause states swapped, one extra
+"$S" cron remove --url "$URL" ap-hourly >/dev/null
+q "UPDATE skiplock.schedules SET expression = '15 3 * * *', payload = '{\"x\": 2}', queue = 'other', catch_up = 'none' WHERE name = 'ap-nightly'"
+"$S" cron pause --url "$URL" ap-nightly >/dev/null
+"$S" cron resume --url "$URL" ap-held >/dev/null
+"$S" cron add --url "$URL" ap-extra '@daily' report >/dev/null
+out=$("$S" cron apply --url "$URL" --dry-run "$TMP/want.json" 2>&1)
+check_eq "the plan names every change" "$out" 'would be added "ap-hourly"
+would be changed "ap-nightly": expression, payload, queue, catch_up, paused
+would be changed "ap-held": paused
+would be removed "ap-extra"
+1 added, 2 changed, 1 removed, 0 unchanged (dry run: nothing written)'
+converge "from added, changed, removed and paused"
+check_eq "a changed expression moves the next fire time" \
+	"$(q "SELECT next_fire > now() AND extract(hour FROM next_fire AT TIME ZONE 'Europe/Berlin') = 2 FROM skiplock.schedules WHERE name = 'ap-nightly'")" t
+converge "after converging, again"
+expect_exit "apply: unknown field" 2 'schedules\[1\]: unknown field "expresion"' -- \
+	"$S" cron apply --url "$URL" <(echo '{"schedules": [{"name": "n", "expression": "@daily", "kind": "k"}, {"name": "m", "expresion": "@daily", "kind": "k"}]}')
+expect_exit "apply: bad expression, nothing written" 2 'schedule 2 \("m"\): invalid cron expression' -- \
+	"$S" cron apply --url "$URL" <(echo '{"schedules": [{"name": "n", "expression": "@daily", "kind": "k"}, {"name": "m", "expression": "61 * * * *", "kind": "k"}]}')
+expect_exit "apply: a name given twice" 2 'schedule "n" is given twice' -- \
+	"$S" cron apply --url "$URL" <(echo '{"schedules": [{"name": "n", "expression": "@daily", "kind": "k"}, {"name": "n", "expression": "@hourly", "kind": "k"}]}')
+check_eq "bad files wrote nothing" "$(state)" "$WANT"
+out=$(echo '{"schedules": []}' | "$S" cron apply --url "$URL" - 2>&1)
+check_eq "an empty file removes every schedule" "$(q "SELECT count(*) FROM skiplock.schedules")|$out" "0|removed \"ap-held\"
+removed \"ap-hourly\"
+removed \"ap-nightly\"
+0 added, 0 changed, 3 removed, 0 unchanged"
+
+# --- cron add --replace: changes one schedule, keeps its paused state ---
+"$S" cron add --url "$URL" rp '@hourly' report >/dev/null
+expect_exit "add without --replace: the name is taken" 2 'schedule "rp" already exists' -- \
+	"$S" cron add --url "$URL" rp '@daily' report
+"$S" cron pause --url "$URL" rp >/dev/null
+out=$("$S" cron add --url "$URL" rp '@daily' report '{"v": 2}' --replace 2>&1)
+check_eq "add --replace changes it" "$out" 'changed "rp": expression, payload
+0 added, 1 changed, 0 removed, 0 unchanged'
+check_eq "add --replace keeps it paused" "$(q "SELECT expression || ' ' || payload::text || ' ' || enabled FROM skiplock.schedules WHERE name = 'rp'")" '@daily {"v": 2} false'
+out=$("$S" cron add --url "$URL" rp '@daily' report '{"v": 2}' --replace 2>&1)
+check_eq "add --replace again: unchanged" "$out" "0 added, 0 changed, 0 removed, 1 unchanged"
+out=$("$S" cron add --url "$URL" rp2 '@daily' report --replace 2>&1)
+check_eq "add --replace of a new name adds it" "$(echo "$out" | head -n 1)" 'added "rp2"'
+
 "$S" cron --help | grep -q "no leader is needed" && pass "cron --help" || fail "cron --help"
 "$S" cron add --help | grep -q "first instant after the gap" && pass "cron add --help states the DST rule" || fail "cron add --help"
 "$S" worker --help | grep -q -- "--no-cron" && pass "worker --help lists --no-cron" || fail "worker --help"

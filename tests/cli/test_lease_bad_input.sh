@@ -7,7 +7,7 @@
 RAN="$TMP/ran"
 lr() { "$SKL_BIN" lease run "$@"; }
 
-expect_exit "schema not installed" 1 'schema "skiplock" does not exist' -- lr job --url "$URL" --ttl 5s -- touch "$RAN"
+expect_exit "schema not installed" 1 "skiplock's schema is not installed in this database: run \`skiplock init\`" -- lr job --url "$URL" --ttl 5s -- touch "$RAN"
 "$SKL_BIN" init --url "$URL" >/dev/null || fail "init"
 
 expect_exit "--ttl missing" 2 '--ttl is required' -- lr job --url "$URL" -- touch "$RAN"

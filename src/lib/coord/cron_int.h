@@ -32,6 +32,10 @@ skl_rc skl__cron_plan(const skl_cron_expr *e, const char *zone, int64_t cursor, 
                       skl_error *err);
 void skl__cron_plan_free(skl_cron_plan *p);
 
+/* schedule.c: checks a spec as skl_cron_add does; on SKL_OK *e is its
+ * parsed expression (skl_cron_expr_free). */
+skl_rc skl__schedule_check(const skl_schedule_spec *s, skl_cron_expr **e, skl_error *err);
+
 /* Parses "YYYY-MM-DD[T ]HH:MM[:SS](Z|±HH:MM)"; false when malformed. */
 bool skl__cron_time_parse(const char *s, int64_t *t);
 

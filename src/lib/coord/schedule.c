@@ -83,6 +83,11 @@ static skl_rc check_spec(const skl_schedule_spec *s, skl_cron_expr **e, skl_erro
 	return rc;
 }
 
+skl_rc skl__schedule_check(const skl_schedule_spec *s, skl_cron_expr **e, skl_error *err)
+{
+	return check_spec(s, e, err);
+}
+
 /* ---- statements returning one row ---- */
 
 typedef skl_stmt row_call;

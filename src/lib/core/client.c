@@ -59,6 +59,7 @@ static skl_rc copy_options(skl_client *c, const skl_client_options *o, skl_error
 	c->retry_cap_ms = o->retry_cap_ms > 0 ? o->retry_cap_ms : 2000;
 	c->log = o->log;
 	c->log_ctx = o->log_ctx;
+	c->require_schema = o->require_schema;
 	c->rng = skl__seed();
 	return SKL_OK;
 }
@@ -154,13 +155,10 @@ static int wait_socket(PGconn *conn, short events, int64_t deadline)
 	}
 }
 
-static void conn_message(const skl_client *c, PGconn *conn, char *buf, size_t cap)
+/* One line: no trailing blanks; a newline before an indented line becomes
+ * ';', other newlines and tabs a space. */
+static void flatten(char *buf)
 {
-	/* Scrubbed whole, before the copy can cut a password in two. */
-	char *full = strdup(conn ? PQerrorMessage(conn) : "out of memory");
-	skl__scrub(full, c->url);
-	snprintf(buf, cap, "%s", full ? full : "out of memory");
-	free(full);
 	size_t n = strlen(buf);
 	while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == ' '))
 		buf[--n] = '\0';
@@ -169,18 +167,103 @@ static void conn_message(const skl_client *c, PGconn *conn, char *buf, size_t ca
 			*p = (p[1] == '\t' || p[1] == ' ') ? ';' : ' ';
 }
 
-static skl_rc connect_fail(skl_client *c, PGconn *pc, const char *why, skl_error *err)
+static void conn_message(const skl_client *c, PGconn *conn, char *buf, size_t cap)
 {
-	char msg[400];
+	/* Scrubbed whole, before the copy can cut a password in two. */
+	char *full = strdup(conn ? PQerrorMessage(conn) : "out of memory");
+	skl__scrub(full, c->url);
+	snprintf(buf, cap, "%s", full ? full : "out of memory");
+	free(full);
+	flatten(buf);
+}
+
+/* libpq has no accessor for the SQLSTATE of a server's refusal at connect
+ * time (no PGresult reaches the caller).  In PQERRORS_VERBOSE, set for the
+ * connection attempt only, libpq writes each server error as "SEVERITY:  "
+ * SQLSTATE ": " message, then a LOCATION line: that layout, not the
+ * translated text, is read here.  Fills state (or "") and, in shown, the
+ * message without the SQLSTATE and the LOCATION lines. */
+static void split_verbose(const char *msg, char state[6], char *shown, size_t cap)
+{
+	state[0] = '\0';
+	for (const char *p = strstr(msg, ":  "); p; p = strstr(p + 1, ":  ")) {
+		const char *s = p + 3;
+		if (strspn(s, "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ") == 5 && s[5] == ':' &&
+		    s[6] == ' ') {
+			memcpy(state, s, 5);
+			state[5] = '\0';
+			snprintf(shown, cap, "%.*s%.*s", (int)(s - msg), msg, (int)strcspn(s + 7, "\n"),
+			         s + 7);
+			return;
+		}
+	}
+	snprintf(shown, cap, "%s", msg);
+}
+
+/* The sslmode of a connection attempt demands TLS. */
+static bool tls_required(PGconn *pc)
+{
+	PQconninfoOption *opts = PQconninfo(pc);
+	bool req = false;
+	for (PQconninfoOption *o = opts; o && o->keyword; o++)
+		if (strcmp(o->keyword, "sslmode") == 0 && o->val)
+			req = strcmp(o->val, "require") == 0 || strncmp(o->val, "verify-", 7) == 0;
+	PQconninfoFree(opts);
+	return req;
+}
+
+/* SKL_REFUSED, with what to fix in *hint, when a retry cannot cure the
+ * failure: the server asked for a password and has none, it sent a
+ * SQLSTATE that is not transient (3D000, 28000, 28P01…), or the attempt
+ * died in the TLS handshake that sslmode demands (refused or not
+ * verified).  SKL_UNREACHABLE otherwise. */
+static skl_rc classify_failure(PGconn *pc, bool in_tls, const char *state, const char **hint)
+{
+	if (PQconnectionNeedsPassword(pc)) {
+		*hint = "the server asks for a password: give it in the URL, PGPASSWORD or ~/.pgpass";
+		return SKL_REFUSED;
+	}
+	if (state[0] && !skl_sqlstate_is_transient(state)) {
+		*hint = skl__refusal_hint(state);
+		return SKL_REFUSED;
+	}
+	if (!state[0] && in_tls && tls_required(pc)) {
+		*hint = "the TLS that sslmode demands failed: change sslmode in the URL, or enable "
+		        "TLS (and a certificate the client trusts) on the server";
+		return SKL_REFUSED;
+	}
+	return SKL_UNREACHABLE;
+}
+
+/* Fills err after a failed attempt (why: NULL for libpq's own message). */
+static skl_rc connect_fail(skl_client *c, PGconn *pc, const char *why, bool in_tls,
+                           skl_error *err)
+{
+	char msg[400], state[6] = "";
+	const char *hint = NULL;
+	skl_rc rc = SKL_UNREACHABLE;
 	conn_message(c, pc, msg, sizeof(msg));
+	if (pc && why == NULL) {
+		char *full = strdup(PQerrorMessage(pc));
+		if (full) {
+			skl__scrub(full, c->url);
+			split_verbose(full, state, msg, sizeof(msg));
+			flatten(msg);
+		}
+		free(full);
+		rc = classify_failure(pc, in_tls, state, &hint);
+	}
 	char *shown = skl_url_redact(c->url);
-	skl__seterr(err, SKL_UNREACHABLE, "could not connect to %s: %s",
-	            shown && *shown ? shown : "the database (PG* environment)",
-	            why ? why : msg);
+	skl__seterr(err, rc, "could not connect to %s: %s",
+	            shown && *shown ? shown : "the database (PG* environment)", why ? why : msg);
 	free(shown);
+	if (err) {
+		memcpy(err->sqlstate, state, sizeof(state));
+		snprintf(err->hint, sizeof(err->hint), "%s", hint ? hint : "");
+	}
 	if (pc)
 		PQfinish(pc);
-	return SKL_UNREACHABLE;
+	return rc;
 }
 
 static PGconn *start_connect(const skl_client *c)
@@ -193,7 +276,10 @@ static PGconn *start_connect(const skl_client *c)
 	                          "keepalives_interval", "keepalives_count",
 	                          "tcp_user_timeout", "application_name", "dbname", NULL};
 	const char *const val[] = {ct, "1", "5", "2", "3", tut, c->appname, c->url, NULL};
-	return PQconnectStartParams(kw, val, 1);
+	PGconn *pc = PQconnectStartParams(kw, val, 1);
+	if (pc)
+		PQsetErrorVerbosity(pc, PQERRORS_VERBOSE); /* for split_verbose */
+	return pc;
 }
 
 /* Server notices go to the log callback, never to stderr. */
@@ -212,7 +298,7 @@ skl_rc skl__connect(skl_client *c, skl_error *err)
 	drop_conn(c);
 	PGconn *pc = start_connect(c);
 	if (pc == NULL)
-		return connect_fail(c, pc, NULL, err);
+		return connect_fail(c, pc, "out of memory", false, err);
 	if (PQstatus(pc) == CONNECTION_BAD) {
 		/* Rejected before any network I/O: the options themselves are bad. */
 		char msg[400];
@@ -222,18 +308,21 @@ skl_rc skl__connect(skl_client *c, skl_error *err)
 	}
 	int64_t deadline = skl__now_ms() + c->connect_timeout_ms;
 	PostgresPollingStatusType st = PGRES_POLLING_WRITING;
+	bool in_tls = false; /* the last state before a failure was the TLS handshake */
 	while (st != PGRES_POLLING_OK) {
 		if (st == PGRES_POLLING_FAILED)
-			return connect_fail(c, pc, NULL, err);
+			return connect_fail(c, pc, NULL, in_tls, err);
 		int r = wait_socket(pc, st == PGRES_POLLING_READING ? POLLIN : POLLOUT, deadline);
 		if (r == 0)
-			return connect_fail(c, pc, "timed out", err);
+			return connect_fail(c, pc, "timed out", false, err);
 		if (r < 0)
-			return connect_fail(c, pc, NULL, err);
+			return connect_fail(c, pc, NULL, false, err);
+		in_tls = PQstatus(pc) == CONNECTION_SSL_STARTUP;
 		st = PQconnectPoll(pc);
 	}
+	PQsetErrorVerbosity(pc, PQERRORS_DEFAULT);
 	if (PQsetnonblocking(pc, 1) != 0)
-		return connect_fail(c, pc, NULL, err);
+		return connect_fail(c, pc, NULL, false, err);
 	PQsetNoticeProcessor(pc, on_notice, c);
 	c->conn = pc;
 	c->tx = SKL_TX_NONE;

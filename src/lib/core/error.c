@@ -26,6 +26,8 @@ static const char *const rc_names[SKL_RC_LAST] = {
 	[SKL_INVALID] = "invalid input",
 	[SKL_UNREACHABLE] = "database unreachable",
 	[SKL_IO] = "system error",
+	[SKL_REFUSED] = "connection refused by the server",
+	[SKL_SCHEMA] = "skiplock's schema is missing or too old",
 };
 
 const char *skl_strerror(skl_rc rc)
@@ -68,6 +70,27 @@ bool skl_sqlstate_is_transient(const char *sqlstate)
 		if (strcmp(sqlstate, transient_states[i]) == 0)
 			return true;
 	return false;
+}
+
+/* What to fix when the server refuses a connection with a SQLSTATE that
+ * is not transient (the first entry whose prefix matches). */
+static const struct {
+	const char *prefix;
+	const char *hint;
+} refusal_hints[] = {
+	{"3D000", "check the database name in the URL, or create the database"},
+	{"28P01", "check the password (in the URL, PGPASSWORD or ~/.pgpass)"},
+	{"28000", "check the user name in the URL and the server's pg_hba.conf"},
+	{"42501", "grant the role CONNECT on the database"},
+	{"", "retrying cannot fix this: check the URL and the server's settings"},
+};
+
+const char *skl__refusal_hint(const char *sqlstate)
+{
+	size_t i = 0;
+	while (strncmp(sqlstate, refusal_hints[i].prefix, strlen(refusal_hints[i].prefix)) != 0)
+		i++;
+	return refusal_hints[i].hint;
 }
 
 static void set_message(skl_error *err, const char *fmt, va_list ap)

@@ -56,6 +56,8 @@ struct skl_client {
 	int nprepared;
 	int err_position;      /* the last server error's statement position (1-based
 	                        * characters), 0 when it had none */
+	bool require_schema;   /* check skiplock's schema before the first operation */
+	bool schema_ok;        /* that check passed (it is not repeated) */
 };
 
 /* Per-call transaction settings for skl__run. Zero fields take defaults. */
@@ -66,6 +68,8 @@ typedef struct skl_txn_opts {
 	int statement_timeout_ms;  /* SET LOCAL statement_timeout; 0: from the deadline */
 	int idle_timeout_ms;       /* idle_in_transaction_session_timeout; 0: from the deadline */
 	int rollback;              /* end with ROLLBACK even when fn succeeds: nothing is kept */
+	int schema_itself;         /* fn installs or inspects skiplock's schema: no
+	                            * schema check before it, its errors are its own */
 } skl_txn_opts;
 
 typedef skl_rc (*skl_txn_fn)(skl_client *c, void *ctx, skl_error *err);
@@ -74,6 +78,9 @@ typedef skl_rc (*skl_txn_fn)(skl_client *c, void *ctx, skl_error *err);
 skl_rc skl__seterr(skl_error *err, skl_rc rc, const char *fmt, ...) SKL_PRINTF(3, 4);
 skl_rc skl__seterr_result(skl_error *err, const PGresult *res);
 skl_rc skl__seterr_errno(skl_error *err, int errnum, const char *fmt, ...) SKL_PRINTF(3, 4);
+/* What to fix after the server refused a connection with this permanent
+ * SQLSTATE (never NULL). */
+const char *skl__refusal_hint(const char *sqlstate);
 void skl__log(const skl_client *c, skl_log_level level, const char *fmt, ...) SKL_PRINTF(3, 4);
 
 /* util.c */

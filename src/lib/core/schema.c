@@ -136,7 +136,7 @@ static bool has_version(const skl_schema_state *in, int v)
 
 skl_rc skl_schema_installed(skl_client *c, int *out, skl_error *err)
 {
-	static const skl_txn_opts o = {.idempotent = 1};
+	static const skl_txn_opts o = {.idempotent = 1, .schema_itself = 1};
 	skl_schema_state in;
 	*out = 0;
 	skl_rc rc = skl__run(c, &o, skl__schema_read, &in, err);
@@ -153,8 +153,9 @@ int skl_schema_latest(void)
 skl_rc skl_schema_install(skl_client *c, int *applied, skl_error *err)
 {
 	/* Idempotent: the version check runs under the lock in every attempt. */
-	static const skl_txn_opts o = {.txn = 1, .idempotent = 1, .lock_timeout_ms = 10000};
-	static const skl_txn_opts ro = {.idempotent = 1};
+	static const skl_txn_opts o = {.txn = 1, .idempotent = 1, .lock_timeout_ms = 10000,
+	                               .schema_itself = 1};
+	static const skl_txn_opts ro = {.idempotent = 1, .schema_itself = 1};
 	skl_schema_state have;
 	int n = 0;
 	if (applied)
@@ -237,7 +238,7 @@ static bool role_names_ok(const skl_roles *r, skl_error *err)
 
 skl_rc skl_schema_roles_exist(skl_client *c, const skl_roles *r, skl_error *err)
 {
-	static const skl_txn_opts o = {.idempotent = 1};
+	static const skl_txn_opts o = {.idempotent = 1, .schema_itself = 1};
 	if (!role_names_ok(r, err))
 		return SKL_INVALID;
 	skl_rc rc = skl__run(c, &o, check_roles_fn, (void *)r, err);
@@ -248,7 +249,8 @@ skl_rc skl_schema_roles_exist(skl_client *c, const skl_roles *r, skl_error *err)
 
 skl_rc skl_schema_grant_roles(skl_client *c, const skl_roles *r, skl_error *err)
 {
-	static const skl_txn_opts o = {.txn = 1, .idempotent = 1, .lock_timeout_ms = 10000};
+	static const skl_txn_opts o = {.txn = 1, .idempotent = 1, .lock_timeout_ms = 10000,
+	                               .schema_itself = 1};
 	if (!role_names_ok(r, err))
 		return SKL_INVALID;
 	skl_rc rc = skl__run(c, &o, grant_fn, (void *)r, err);

@@ -219,8 +219,9 @@ static skl_rc repair_fn(skl_client *c, void *ctx, skl_error *err)
 
 skl_rc skl_schema_repair(skl_client *c, int *repaired, skl_error *err)
 {
-	static const skl_txn_opts ro = {.idempotent = 1};
-	static const skl_txn_opts o = {.txn = 1, .idempotent = 1, .lock_timeout_ms = 10000};
+	static const skl_txn_opts ro = {.idempotent = 1, .schema_itself = 1};
+	static const skl_txn_opts o = {.txn = 1, .idempotent = 1, .lock_timeout_ms = 10000,
+	                               .schema_itself = 1};
 	skl_schema_state st;
 	int n = 0;
 	if (repaired)

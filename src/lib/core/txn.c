@@ -17,9 +17,11 @@
  * only when the caller declares the operation idempotent.
  */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "core/internal.h"
+#include "skiplock/schema.h"
 
 static int or_default(int v, int dflt)
 {
@@ -91,11 +93,10 @@ static bool retryable(skl_rc rc, const skl_txn_opts *o)
 	return rc == SKL_RETRY || rc == SKL_UNREACHABLE || (rc == SKL_INDETERMINATE && o->idempotent);
 }
 
-skl_rc skl__run(skl_client *c, const skl_txn_opts *o, skl_txn_fn fn, void *ctx, skl_error *err)
+/* Runs fn until it succeeds, fails for good, or retry_max_ms has passed. */
+static skl_rc run_retrying(skl_client *c, const skl_txn_opts *o, skl_txn_fn fn, void *ctx,
+                           skl_error *err)
 {
-	static const skl_txn_opts plain = {0};
-	if (o == NULL)
-		o = &plain;
 	int64_t start = skl__now_ms();
 	for (int attempt = 0;; attempt++) {
 		skl_rc rc = run_once(c, o, fn, ctx, err);
@@ -117,6 +118,57 @@ skl_rc skl__run(skl_client *c, const skl_txn_opts *o, skl_txn_fn fn, void *ctx, 
 		         err && err->sqlstate[0] ? " SQLSTATE " : "", err ? err->sqlstate : "");
 		skl__sleep_ms(delay);
 	}
+}
+
+/* ---- skiplock's schema: present and new enough ---- */
+
+static const char *const schema_version_sql =
+	"SELECT coalesce(max(version), 0) FROM skiplock.schema_version";
+
+/* SKL_SCHEMA when skiplock's schema is missing (the read fails with
+ * 42P01 or 3F000) or older than the steps built into the library. */
+static skl_rc schema_fn(skl_client *c, void *ctx, skl_error *err)
+{
+	(void)ctx;
+	PGresult *res = NULL;
+	skl_error e;
+	skl_rc rc = skl__exec(c, schema_version_sql, 0, NULL, &res, &e);
+	int have = rc == SKL_OK ? atoi(PQgetvalue(res, 0, 0)) : -1;
+	PQclear(res);
+	if (rc != SKL_OK && (strcmp(e.sqlstate, "42P01") == 0 || strcmp(e.sqlstate, "3F000") == 0))
+		have = 0;
+	if (have < 0) {
+		if (err)
+			*err = e;
+		return rc;
+	}
+	if (have >= skl_schema_latest())
+		return SKL_OK;
+	if (have == 0)
+		return skl__seterr(err, SKL_SCHEMA, "skiplock's schema is not installed in this "
+		                   "database: run `skiplock init`");
+	return skl__seterr(err, SKL_SCHEMA, "skiplock's schema is at version %d, older than "
+	                   "version %d this build needs: run `skiplock init`",
+	                   have, skl_schema_latest());
+}
+
+static skl_rc check_schema(skl_client *c, skl_error *err)
+{
+	static const skl_txn_opts o = {.idempotent = 1};
+	skl_rc rc = run_retrying(c, &o, schema_fn, NULL, err);
+	c->schema_ok = rc == SKL_OK;
+	return rc;
+}
+
+skl_rc skl__run(skl_client *c, const skl_txn_opts *o, skl_txn_fn fn, void *ctx, skl_error *err)
+{
+	static const skl_txn_opts plain = {0};
+	if (o == NULL)
+		o = &plain;
+	skl_rc rc = SKL_OK;
+	if (c->require_schema && !c->schema_ok && !o->schema_itself)
+		rc = check_schema(c, err);
+	return rc == SKL_OK ? run_retrying(c, o, fn, ctx, err) : rc;
 }
 
 static skl_rc ping_fn(skl_client *c, void *ctx, skl_error *err)
