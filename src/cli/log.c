@@ -223,7 +223,7 @@ void cli_error(const cli_common *cc, const char *fmt, ...)
 		emit(SKL_LOG_ERROR, NULL, buf);
 		return;
 	}
-	char prefix[64];
+	char prefix[1024]; /* a command may name a file: --config PATH: "key" */
 	if (cc && cc->command)
 		snprintf(prefix, sizeof(prefix), "skiplock %s: ", cc->command);
 	else
