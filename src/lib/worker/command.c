@@ -12,6 +12,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <poll.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,6 +27,10 @@
 
 extern char **environ;
 
+/* Code that runs in a child sharing our memory must not write the
+ * sanitizer's shadow of its stack (it would stay behind in ours). */
+#define SKL_NO_ASAN __attribute__((no_sanitize_address))
+
 typedef struct child {
 	pid_t pid;
 	int in, out, err;
@@ -33,13 +38,15 @@ typedef struct child {
 	size_t payload_len, written;
 } child;
 
-/* What the child needs between clone and exec. */
+/* What the child needs between clone and exec; err is its answer (the
+ * child shares our memory until it execs). */
 typedef struct spawn_args {
 	const char *command;
 	char **env;
 	int fds[3];                  /* the child's stdin, stdout, stderr */
 	int reaper;
 	pid_t parent;
+	int err;                     /* set by the child when it could not exec */
 } spawn_args;
 
 bool skl__cmd_env_add(char ***list, const char *name)
@@ -126,36 +133,69 @@ static char **child_env(const skl_job *job, const skl_cmd_env *ce)
 	return env;
 }
 
-/* In the child (async-signal-safe only): own group, killed with the
- * thread that started it, listed with the reaper, default signals, exec. */
-static int child_main(void *arg)
+/* Every signal this process catches goes back to its default (a handler
+ * must not run in the child: it shares our memory), and so do the ones
+ * the command expects at their default although we ignore them. */
+SKL_NO_ASAN static void default_signals(void)
 {
-	const spawn_args *a = arg;
+	struct sigaction dfl = {.sa_handler = SIG_DFL}, cur;
+	sigemptyset(&dfl.sa_mask);
+	for (int sig = 1; sig < NSIG; sig++) {
+		bool reset = sig == SIGPIPE || sig == SIGTERM || sig == SIGINT || sig == SIGHUP ||
+		             sig == SIGQUIT;
+		if (reset || (sigaction(sig, NULL, &cur) == 0 && cur.sa_handler != SIG_IGN &&
+		              cur.sa_handler != SIG_DFL))
+			sigaction(sig, &dfl, NULL);
+	}
+}
+
+/* In the child, in our memory, signals blocked (async-signal-safe calls
+ * only): own group, killed with the thread that started it, listed with
+ * the reaper, default signals, exec. */
+SKL_NO_ASAN static int child_main(void *arg)
+{
+	spawn_args *a = arg;
 	setpgid(0, 0);
 	prctl(PR_SET_PDEATHSIG, SIGKILL);
-	if (getppid() != a->parent)
-		return 127; /* the worker is already gone */
+	if (getppid() != a->parent) {
+		a->err = ESRCH; /* the worker is already gone */
+		return 127;
+	}
 	skl__reaper_register(a->reaper, getpid());
 	int fds[3];
 	for (int i = 0; i < 3; i++) /* above 2 first, so no dup2 below overwrites one */
 		fds[i] = a->fds[i] > 2 ? a->fds[i] : fcntl(a->fds[i], F_DUPFD_CLOEXEC, 3);
 	for (int i = 0; i < 3; i++)
-		if (dup2(fds[i], i) != i)
+		if (dup2(fds[i], i) != i) {
+			a->err = errno;
 			return 127;
-	struct sigaction dfl = {.sa_handler = SIG_DFL};
-	sigemptyset(&dfl.sa_mask);
-	const int sigs[] = {SIGPIPE, SIGTERM, SIGINT, SIGHUP, SIGQUIT};
-	for (size_t i = 0; i < sizeof(sigs) / sizeof(sigs[0]); i++)
-		sigaction(sigs[i], &dfl, NULL);
+		}
+	default_signals();
 	sigset_t none;
 	sigemptyset(&none);
 	sigprocmask(SIG_SETMASK, &none, NULL);
 	char *argv[] = {"/bin/sh", "-c", (char *)a->command, NULL};
 	execve("/bin/sh", argv, a->env);
-	static const char msg[] = "cannot execute /bin/sh\n";
-	ssize_t ignored = write(2, msg, sizeof(msg) - 1);
-	(void)ignored;
+	a->err = errno;
 	return 127;
+}
+
+/* Starts the child with every signal blocked in this thread (restored
+ * after), so no handler of ours runs in it; our errno survives it. */
+static pid_t start_child(spawn_args *a)
+{
+	sigset_t all, old;
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &old);
+	int saved = errno;
+	pid_t pid = skl__clone(child_main, a, true);
+	int e = pid < 0 ? errno : a->err;
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	errno = saved;
+	if (pid > 0 && e != 0)
+		waitpid(pid, NULL, 0); /* it returned without exec */
+	a->err = e;
+	return e != 0 ? -1 : pid;
 }
 
 static int spawn(const char *command, const skl_job *job, const skl_cmd_env *ce, child *ch)
@@ -166,8 +206,8 @@ static int spawn(const char *command, const skl_job *job, const skl_cmd_env *ce,
 	spawn_args a = {.command = command, .env = child_env(job, ce),
 	                .fds = {pin[0], pout[1], perr[1]}, .reaper = skl__reaper_fd(),
 	                .parent = getpid()};
-	pid_t pid = a.env ? skl__clone(child_main, &a) : -1;
-	int rc = a.env == NULL ? ENOMEM : pid < 0 ? errno : 0;
+	pid_t pid = a.env ? start_child(&a) : -1;
+	int rc = a.env == NULL ? ENOMEM : a.err;
 	free(a.env);
 	close(pin[0]);
 	close(pout[1]);
@@ -181,7 +221,6 @@ static int spawn(const char *command, const skl_job *job, const skl_cmd_env *ce,
 		close(ch->err);
 		return rc;
 	}
-	setpgid(pid, pid); /* also here: no kill(-pid) can come before the group exists */
 	ch->pid = pid;
 	for (int fd = 0; fd < 3; fd++)
 		fcntl(fd == 0 ? ch->in : fd == 1 ? ch->out : ch->err, F_SETFL, O_NONBLOCK);

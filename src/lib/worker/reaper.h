@@ -6,13 +6,19 @@
 #ifndef SKL_REAPER_H
 #define SKL_REAPER_H
 
+#include <stdbool.h>
 #include <sys/types.h>
 
-/* Starts fn(arg) in a new process (a copy of this one, as fork makes, but
- * without fork handlers); the child ends with fn's return value as its
- * exit status.  In the child only async-signal-safe calls are allowed.
- * Returns the child's pid, or -1 with errno set. */
-pid_t skl__clone(int (*fn)(void *), void *arg);
+/* Starts fn(arg) in a new process; the child ends with fn's return value
+ * as its exit status.  Without share_memory the child is a copy of this
+ * process, as fork makes (but without fork handlers); with it the child
+ * runs in this process's memory and the calling thread waits until the
+ * child execs or ends, as vfork (posix_spawn's way: no page tables are
+ * copied).  Either way the child may only make async-signal-safe calls,
+ * and with share_memory it may write only to its own stack and to what
+ * arg points to for the caller.  Returns the child's pid, or -1 with
+ * errno set. */
+pid_t skl__clone(int (*fn)(void *), void *arg, bool share_memory);
 
 /* The descriptor a command's child registers its process group on (see
  * skl__reaper_register), started on first use and again after the reaper
