@@ -20,6 +20,14 @@
  *    other exit, a signal or the timeout a failed attempt; the last 4 KiB of
  *    stderr is kept as the attempt's error.  On timeout or a lost lease the
  *    command's process group gets SIGTERM, then SIGKILL after a grace.
+ *    Its environment is the process's minus skiplock's own settings and
+ *    secrets: every SKIPLOCK_* variable, DATABASE_URL, DIRECT_DATABASE_URL,
+ *    PGPASSWORD and the secret variable of every webhook handler
+ *    (skl_webhook_opts.secret_env), except the names in handler_env.
+ *    The command and its process group never outlive the process: when it
+ *    dies, by any signal (SIGKILL too), a small reaper process started
+ *    with the first command kills every group still running (SIGKILL), and
+ *    the shell itself has PR_SET_PDEATHSIG SIGKILL.
  *  - webhook: an HTTP POST of the payload per attempt, the answer mapped to
  *    the outcome; registered with skl_worker_handle_webhook
  *    (skiplock/webhook.h).
@@ -124,7 +132,29 @@ typedef struct skl_worker_options {
 	int prefetch;                /* jobs claimed beyond concurrency, leased and
 	                              * waiting in the worker for a free handler
 	                              * thread; default 0 (docs/performance.md) */
+	const char *const *handler_env; /* names of variables command handlers get
+	                              * although the rule below withholds them
+	                              * (e.g. "DATABASE_URL"); never SKIPLOCK_* */
+	size_t nhandler_env;
 } skl_worker_options;
+
+/* Bounds skl_worker_new checks (0 still means the default where the field
+ * says so): SKL_INVALID names the first option outside them. */
+#define SKL_WORKER_LEASE_MIN_MS 1000            /* lease_ms: 1 s ... */
+#define SKL_WORKER_LEASE_MAX_MS 86400000        /* ... to 24 h; also shutdown_timeout_ms */
+#define SKL_WORKER_POLL_MIN_MS 10               /* poll_ms, poll_max_ms, poll_idle_ms,
+                                                 * rescue_every_ms, cron_every_ms,
+                                                 * queue_stats_every_ms: 10 ms ... */
+#define SKL_WORKER_POLL_MAX_MS 3600000          /* ... to 1 h (poll_idle_ms: 24 h);
+                                                 * also kill_grace_ms */
+#define SKL_WORKER_IDLE_MAX_MS 86400000
+#define SKL_WORKER_TIMEOUT_MAX_MS 2592000000LL  /* job_timeout_ms, backoff_base_ms,
+                                                 * backoff_cap_ms: 30 days */
+#define SKL_WORKER_CONCURRENCY_MAX 4096         /* concurrency, prefetch */
+#define SKL_WORKER_QUEUES_MAX 64                /* nqueues */
+/* Queue names: valid UTF-8, 1 to SKL_KIND_MAX bytes (as enqueue takes them);
+ * owner: valid UTF-8, 1 to SKL_LEASE_NAME_MAX characters; kinds given to
+ * the skl_worker_handle* calls: valid UTF-8, 1 to SKL_KIND_MAX bytes. */
 
 /* The budget's floor: retries a second each kind may always make. */
 #define SKL_RETRY_BUDGET_MIN_PER_S 3

@@ -70,7 +70,8 @@ static const char usage[] =
 	"  2. Enqueue the jobs in one transaction (skl_enqueue_bulk).\n"
 	"  3. Start the workers: \"skiplock worker\" processes, 4 jobs at once each,\n"
 	"     lease 2s, rescue every 1s, each with a known --owner; the URL\n"
-	"     reaches them in $DATABASE_URL, not in argv. A job's handler\n"
+	"     reaches them in $DATABASE_URL, not in argv, and the handlers with\n"
+	"     --handler-env DATABASE_URL. A job's handler\n"
 	"     sleeps 50-300 ms, then records the job's effect with psql: one ledger\n"
 	"     row, written only while the job is still running under the handler's\n"
 	"     fencing token, and only if the job has no row yet.\n"
@@ -476,8 +477,8 @@ static bool spawn_worker(demo *d, int i)
 	                        "--handler", resize_handler, "--handler", notify_handler,
 	                        "--concurrency", "4", "--lease", "2s", "--rescue-every", "1s",
 	                        "--poll", "100ms", "--poll-max", "500ms", "--timeout", "30s",
-	                        "--shutdown-timeout", "10s"};
-	int k = 24;
+	                        "--shutdown-timeout", "10s", "--handler-env", "DATABASE_URL"};
+	int k = 26;
 	if (d->cc->client.pooler != SKL_POOLER_AUTO) {
 		argv[k++] = "--pooler";
 		argv[k++] = skl_pooler_name(d->cc->client.pooler);

@@ -1,6 +1,7 @@
 /*
  * cmd_worker.c — `skiplock worker`: run jobs with command and webhook
- * handlers until SIGTERM or SIGINT, then drain.
+ * handlers until SIGTERM, SIGINT or SIGHUP, then drain.  Option bounds are
+ * the library's (skl_worker_new: SKL_INVALID becomes exit 2).
  */
 #include <signal.h>
 #include <stdio.h>
@@ -29,6 +30,11 @@ static const char usage[] =
 	"Any other exit, a signal or the timeout: a failed attempt, retried until\n"
 	"max_attempts, then discarded. The last 4 KiB of stderr is kept as the\n"
 	"attempt's error. On timeout: SIGTERM to the group, SIGKILL after a grace.\n"
+	"COMMAND's environment is the worker's minus skiplock's own settings and\n"
+	"secrets: every SKIPLOCK_* variable, DATABASE_URL, DIRECT_DATABASE_URL,\n"
+	"PGPASSWORD and each --webhook-secret-env variable (--handler-env passes one\n"
+	"on). If the worker dies, even by SIGKILL, its commands' process groups are\n"
+	"killed at once (a small process, skiplock-reaper, watches the worker).\n"
 	"\n"
 	"Webhook handler: each attempt POSTs the payload to URL as application/json\n"
 	"with Idempotency-Key: skiplock-<job id> (the same on every attempt),\n"
@@ -39,7 +45,7 @@ static const char usage[] =
 	"backoff. Other 4xx: discarded. 5xx, 3xx (not followed), timeouts, DNS and\n"
 	"connection errors: a failed attempt, retried. Connections are reused.\n"
 	"\n"
-	"SIGTERM or SIGINT: stop claiming, let running jobs finish within\n"
+	"SIGTERM, SIGINT or SIGHUP: stop claiming, let running jobs finish within\n"
 	"--shutdown-timeout, then exit 0.\n"
 	"\n"
 	"Worker options:\n"
@@ -51,12 +57,17 @@ static const char usage[] =
 	"  --webhook-secret-env [KIND=]VAR\n"
 	"                          sign requests with the secret in environment\n"
 	"                          variable VAR (every webhook, or KIND's)\n"
-	"  --queue Q               take jobs from queue Q only (repeatable; default all)\n"
-	"  --concurrency N         jobs at once (default 8); connections: 1\n"
+	"  --handler-env VAR       give command handlers VAR although the rule above\n"
+	"                          withholds it, e.g. DATABASE_URL (repeatable)\n"
+	"  --queue Q               take jobs from queue Q only (repeatable; default all;\n"
+	"                          UTF-8, 1 to 128 bytes)\n"
+	"  --concurrency N         jobs at once (default 8; at most 4096); connections: 1\n"
 	"  --prefetch N            claim up to N jobs beyond --concurrency; they wait\n"
 	"                          in the worker, leased, for a free slot (default 0)\n"
-	"  --lease DUR             lease per claim, renewed every DUR/3 (default 30s)\n"
-	"  --poll DUR              first poll interval when idle (default 200ms)\n"
+	"  --lease DUR             lease per claim, renewed every DUR/3 (default 30s;\n"
+	"                          1s to 24h)\n"
+	"  --poll DUR              first poll interval when idle (default 200ms; 10ms\n"
+	"                          to 1h, as --poll-max and --rescue-every)\n"
 	"  --poll-max DUR          idle polling slows down up to this (default 5s)\n"
 	"  --poll-idle DUR         after 10 x --poll-max without a job the worker is\n"
 	"                          idle: one statement every DUR to 1.25 x DUR at most\n"
@@ -66,9 +77,9 @@ static const char usage[] =
 	"                          claims as soon as a job is enqueued; through a\n"
 	"                          pooler, so does a second connection to\n"
 	"                          --direct-url when given\n"
-	"  --timeout DUR           default handler timeout (default 5m)\n"
-	"  --kill-grace DUR        SIGTERM to SIGKILL (default 5s)\n"
-	"  --shutdown-timeout DUR  drain bound after SIGTERM (default 30s)\n"
+	"  --timeout DUR           default handler timeout (default 5m; at most 30d)\n"
+	"  --kill-grace DUR        SIGTERM to SIGKILL (default 5s; at most 1h)\n"
+	"  --shutdown-timeout DUR  drain bound after SIGTERM (default 30s; at most 24h)\n"
 	"\n"
 	"Retry options (docs/retry.md). Each takes VALUE for every kind, or\n"
 	"KIND=VALUE for one kind (repeatable); a job's own settings from enqueue\n"
@@ -101,7 +112,8 @@ static const char usage[] =
 	"\n"
 	"Other options:\n"
 	"  --rescue-every DUR      how often to look for expired leases (default 5s)\n"
-	"  --owner NAME            lease owner written on claims (default host:pid)\n"
+	"  --owner NAME            lease owner written on claims (default host:pid;\n"
+	"                          UTF-8, 1 to 256 characters)\n"
 	"  --no-cron               do not evaluate cron schedules (by default every\n"
 	"                          worker does, about once a second, or at the next\n"
 	"                          fire time when idle; see skiplock cron)\n"
@@ -114,15 +126,16 @@ static const char usage[] =
 	"\n";
 
 static const char exit_help[] =
-	"\nExit status: 0 drained after SIGTERM/SIGINT, 1 cannot listen on the\n"
-	"--metrics address, 2 bad usage (including a\n"
-	"webhook URL that is not http(s) with a host, or an unset secret variable),\n"
-	"3 database unreachable at start within --retry-for.\n";
+	"\nExit status: 0 drained after SIGTERM/SIGINT/SIGHUP, 1 cannot listen on the\n"
+	"--metrics address, 2 bad usage (including an option outside its bounds, a\n"
+	"queue, kind or owner that is not UTF-8, a webhook URL that is not http(s)\n"
+	"with a host, or an unset secret variable), 3 database unreachable at start\n"
+	"within --retry-for.\n";
 
 enum { O_HANDLER = OPT_COMMON_LAST + 1, O_QUEUE, O_CONC, O_PREFETCH, O_LEASE, O_POLL, O_POLLMAX,
        O_TIMEOUT, O_GRACE, O_POLLIDLE, O_SHUTDOWN, O_BACKOFF, O_BBASE, O_BCAP, O_RESCUE, O_OWNER,
        O_NO_CRON, O_WEBHOOK, O_WH_TIMEOUT, O_WH_SECRET, O_BUDGET, O_BREAKER,
-       O_METRICS, O_METRICS_EVERY, O_LOG_PAYLOADS };
+       O_METRICS, O_METRICS_EVERY, O_LOG_PAYLOADS, O_HANDLER_ENV };
 
 #define MAX_KIND_OPTS 64
 
@@ -147,6 +160,8 @@ typedef struct worker_args {
 	int nwh_secrets;
 	const char *queues[64];
 	size_t nqueues;
+	const char *handler_env[64];
+	size_t nhandler_env;
 	kind_opt kinds[MAX_KIND_OPTS];
 	size_t nkinds;
 	const char *metrics;
@@ -320,6 +335,13 @@ static int own_option(int code, const char *arg, void *ctx)
 			return CLI_USAGE;
 		}
 		a->queues[a->nqueues++] = arg;
+		break;
+	case O_HANDLER_ENV:
+		if (a->nhandler_env == 64) {
+			cli_error(a->cc, "--handler-env: more than 64 variables");
+			return CLI_USAGE;
+		}
+		a->handler_env[a->nhandler_env++] = arg;
 		break;
 	case O_CONC:
 		ok = cli_int(a->cc, "--concurrency", arg, 1, 4096, &v);
@@ -498,6 +520,7 @@ static int run(worker_args *a, skl_worker *w)
 	running_worker = w;
 	sigaction(SIGTERM, &sa, NULL);
 	sigaction(SIGINT, &sa, NULL);
+	sigaction(SIGHUP, &sa, NULL); /* a closed terminal or ssh session: drain too */
 	skl_error err;
 	skl_rc rc = skl_worker_run(w, &err);
 	running_worker = NULL;
@@ -541,6 +564,7 @@ int cmd_worker(int argc, char **argv)
 		{"metrics", required_argument, NULL, O_METRICS},
 		{"metrics-every", required_argument, NULL, O_METRICS_EVERY},
 		{"log-payloads", no_argument, NULL, O_LOG_PAYLOADS},
+		{"handler-env", required_argument, NULL, O_HANDLER_ENV},
 		{0}};
 	cli_common cc;
 	cli_common_init(&cc, "worker");
@@ -560,6 +584,8 @@ int cmd_worker(int argc, char **argv)
 		return CLI_USAGE;
 	a.wo.queues = a.queues;
 	a.wo.nqueues = a.nqueues;
+	a.wo.handler_env = a.handler_env;
+	a.wo.nhandler_env = a.nhandler_env;
 	a.wo.log_record = cli_log_record;
 	if (a.metrics)
 		a.wo.queue_stats_every_ms = a.metrics_every_ms > 0 ? a.metrics_every_ms : 5000;

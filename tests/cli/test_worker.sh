@@ -114,5 +114,26 @@ expect_exit "zero concurrency" 2 '--concurrency: "0" is not an integer from 1' -
 expect_exit "bad lease" 2 '--lease: invalid duration "soon"' -- "$S" worker --url "$URL" --handler 'a=true' --lease soon
 expect_exit "unknown option" 2 'unknown option "--threads"' -- "$S" worker --url "$URL" --handler 'a=true' --threads 4
 expect_exit "unknown backoff" 2 'unknown strategy "wobbly"' -- "$S" worker --url "$URL" --handler 'a=true' --backoff wobbly
+# --- options outside the bounds the database and the fleet can live with ---
+W_=("$S" worker --url "$URL" --handler 'a=true')
+expect_exit "a 1 ms lease" 2 'lease must be from 1s to 24h \(got 1ms\)' -- "${W_[@]}" --lease 1ms
+expect_exit "a 100-year lease" 2 'lease must be from 1s to 24h \(got 876000h\)' -- "${W_[@]}" --lease 36500d
+expect_exit "a 1 ms poll" 2 'poll must be from 10ms to 1h \(got 1ms\)' -- "${W_[@]}" --poll 1ms
+expect_exit "a 2-hour poll-max" 2 'poll-max must be from 10ms to 1h' -- "${W_[@]}" --poll-max 2h
+expect_exit "a 1 ms rescue-every" 2 'rescue-every must be from 10ms' -- "${W_[@]}" --rescue-every 1ms
+expect_exit "a 40-day timeout" 2 'timeout must be from 1ms to 720h' -- "${W_[@]}" --timeout 40d
+expect_exit "a queue over 128 bytes" 2 'queue name must be 1 to 128 bytes \(got 129\)' -- "${W_[@]}" --queue "$(printf 'q%.0s' $(seq 1 129))"
+expect_exit "a queue that is not UTF-8" 2 'queue name is not valid UTF-8 \(byte 2\)' -- "${W_[@]}" --queue $'q\xffq'
+expect_exit "a kind that is not UTF-8" 2 'job kind is not valid UTF-8' -- "$S" worker --url "$URL" --handler $'k\xc3=true'
+expect_exit "a kind over 128 bytes" 2 'kind is over 128 bytes' -- "$S" worker --url "$URL" --handler "$(printf 'k%.0s' $(seq 1 129))=true"
+expect_exit "an owner over 256 characters" 2 'owner must be 1 to 256 characters \(got 257\)' -- "${W_[@]}" --owner "$(printf 'ё%.0s' $(seq 1 257))"
+expect_exit "an owner that is not UTF-8" 2 'owner is not valid UTF-8' -- "${W_[@]}" --owner $'w\xed\xa0\x80'
+ok_owner=$(printf 'ё%.0s' $(seq 1 256))
+"${W_[@]}" --owner "$ok_owner" --lease 1s --poll 10ms 2>"$TMP/ok.log" &
+W=$!
+wait_until "the worker with bounds-edge options starts" 20 grep -q 'started:' "$TMP/ok.log"
+kill -TERM $W
+wait $W
+check_eq "an owner of 256 characters, a 1 s lease and a 10 ms poll are accepted" "$?" 0
 no_leftovers
 finish

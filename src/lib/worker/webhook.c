@@ -133,6 +133,8 @@ skl_rc skl_worker_handle_webhook(skl_worker *w, const char *kind, const char *ur
 	             .url_connect_ms = o.connect_timeout_ms};
 	rc = t.url ? read_secret(o.secret_env, &t.secret, err)
 	           : skl__seterr(err, SKL_NOMEM, "out of memory");
+	if (rc == SKL_OK && t.secret && !skl__cmd_env_add(&w->cmd_env.hide, o.secret_env))
+		rc = skl__seterr(err, SKL_NOMEM, "out of memory"); /* never in a command's env */
 	if (rc == SKL_OK)
 		rc = skl__handler_add(w, kind, &t, err);
 	if (rc != SKL_OK)

@@ -117,6 +117,8 @@ skl_rc skl_worker_new(const skl_client_options *co, const skl_worker_options *wo
                       skl_worker **out, skl_error *err)
 {
 	*out = NULL;
+	if (wo && skl__worker_options_check(wo, err) != SKL_OK)
+		return SKL_INVALID;
 	skl_worker *w = calloc(1, sizeof(*w));
 	if (w == NULL)
 		return skl__seterr(err, SKL_NOMEM, "out of memory");
@@ -140,12 +142,17 @@ skl_rc skl_worker_new(const skl_client_options *co, const skl_worker_options *wo
 	for (size_t i = 0; w->queues && i < w->wo.nqueues; i++)
 		w->queues[i] = skl__strdup(w->wo.queues[i]);
 	w->wo.queues = (const char *const *)w->queues;
+	bool env_ok = true;
+	for (size_t i = 0; i < w->wo.nhandler_env; i++)
+		env_ok = env_ok && skl__cmd_env_add(&w->cmd_env.pass, w->wo.handler_env[i]);
+	w->wo.handler_env = NULL; /* the copy is in cmd_env */
+	w->wo.nhandler_env = 0;
 	w->rng = skl__seed();
 	pthread_mutex_init(&w->mu, NULL);
 	pthread_cond_init(&w->work, NULL);
 	w->wake[0] = w->wake[1] = -1;
 	w->metrics = skl__wm_new();
-	if (w->queues == NULL || w->metrics == NULL || pipe2(w->wake, O_CLOEXEC | O_NONBLOCK) != 0) {
+	if (w->queues == NULL || !env_ok || w->metrics == NULL || pipe2(w->wake, O_CLOEXEC | O_NONBLOCK) != 0) {
 		skl_worker_free(w);
 		return skl__seterr(err, SKL_IO, "cannot create the worker's wake-up pipe");
 	}
@@ -160,7 +167,7 @@ skl_rc skl_worker_new(const skl_client_options *co, const skl_worker_options *wo
 
 skl_rc skl__handler_add(skl_worker *w, const char *kind, const handler *tmpl, skl_error *err)
 {
-	if (skl__check_kind(kind, err) != SKL_OK)
+	if (skl__check_name("job kind", kind, SKL_KIND_MAX, SKL_KIND_MAX, err) != SKL_OK)
 		return SKL_INVALID;
 	for (size_t i = 0; i < w->nhandlers; i++)
 		if (strcmp(w->handlers[i].kind, kind) == 0)

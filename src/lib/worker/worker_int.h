@@ -14,6 +14,7 @@
 #include "skiplock/queue.h"
 #include "skiplock/retry.h"
 #include "skiplock/worker.h"
+#include "worker/command.h"
 #include "worker/wmetrics.h"
 
 #define SLOT_MAGIC 0x736b6c6aU
@@ -78,6 +79,7 @@ struct skl_worker {
 	kind_retry *retry;           /* per-kind settings, from skl_worker_retry_policy */
 	size_t nretry;               /* and skl_worker_breaker */
 	skl_client *db;
+	skl_cmd_env cmd_env;         /* command handlers' environment (command.h) */
 
 	pthread_mutex_t mu;
 	pthread_cond_t work;
@@ -147,6 +149,15 @@ int skl__idle_drain(skl_worker *w);
 /* One read-only statement: when the next job, fire time, lease expiry are due. */
 skl_rc skl__idle_poll(skl_worker *w, const char *const *kinds, skl_idle_view *v,
                       skl_error *err);
+
+/* worker_check.c: SKL_OK when every option is within its documented
+ * bounds (skiplock/worker.h), else SKL_INVALID naming the first that is
+ * not.  Zero means "the default" where worker.h says so. */
+skl_rc skl__worker_options_check(const skl_worker_options *o, skl_error *err);
+/* SKL_OK when s is valid UTF-8 of 1..max_chars characters and at most
+ * max_bytes bytes; else SKL_INVALID saying so about what. */
+skl_rc skl__check_name(const char *what, const char *s, size_t max_chars, size_t max_bytes,
+                       skl_error *err);
 
 void skl__wlog(const skl_worker *w, skl_log_level lvl, const char *fmt, ...) SKL_PRINTF(3, 4);
 /* A message about one job: its context goes to log_record as fields, or

@@ -68,7 +68,8 @@ static int run_command(skl_worker *w, slot *s)
 		return 1;
 	}
 	int64_t timeout = s->job.timeout_ms > 0 ? s->job.timeout_ms : w->wo.job_timeout_ms;
-	skl__command_run(s->h->command, &s->job, timeout, w->wo.kill_grace_ms, &s->lost, r);
+	skl__command_run(s->h->command, &s->job, &w->cmd_env, timeout, w->wo.kill_grace_ms, &s->lost,
+	                 r);
 	int code = 1;
 	char why[160] = "";
 	switch (r->end) {
@@ -809,6 +810,7 @@ void skl_worker_free(skl_worker *w)
 	for (size_t i = 0; i < w->nhandlers; i++)
 		skl__handler_free(&w->handlers[i]);
 	free(w->handlers);
+	skl__cmd_env_free(&w->cmd_env);
 	skl__retry_free(w);
 	for (size_t i = 0; w->queues && w->queues[i]; i++)
 		free(w->queues[i]);

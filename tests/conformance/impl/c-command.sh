@@ -9,8 +9,9 @@ args=()
 for kind in conf.ok conf.retry conf.fail conf.discard conf.sleep conf.hang; do
 	args+=("$(handler "$kind")")
 done
+# The handler records its fenced effect in the database: it gets the URL.
 # Poll and rescue often enough for the suite's time bounds; no cron.
-exec "$SKL_BIN" worker --url "$DATABASE_URL" --owner "$CONFORMANCE_OWNER" \
+exec "$SKL_BIN" worker --url "$DATABASE_URL" --owner "$CONFORMANCE_OWNER" --handler-env DATABASE_URL \
 	--concurrency "${CONFORMANCE_CONCURRENCY:-4}" --lease "${CONFORMANCE_LEASE:-2s}" \
 	--poll 50ms --poll-max 200ms --rescue-every 250ms --shutdown-timeout 20s --no-cron \
 	"${args[@]}"
