@@ -98,10 +98,14 @@ uninstall:
 clean:
 	rm -rf build
 
-# make bench [QUICK=1]: the benchmark suite on a private durable Postgres
-# (bench/run; docs/performance.md says what each figure means).
+# make bench [QUICK=1] [BASELINE=rev|none]: the benchmark suite on a private
+# durable Postgres (bench/run; docs/performance.md says what each figure
+# means).  BASELINE (default 9cf812d, the worker protocol's C statements)
+# is built in build/bench-baseline and its drains alternate with this
+# tree's in the same run.
+BASELINE ?= 9cf812d
 .PHONY: bench
 bench: bootstrap
 	@cmake -S . -B build/bench -DCMAKE_BUILD_TYPE=Release -DSKL_TESTS=OFF >/dev/null
 	@cmake --build build/bench -j $(JOBS) >&2
-	@bench/run $(if $(QUICK),--quick)
+	@bench/run $(if $(QUICK),--quick) --baseline $(BASELINE)

@@ -2,7 +2,7 @@
  * drain.c — skl-bench-drain: end-to-end throughput of skiplock workers.
  *
  *   skl-bench-drain --url URL --jobs N [--procs P] [--concurrency C] [--prefetch F]
- *                   [--mode noop|cmd] [--timeout S]
+ *                   [--mode noop|cmd] [--timeout S] [--worker-url URL [--pooled]]
  *   skl-bench-drain --url URL --sustain SECONDS [--backlog B] [--hold] ...
  *
  * Drain mode: empties skiplock.jobs, enqueues N jobs, VACUUM ANALYZE and
@@ -11,6 +11,9 @@
  * job is available or running.  The rate is N divided by the time from
  * just before the first worker was started to the last finished_at, and
  * the run fails unless exactly N jobs are completed, checked in SQL.
+ * --worker-url gives the workers another URL than the driver's (which must
+ * be direct: it truncates, vacuums and counts); --pooled tells them it is
+ * a transaction pooler's.
  *
  * Sustain mode: the same workers for a fixed time while this program keeps
  * about B jobs waiting (bulk enqueue of up to 5000 at a time).  The rate is
@@ -38,7 +41,8 @@
 #define MAX_PROCS 16
 
 typedef struct run {
-	const char *url;
+	const char *url, *worker_url;
+	bool pooled;
 	long jobs;
 	int procs, conc, prefetch;
 	const char *mode, *kind;
@@ -69,9 +73,9 @@ static void start_workers(run *r)
 	snprintf(pre, sizeof(pre), "%d", r->prefetch);
 	for (int i = 0; i < r->procs; i++) {
 		snprintf(app, sizeof(app), "skl-bench-w%d", i);
-		char *args[] = {"--url", (char *)r->url, "--mode", (char *)r->mode, "--concurrency",
-		                conc, "--prefetch", pre, "--counter", r->counter_path, "--app", app,
-		                NULL};
+		char *args[] = {"--url", (char *)r->worker_url, "--mode", (char *)r->mode,
+		                "--concurrency", conc, "--prefetch", pre, "--counter", r->counter_path,
+		                "--app", app, r->pooled ? "--pooled" : NULL, NULL};
 		r->pids[i] = bench_spawn_worker(args, r->logpath);
 	}
 }
@@ -254,10 +258,13 @@ int main(int argc, char **argv)
 		.backlog = atol(bench_opt(argc, argv, "--backlog", "20000")),
 		.hold = bench_flag(argc, argv, "--hold"),
 		.logpath = bench_opt(argc, argv, "--log", NULL),
+		.pooled = bench_flag(argc, argv, "--pooled"),
 	};
+	r.worker_url = bench_opt(argc, argv, "--worker-url", r.url);
 	if (r.url == NULL || r.jobs < 1 || r.procs < 1 || r.procs > MAX_PROCS || r.conc < 1)
 		bench_die("usage: skl-bench-drain --url URL --jobs N [--procs P] [--concurrency C]"
-		          " [--prefetch F] [--mode noop|cmd] [--sustain S [--backlog B] [--hold]]");
+		          " [--prefetch F] [--mode noop|cmd] [--worker-url URL [--pooled]]"
+		          " [--sustain S [--backlog B] [--hold]]");
 	if (strcmp(r.mode, "noop") == 0)
 		r.kind = "noop";
 	else if (strcmp(r.mode, "cmd") == 0)
