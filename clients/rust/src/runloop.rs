@@ -138,6 +138,7 @@ impl Loop {
                 self.db.lost(e);
             }
             Err(e) => {
+                self.claim_due = false; /* a missing schema, say: try again at the next poll */
                 self.next_poll = Instant::now() + cfg.poll;
                 self.record_each(done, e).await;
             }
