@@ -1,0 +1,95 @@
+//! A claimed job, what a handler returns, and the outcome the worker records.
+
+use std::fmt;
+use std::time::Duration;
+
+/// A job as the claim handed it over.
+#[derive(Clone, Debug)]
+pub struct Job {
+    pub id: i64,
+    pub queue: String,
+    pub kind: String,
+    pub payload: serde_json::Value,
+    /// 1 on the first run.
+    pub attempt: i32,
+    pub max_attempts: i32,
+    /// This claim's token: pass it to `job_fence` in the handler's own
+    /// transaction to make its effect exactly-once.
+    pub fencing: i64,
+    /// The job's own time limit, if it has one.
+    pub timeout: Option<Duration>,
+    pub priority: i32,
+}
+
+/// A failed attempt.  `?` turns any error into a retryable one.
+#[derive(Debug)]
+pub struct HandlerError {
+    pub(crate) message: String,
+    pub(crate) discard: bool,
+    pub(crate) retry_after: Option<Duration>,
+}
+
+impl HandlerError {
+    /// A failed attempt, retried after the retry decision (or discarded
+    /// after the last attempt).
+    pub fn retry(message: impl Into<String>) -> HandlerError {
+        HandlerError { message: message.into(), discard: false, retry_after: None }
+    }
+
+    /// A failure retrying cannot fix: the job is discarded now.
+    pub fn discard(message: impl Into<String>) -> HandlerError {
+        HandlerError { message: message.into(), discard: true, retry_after: None }
+    }
+
+    /// The handler's own delay before the retry (an HTTP Retry-After).
+    pub fn after(mut self, delay: Duration) -> HandlerError {
+        self.retry_after = Some(delay);
+        self
+    }
+
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+}
+
+impl<E: std::error::Error + Send + Sync + 'static> From<E> for HandlerError {
+    fn from(e: E) -> HandlerError {
+        HandlerError::retry(e.to_string())
+    }
+}
+
+impl fmt::Display for HandlerError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+/// The result of one attempt, as `skiplock.record` takes it.
+#[derive(Clone, Debug)]
+pub enum Outcome {
+    Ok(serde_json::Value),
+    Retry { error: String, after: Option<Duration> },
+    Discard { error: String },
+}
+
+impl Outcome {
+    pub(crate) fn from_result(r: Result<serde_json::Value, HandlerError>) -> Outcome {
+        match r {
+            Ok(v) => Outcome::Ok(v),
+            Err(e) if e.discard => Outcome::Discard { error: e.message },
+            Err(e) => Outcome::Retry { error: e.message, after: e.retry_after },
+        }
+    }
+
+    pub(crate) fn retry(error: impl Into<String>) -> Outcome {
+        Outcome::Retry { error: error.into(), after: None }
+    }
+}
+
+/// An outcome for one claim.
+#[derive(Clone, Debug)]
+pub struct Finished {
+    pub id: i64,
+    pub fencing: i64,
+    pub outcome: Outcome,
+}

@@ -1,0 +1,47 @@
+//! skiplock for Rust: enqueue jobs inside your own transaction, and run a
+//! worker whose every step is one call of skiplock's SQL protocol (claim,
+//! heartbeat, record, rescue), so the retry policy and the fencing live in
+//! the database, the same for every client.
+//!
+//! Every statement is sent as a simple query (see [`sql`]): the crate works
+//! through PgBouncer in transaction mode, Neon's `-pooler` endpoint and
+//! Supavisor as well as on a direct connection.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), skiplock::Error> {
+//! use skiplock::{Worker, HandlerError};
+//! let handle = Worker::builder("postgresql://app@db/app")
+//!     .concurrency(16)
+//!     .handler("email.send", |job, _cancel| async move {
+//!         let to = job.payload["to"].as_str().ok_or_else(|| HandlerError::discard("no to"))?;
+//!         Ok(serde_json::json!({ "sent_to": to }))
+//!     })
+//!     .build()?
+//!     .start()
+//!     .await?;
+//! // ... on SIGTERM:
+//! handle.shutdown().await?;
+//! # Ok(()) }
+//! ```
+
+mod conn;
+mod db;
+mod enqueue;
+mod error;
+mod jitter;
+mod job;
+mod pooler;
+pub mod protocol;
+mod run_job;
+mod runloop;
+pub mod sql;
+mod worker;
+
+pub use conn::Connector;
+pub use enqueue::{enqueue, enqueue_sql, Backoff, EnqueueOptions};
+pub use error::{sqlstate_is_transient, Error};
+pub use job::{Finished, HandlerError, Job, Outcome};
+pub use pooler::{url_looks_pooled, Pooler};
+pub use protocol::job_fence;
+pub use tokio_util::sync::CancellationToken;
+pub use worker::{Event, HandlerResult, Worker, WorkerBuilder, WorkerHandle};

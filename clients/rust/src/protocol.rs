@@ -1,0 +1,192 @@
+//! The SQL protocol's calls (docs/protocol.md), each one simple query.
+//! Fenced out is a result for the worker's calls: `record` leaves the row
+//! out, `heartbeat` says `extended = false`; `complete` and `fail` return
+//! [`Error::Fenced`] here, and so does `job_fence` (SQLSTATE SK001).
+
+use crate::conn::select;
+use crate::error::Error;
+use crate::job::{Finished, Job, Outcome};
+use crate::sql;
+use std::time::Duration;
+use tokio_postgres::{GenericClient, SimpleQueryRow};
+
+/// What one claim asks for.
+pub struct ClaimArgs<'a> {
+    pub owner: &'a str,
+    pub kinds: &'a [String],
+    pub queues: Option<&'a [String]>,
+    pub n: usize,
+    pub lease: Duration,
+}
+
+/// An accepted outcome: the job's new state.
+#[derive(Clone, Debug)]
+pub struct Recorded {
+    pub id: i64,
+    pub state: String,
+}
+
+const COLUMNS: &str = "row_type, id, state, queue, kind, payload::text, attempt, max_attempts, \
+                       fencing, timeout_ms, priority";
+
+fn claim_args(c: &ClaimArgs<'_>) -> Result<String, Error> {
+    let queues = match c.queues {
+        Some(q) => sql::text_array(q)?,
+        None => "NULL".to_string(),
+    };
+    Ok(format!("{}, {}, {}, {}, {}", sql::text(c.owner)?, sql::text_array(c.kinds)?, queues,
+               c.n, sql::interval(c.lease)))
+}
+
+fn outcome_arrays(done: &[Finished]) -> Result<String, Error> {
+    let (mut ids, mut fencings, mut outcomes) = (vec![], vec![], vec![]);
+    let (mut results, mut errors, mut after) = (vec![], vec![], vec![]);
+    for f in done {
+        ids.push(f.id);
+        fencings.push(f.fencing);
+        let (o, res, err, ms) = match &f.outcome {
+            Outcome::Ok(v) => ("'ok'", sql::jsonb(v)?, "NULL".into(), 0),
+            Outcome::Retry { error, after } => {
+                ("'retry'", "NULL".into(), sql::text(error)?, after.map_or(0, |d| d.as_millis()))
+            }
+            Outcome::Discard { error } => ("'discard'", "NULL".into(), sql::text(error)?, 0),
+        };
+        outcomes.push(o.to_string());
+        results.push(res);
+        errors.push(err);
+        after.push(ms.min(i64::MAX as u128) as i64);
+    }
+    Ok(format!("{}, {}, {}, {}, {}, {}, NULL, NULL, NULL, NULL", sql::bigint_array(&ids),
+               sql::bigint_array(&fencings), sql::array(&outcomes, "text"),
+               sql::array(&results, "jsonb"), sql::array(&errors, "text"),
+               sql::bigint_array(&after)))
+}
+
+fn int<T: std::str::FromStr>(r: &SimpleQueryRow, i: usize) -> Result<T, Error> {
+    r.get(i)
+        .and_then(|v| v.parse().ok())
+        .ok_or_else(|| Error::protocol(format!("column {} is not a number", i)))
+}
+
+fn string(r: &SimpleQueryRow, i: usize) -> String {
+    r.get(i).unwrap_or("").to_string()
+}
+
+fn job(r: &SimpleQueryRow) -> Result<Job, Error> {
+    let payload = serde_json::from_str(r.get(5).unwrap_or("null"))
+        .map_err(|e| Error::protocol(format!("payload: {}", e)))?;
+    let timeout_ms: u64 = int(r, 9)?;
+    Ok(Job {
+        id: int(r, 1)?,
+        queue: string(r, 3),
+        kind: string(r, 4),
+        payload,
+        attempt: int(r, 6)?,
+        max_attempts: int(r, 7)?,
+        fencing: int(r, 8)?,
+        timeout: if timeout_ms > 0 { Some(Duration::from_millis(timeout_ms)) } else { None },
+        priority: int(r, 10)?,
+    })
+}
+
+/// Records `done` (may be empty) and claims (when `claim` is given), in one
+/// round trip: `record_claim`, `record` or `claim`.
+pub async fn exchange<C: GenericClient + Sync>(
+    c: &C,
+    done: &[Finished],
+    claim: Option<&ClaimArgs<'_>>,
+) -> Result<(Vec<Recorded>, Vec<Job>), Error> {
+    let q = match (done.is_empty(), claim) {
+        (true, None) => return Ok((vec![], vec![])),
+        (true, Some(a)) => format!("SELECT 'claimed', id, 'running', queue, kind, payload::text, \
+                                    attempt, max_attempts, fencing, timeout_ms, priority \
+                                    FROM skiplock.claim({})", claim_args(a)?),
+        (false, None) => format!("SELECT 'recorded', id, state FROM skiplock.record({})",
+                                 outcome_arrays(done)?),
+        (false, Some(a)) => format!("SELECT {} FROM skiplock.record_claim({}, {})", COLUMNS,
+                                    outcome_arrays(done)?, claim_args(a)?),
+    };
+    let (mut recorded, mut jobs) = (vec![], vec![]);
+    for r in select(c.client(), &q).await? {
+        if r.get(0) == Some("claimed") {
+            jobs.push(job(&r)?);
+        } else {
+            recorded.push(Recorded { id: int(&r, 1)?, state: string(&r, 2) });
+        }
+    }
+    Ok((recorded, jobs))
+}
+
+/// Claims up to `a.n` jobs.
+pub async fn claim<C: GenericClient + Sync>(c: &C, a: &ClaimArgs<'_>) -> Result<Vec<Job>, Error> {
+    Ok(exchange(c, &[], Some(a)).await?.1)
+}
+
+/// Extends the leases of running claims; one `(id, extended)` per input.
+pub async fn heartbeat<C: GenericClient + Sync>(
+    c: &C,
+    claims: &[(i64, i64)],
+    lease: Duration,
+) -> Result<Vec<(i64, bool)>, Error> {
+    let ids: Vec<i64> = claims.iter().map(|x| x.0).collect();
+    let fencings: Vec<i64> = claims.iter().map(|x| x.1).collect();
+    let q = format!("SELECT id, extended FROM skiplock.heartbeat({}, {}, {})",
+                    sql::bigint_array(&ids), sql::bigint_array(&fencings), sql::interval(lease));
+    let rows = select(c.client(), &q).await?;
+    rows.iter().map(|r| Ok((int(r, 0)?, r.get(1) == Some("t")))).collect()
+}
+
+/// Ends up to `n` expired leases; returns how many.
+pub async fn rescue<C: GenericClient + Sync>(c: &C, n: u32) -> Result<usize, Error> {
+    Ok(select(c.client(), &format!("SELECT id FROM skiplock.rescue({})", n)).await?.len())
+}
+
+/// Completes one job; [`Error::Fenced`] when the claim is no longer current.
+pub async fn complete<C: GenericClient + Sync>(
+    c: &C,
+    id: i64,
+    fencing: i64,
+    result: &serde_json::Value,
+) -> Result<(), Error> {
+    let q = format!("SELECT skiplock.complete({}, {}, {})", id, fencing, sql::jsonb(result)?);
+    match select(c.client(), &q).await?.first().and_then(|r| r.get(0)) {
+        Some("completed") => Ok(()),
+        _ => Err(Error::Fenced { id, fencing }),
+    }
+}
+
+/// Fails one attempt; returns the new state (`available` or `discarded`),
+/// or [`Error::Fenced`].
+pub async fn fail<C: GenericClient + Sync>(
+    c: &C,
+    id: i64,
+    fencing: i64,
+    error: &str,
+    retryable: bool,
+) -> Result<String, Error> {
+    let q = format!("SELECT skiplock.fail({}, {}, {}, {})", id, fencing, sql::text(error)?,
+                    retryable);
+    match select(c.client(), &q).await?.first().and_then(|r| r.get(0)) {
+        Some("fenced_out") | None => Err(Error::Fenced { id, fencing }),
+        Some(s) => Ok(s.to_string()),
+    }
+}
+
+/// The effect pattern: call first in the transaction that makes the job's
+/// effect.  It locks the job row until that transaction ends and returns
+/// [`Error::Fenced`] (SQLSTATE SK001) unless the claim is current; the
+/// transaction must then roll back.
+pub async fn job_fence<C: GenericClient + Sync>(c: &C, job: &Job) -> Result<(), Error> {
+    let q = format!("SELECT skiplock.job_fence({}, {})", job.id, job.fencing);
+    fenced(select(c.client(), &q).await, job).map(|_| ())
+}
+
+/// Maps SQLSTATE SK001 to [`Error::Fenced`] for `job`.
+pub fn fenced<T>(r: Result<T, Error>, job: &Job) -> Result<T, Error> {
+    match r {
+        Err(e) if e.sqlstate() == Some("SK001") => {
+            Err(Error::Fenced { id: job.id, fencing: job.fencing })
+        }
+        other => other,
+    }
+}

@@ -1,0 +1,235 @@
+//! The worker: its options, its handlers, and the handle of a running one.
+
+use crate::conn::Connector;
+use crate::error::Error;
+use crate::job::{HandlerError, Job};
+use crate::pooler::Pooler;
+use crate::runloop;
+use futures_util::future::BoxFuture;
+use futures_util::FutureExt;
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+/// What a handler returns: the job's result, or a failed attempt.
+pub type HandlerResult = Result<serde_json::Value, HandlerError>;
+
+pub(crate) type Handler =
+    Arc<dyn Fn(Job, CancellationToken) -> BoxFuture<'static, HandlerResult> + Send + Sync>;
+
+/// Something the worker noticed; see [`WorkerBuilder::on_event`].
+#[derive(Debug)]
+pub enum Event {
+    /// The outcome was accepted: the job's new state.
+    Recorded { id: i64, state: String },
+    /// The outcome was refused: the claim was no longer current.
+    Fenced(Error),
+    /// A heartbeat found the job lost; its token was cancelled.
+    LeaseLost { id: i64, fencing: i64 },
+    /// LISTEN succeeded: on the worker's own (direct) connection, or on a
+    /// side connection to the direct endpoint (`side`).
+    Listening { side: bool },
+    /// A call failed (transient ones are retried after a reconnect).
+    Failed(Error),
+}
+
+pub(crate) struct Config {
+    pub url: String,
+    pub direct_url: Option<String>,
+    pub pooler: Pooler,
+    pub owner: String,
+    pub concurrency: usize,
+    pub queues: Option<Vec<String>>,
+    pub lease: Duration,
+    pub poll: Duration,
+    pub rescue_every: Duration,
+    pub shutdown_timeout: Duration,
+    pub connector: Connector,
+    pub handlers: HashMap<String, Handler>,
+    pub on_event: Option<Arc<dyn Fn(&Event) + Send + Sync>>,
+}
+
+impl Config {
+    pub(crate) fn event(&self, e: Event) {
+        match &self.on_event {
+            Some(f) => f(&e),
+            None => log::debug!("{:?}", e),
+        }
+    }
+}
+
+/// Builds a [`Worker`]; see [`Worker::builder`].
+pub struct WorkerBuilder(Config);
+
+/// A worker, configured; [`Worker::start`] runs it.
+pub struct Worker(Config);
+
+impl Worker {
+    /// A worker on `url` (direct or through a pooler), with the defaults:
+    /// concurrency 10, lease 30 s, poll every 1 s (jittered), rescue every
+    /// 5 s, shutdown timeout 30 s, every queue.
+    pub fn builder(url: impl Into<String>) -> WorkerBuilder {
+        WorkerBuilder(Config {
+            url: url.into(),
+            direct_url: None,
+            pooler: Pooler::Auto,
+            owner: default_owner(),
+            concurrency: 10,
+            queues: None,
+            lease: Duration::from_secs(30),
+            poll: Duration::from_secs(1),
+            rescue_every: Duration::from_secs(5),
+            shutdown_timeout: Duration::from_secs(30),
+            connector: Connector::default(),
+            handlers: HashMap::new(),
+            on_event: None,
+        })
+    }
+
+    /// Connects, then runs the loop on the tokio runtime until stopped.
+    pub async fn start(self) -> Result<WorkerHandle, Error> {
+        let stop = CancellationToken::new();
+        let task = runloop::start(Arc::new(self.0), stop.clone()).await?;
+        Ok(WorkerHandle { stop, task })
+    }
+}
+
+fn default_owner() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .unwrap_or_else(|_| "host".into());
+    format!("{}:{}:{:x}", host, std::process::id(), crate::jitter::seed() & 0xffff)
+}
+
+impl WorkerBuilder {
+    /// Handles jobs of `kind`: `f(job, token)`.  The token is cancelled when
+    /// the lease is lost (the job belongs to another worker now), the job's
+    /// timeout passes or the shutdown timeout ends; the handler's future is
+    /// then dropped.  Only kinds with a handler are ever claimed.
+    pub fn handler<F, Fut>(mut self, kind: impl Into<String>, f: F) -> WorkerBuilder
+    where
+        F: Fn(Job, CancellationToken) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = HandlerResult> + Send + 'static,
+    {
+        self.0.handlers.insert(kind.into(), Arc::new(move |j, t| f(j, t).boxed()));
+        self
+    }
+
+    /// Jobs handled at once (1 to 1,000).
+    pub fn concurrency(mut self, n: usize) -> Self {
+        self.0.concurrency = n;
+        self
+    }
+
+    /// Only these queues (default: every queue).
+    pub fn queues<S: Into<String>>(mut self, q: impl IntoIterator<Item = S>) -> Self {
+        self.0.queues = Some(q.into_iter().map(Into::into).collect());
+        self
+    }
+
+    /// The lease of a claim (100 ms to 1 day), renewed every third of it.
+    pub fn lease(mut self, d: Duration) -> Self {
+        self.0.lease = d;
+        self
+    }
+
+    /// The longest wait between claims when idle (jittered by up to -25 %).
+    pub fn poll_interval(mut self, d: Duration) -> Self {
+        self.0.poll = d;
+        self
+    }
+
+    /// How often to give back expired leases (`skiplock.rescue`).
+    pub fn rescue_every(mut self, d: Duration) -> Self {
+        self.0.rescue_every = d;
+        self
+    }
+
+    /// How long a graceful stop waits for running handlers.
+    pub fn shutdown_timeout(mut self, d: Duration) -> Self {
+        self.0.shutdown_timeout = d;
+        self
+    }
+
+    /// The lease owner written on every claim (default host:pid:random).
+    pub fn owner(mut self, o: impl Into<String>) -> Self {
+        self.0.owner = o.into();
+        self
+    }
+
+    /// Says what sits in front of the database (default: guess, see pooler.rs).
+    pub fn pooler(mut self, p: Pooler) -> Self {
+        self.0.pooler = p;
+        self
+    }
+
+    /// The direct endpoint, when `url` is a pooler: a second connection
+    /// there carries LISTEN and nothing else, so the worker wakes at once.
+    pub fn direct_url(mut self, u: impl Into<String>) -> Self {
+        self.0.direct_url = Some(u.into());
+        self
+    }
+
+    /// How connections are opened (TLS).
+    pub fn connector(mut self, c: Connector) -> Self {
+        self.0.connector = c;
+        self
+    }
+
+    /// Called for outcomes, fenced outcomes, lost leases and failed calls.
+    pub fn on_event(mut self, f: impl Fn(&Event) + Send + Sync + 'static) -> Self {
+        self.0.on_event = Some(Arc::new(f));
+        self
+    }
+
+    /// Checks the options.
+    pub fn build(self) -> Result<Worker, Error> {
+        let c = &self.0;
+        if c.handlers.is_empty() {
+            return Err(Error::invalid("a worker needs at least one handler"));
+        }
+        if !(1..=1000).contains(&c.concurrency) {
+            return Err(Error::invalid("concurrency must be 1 to 1000"));
+        }
+        if c.lease < Duration::from_millis(100) || c.lease > Duration::from_secs(86400) {
+            return Err(Error::invalid("lease must be 100 ms to 1 day"));
+        }
+        if c.poll.is_zero() || c.rescue_every.is_zero() {
+            return Err(Error::invalid("poll and rescue intervals must be positive"));
+        }
+        Ok(Worker(self.0))
+    }
+}
+
+/// A running worker.
+pub struct WorkerHandle {
+    stop: CancellationToken,
+    task: JoinHandle<Result<(), Error>>,
+}
+
+impl WorkerHandle {
+    /// A token that stops the worker when cancelled (claims nothing more,
+    /// drains); the same as calling [`WorkerHandle::shutdown`] without waiting.
+    pub fn stop_token(&self) -> CancellationToken {
+        self.stop.clone()
+    }
+
+    /// Graceful stop: claims nothing more, waits for running handlers (up
+    /// to the shutdown timeout; then cancels them, and their jobs are
+    /// retried), records their outcomes and closes the connections.
+    pub async fn shutdown(self) -> Result<(), Error> {
+        self.stop.cancel();
+        self.join().await
+    }
+
+    /// Waits until the worker has stopped.
+    pub async fn join(self) -> Result<(), Error> {
+        match self.task.await {
+            Ok(r) => r,
+            Err(e) => Err(Error::protocol(format!("worker task: {}", e))),
+        }
+    }
+}
