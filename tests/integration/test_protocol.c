@@ -16,6 +16,7 @@
  *   no_job_poisons_the_claim  extreme values of every column a user sets
  *   job_fence_interleaving    the effect pattern under the campaign's
  *                             interleaving: one effect for one job
+ *   c_api_refuses_bad_times   skl_enqueue: SKL_INVALID, nothing written
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -345,6 +346,25 @@ static void job_fence_interleaving(itest_ctx *t)
 	PQfinish(db);
 }
 
+/* The C API refuses the same values, as bad input, and writes nothing. */
+static void c_api_refuses_bad_times(itest_ctx *t)
+{
+	skl_client *c = itest_client(t, "itest-protocol", true);
+	static const char *const times[] = {"-infinity", "infinity", "1969-12-31 23:59:59+00",
+	                                    "2200-01-01 00:00:00+00"};
+	for (size_t i = 0; i < sizeof(times) / sizeof(times[0]); i++) {
+		skl_enqueue_opts o;
+		skl_enqueue_opts_init(&o);
+		o.run_at = times[i];
+		int64_t id = 0;
+		skl_error err;
+		CHECK_EQ(skl_enqueue(c, "k", "{}", &o, &id, &err), SKL_INVALID);
+		printf("  run_at %s: %s\n", times[i], err.message);
+	}
+	CHECK_EQ(itest_int(t->admin, "SELECT count(*) FROM skiplock.jobs"), 0);
+	skl_client_close(c);
+}
+
 int main(int argc, char **argv)
 {
 	static const itest_case cases[] = {
@@ -356,6 +376,7 @@ int main(int argc, char **argv)
 		{"bad_input", bad_input, 0},
 		{"no_job_poisons_the_claim", no_job_poisons_the_claim, 0},
 		{"job_fence_interleaving", job_fence_interleaving, 0},
+		{"c_api_refuses_bad_times", c_api_refuses_bad_times, 0},
 	};
 	return itest_main(argc, argv, cases, sizeof(cases) / sizeof(cases[0]));
 }

@@ -188,6 +188,11 @@ skl_rc skl_enqueue_bulk(skl_client *c, const skl_job_spec *jobs, size_t n, int64
 	skl_rc rc = skl__run(c, n > EQ_CHUNK ? &chunked : &one, enqueue_fn, &e, err);
 	for (int i = 0; i < EQ_NCOLS; i++)
 		skl_buf_free(&e.cols[i]);
+	/* A value the database refused (a run_at out of range, a constraint):
+	 * bad input, nothing written. */
+	if (rc == SKL_DB && err && (strncmp(err->sqlstate, "22", 2) == 0 ||
+	                            strncmp(err->sqlstate, "23", 2) == 0))
+		err->rc = rc = SKL_INVALID;
 	return rc;
 }
 
