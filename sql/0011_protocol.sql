@@ -211,8 +211,9 @@ $fn$;
 
 -- The retry decision for one failed attempt of job j.  asked_ms: the
 -- handler's own delay (Retry-After) or NULL; deferred: the caller's retry
--- budget refused an early retry; slot in [0, 1): this outcome's place in a
--- batch of deferred retries (ordinal + r) / count.  The policy columns of
+-- budget refused an early retry; slot in [0, 1): this outcome's place in
+-- its batch, (ordinal - 1 + r) / count, so the deferred retries of one
+-- batch fall in different strata of [cap/2, cap].  The policy columns of
 -- the job win over the caller's (bs, bb, bc), which win over full jitter
 -- from 1 s capped at 1 h.  A handler's own delay is capped at the cap too.
 -- The result is clamped to [0, 365 days].
@@ -445,9 +446,7 @@ BEGIN
   END IF;
   RETURN QUERY
   WITH v AS MATERIALIZED (
-    SELECT t.*, random() AS r,
-           (sum(CASE WHEN t.dfr THEN 1 ELSE 0 END) OVER (ORDER BY t.ord) - 1 + random())
-             / greatest(count(*) FILTER (WHERE t.dfr) OVER (), 1) AS slot
+    SELECT t.*, random() AS r
       FROM unnest(record.ids, record.fencings, record.outcomes, record.results, record.errors,
                   record.retry_after_ms, record.deferred, record.backoffs,
                   record.backoff_bases_ms, record.backoff_caps_ms)
@@ -465,11 +464,12 @@ BEGIN
                                               'at', now(), 'error', v.err)) END,
       run_at = CASE WHEN v.o IN ('retry', 'fail') AND j.attempt < j.max_attempts
                     THEN now() + skiplock.retry_delay_ms(j, v.asked, v.dfr, v.bs, v.bb, v.bc,
-                                                         v.r, v.slot) * interval '1 millisecond'
+                                                         v.r, (v.ord - 1 + v.r) / v_n)
+                         * interval '1 millisecond'
                     ELSE j.run_at END,
       last_delay_ms = CASE WHEN v.o IN ('retry', 'fail') AND j.attempt < j.max_attempts
                            THEN skiplock.retry_delay_ms(j, v.asked, v.dfr, v.bs, v.bb, v.bc,
-                                                        v.r, v.slot)
+                                                        v.r, (v.ord - 1 + v.r) / v_n)
                            ELSE j.last_delay_ms END,
       finished_at = CASE WHEN v.o IN ('ok', 'discard') OR j.attempt >= j.max_attempts
                          THEN now() END,
