@@ -10,6 +10,17 @@
  *
  * Thread-safety: an skl_client may be used by one thread at a time.  Use
  * one per thread; distinct clients are independent.
+ *
+ * Every call of the library that takes an skl_client and reaches the
+ * database (in this header and the others) retries transient failures and
+ * so blocks for up to retry_max_ms plus one call_timeout_ms, and besides
+ * the codes its comment names may fail with the connection's codes:
+ * SKL_UNREACHABLE (no connection within the bound), SKL_RETRY (a transient
+ * failure outlasted the bound; nothing was applied), SKL_INDETERMINATE (a
+ * write was sent and its answer lost: it may have been applied), SKL_REFUSED
+ * (no such database or role, password, TLS), SKL_SCHEMA (require_schema and
+ * the schema is missing or old), SKL_DB (a server error, SQLSTATE in err)
+ * and SKL_NOMEM.
  */
 #ifndef SKIPLOCK_CLIENT_H
 #define SKIPLOCK_CLIENT_H
@@ -120,8 +131,10 @@ SKL_API skl_rc skl_url_direct(const char *url, char **out, skl_error *err);
  * Returns NULL only when out of memory.  Free with skl_free. */
 SKL_API char *skl_url_redact(const char *url);
 
-/* Parses "pooler" names: auto, none, session, transaction. */
+/* Parses "pooler" names: auto, none, session, transaction; SKL_INVALID for
+ * any other. */
 SKL_API skl_rc skl_pooler_parse(const char *s, skl_pooler *out, skl_error *err);
+/* The name of a pooler mode, a static string; "unknown" out of range. */
 SKL_API const char *skl_pooler_name(skl_pooler p);
 
 /* Parses a duration such as "250ms", "5s", "2m", "1h30m", "1d" or a bare

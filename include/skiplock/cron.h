@@ -55,6 +55,7 @@ typedef struct skl_cron_expr skl_cron_expr;
  * it.  Free with skl_cron_expr_free. */
 SKL_API skl_rc skl_cron_parse(const char *text, skl_cron_expr **out, skl_error *err);
 
+/* Frees a parsed expression.  Accepts NULL. */
 SKL_API void skl_cron_expr_free(skl_cron_expr *e);
 
 /* SKL_OK when zone names an IANA zone in the system tz database ("UTC"
@@ -87,8 +88,9 @@ typedef enum skl_catch_up {
 	SKL_CATCH_UP_ALL = 2      /* enqueue each, the newest catch_up_bound at most */
 } skl_catch_up;
 
-/* "latest", "none", "all". */
+/* Parses "latest", "none", "all"; SKL_INVALID for any other. */
 SKL_API skl_rc skl_catch_up_parse(const char *s, skl_catch_up *out, skl_error *err);
+/* The name of a policy, a static string; "?" out of range. */
 SKL_API const char *skl_catch_up_name(skl_catch_up c);
 
 typedef struct skl_schedule_spec {
@@ -121,6 +123,7 @@ SKL_API skl_rc skl_cron_remove(skl_client *c, const char *name, skl_error *err);
  * SKL_EMPTY when there is no schedule of that name; pausing a paused or
  * resuming an enabled schedule changes nothing. */
 SKL_API skl_rc skl_cron_pause(skl_client *c, const char *name, skl_error *err);
+/* The other half of skl_cron_pause (above); at may be NULL. */
 SKL_API skl_rc skl_cron_resume(skl_client *c, const char *name, const char *at,
                                skl_error *err);
 
@@ -149,6 +152,7 @@ typedef struct skl_schedule_info {
  * are none (SKL_OK).  Free with skl_schedule_info_free. */
 SKL_API skl_rc skl_cron_list(skl_client *c, skl_schedule_info **out, size_t *n,
                              skl_error *err);
+/* Frees what skl_cron_list returned (n entries).  Accepts NULL. */
 SKL_API void skl_schedule_info_free(skl_schedule_info *s, size_t n);
 
 /* ---- declarative schedules ---- */

@@ -77,6 +77,7 @@ typedef struct skl_pooler_report {
  * skl_pooler_report_free. */
 SKL_API skl_rc skl_diagnose_pooler(const skl_client_options *opts, skl_pooler_report **out,
                                    skl_error *err);
+/* Frees a pooler report.  Accepts NULL. */
 SKL_API void skl_pooler_report_free(skl_pooler_report *r);
 
 /* ---- doctor indexes ---- */
@@ -104,6 +105,7 @@ typedef struct skl_index_opts {
  * there is nothing to report).  o may be NULL. */
 SKL_API skl_rc skl_diagnose_indexes(skl_client *c, const skl_index_opts *o, skl_finding **out,
                                     size_t *n, skl_error *err);
+/* Frees the findings of skl_diagnose_indexes.  Accepts NULL. */
 SKL_API void skl_findings_free(skl_finding *f);
 
 /* ---- explain --compare ---- */
@@ -166,6 +168,7 @@ SKL_API skl_rc skl_explain_check(const char *index_sql, const char *query, char 
  * skl_explain_report_free. */
 SKL_API skl_rc skl_explain_compare(skl_client *c, const skl_explain_opts *o,
                                    skl_explain_report **out, skl_error *err);
+/* Frees an explain report.  Accepts NULL. */
 SKL_API void skl_explain_report_free(skl_explain_report *r);
 
 #ifdef __cplusplus

@@ -140,10 +140,15 @@ typedef struct skl_lock_report {
 } skl_lock_report;
 
 /* Reads the current database's advisory locks and lock findings with
- * idle_for_ms (> 0) as the threshold.  *out is NULL on failure. */
+ * idle_for_ms (> 0) as the threshold, in two read-only statements (each
+ * its own transaction, retried).  SKL_MISUSE when c is NULL or
+ * idle_for_ms <= 0.  *out is NULL on failure; on SKL_OK free it with
+ * skl_lock_report_free.  Reading pg_stat_activity needs no privilege, but
+ * without pg_read_all_stats other roles' sessions are hidden
+ * (report->hidden_sessions). */
 SKL_API skl_rc skl_doctor_locks(skl_client *c, int64_t idle_for_ms, skl_lock_report **out,
                                 skl_error *err);
-
+/* Frees a lock report and everything it points to.  Accepts NULL. */
 SKL_API void skl_lock_report_free(skl_lock_report *r);
 
 typedef enum skl_action_result {

@@ -7,6 +7,26 @@
  * failure (and clears it on success).  The record is owned by the caller,
  * needs no freeing, and may live on the stack.  Numbering of skl_rc never
  * changes; new codes are added before SKL_RC_LAST, which is never returned.
+ *
+ * Conventions every exported function keeps unless its comment says
+ * otherwise (each comment adds only what differs):
+ *  - NULL: err may always be NULL; *_free functions accept NULL and do
+ *    nothing; any other pointer must not be NULL (some calls detect it and
+ *    return SKL_MISUSE, none promises to).
+ *  - Results: a call that takes an skl_client and reaches the database may
+ *    also fail with the connection's codes, listed once in client.h; its
+ *    comment names the others (SKL_EMPTY, SKL_CONFLICT, SKL_INVALID…).
+ *  - Memory: strings and arrays passed in are copied or used only during
+ *    the call.  Memory a call returns belongs to the caller and is freed by
+ *    the function its comment names (skl_free when it names none).  What an
+ *    out-parameter holds after a failure is unspecified unless the comment
+ *    says; on failure nothing needs freeing.
+ *  - Blocking: a call with an skl_client blocks up to that client's retry
+ *    bound (client.h); a call without one never waits on the network (a
+ *    few read local files, as their comments say).
+ *  - Threads: a call without a handle is thread-safe; a handle (client,
+ *    worker, report) is used by one thread at a time.  *_init functions
+ *    only fill a caller-owned struct with defaults.
  */
 #ifndef SKIPLOCK_ERROR_H
 #define SKIPLOCK_ERROR_H

@@ -96,7 +96,7 @@ typedef struct skl_lease_info {
  * when there is none (SKL_OK). */
 SKL_API skl_rc skl_lease_list(skl_client *c, skl_lease_info **leases, size_t *n,
                               skl_error *err);
-
+/* Frees what skl_lease_list returned (n entries).  Accepts NULL. */
 SKL_API void skl_lease_list_free(skl_lease_info *leases, size_t n);
 
 #ifdef __cplusplus

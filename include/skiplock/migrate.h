@@ -107,6 +107,8 @@ SKL_API skl_rc skl_migrate_endpoint(const char *url, const char *direct_url, skl
  * directory) or is larger than SKL_MIGRATE_FILE_MAX; SKL_IO for a read
  * error.  Nothing is sent anywhere. */
 SKL_API skl_rc skl_migrate_load_dir(const char *dir, skl_migration_set *out, skl_error *err);
+/* Frees the files of a set (not the set itself, which the caller owns).
+ * Accepts NULL. */
 SKL_API void skl_migrate_set_free(skl_migration_set *set);
 
 /* ---- running ---- */
@@ -146,7 +148,7 @@ typedef struct skl_migrate_options {
 	skl_migrate_progress_fn progress;
 	void *progress_ctx;
 } skl_migrate_options;
-
+/* Fills o with the defaults above. */
 SKL_API void skl_migrate_options_init(skl_migrate_options *o);
 
 /* Checks a table name: one or two identifiers [a-z_][a-z0-9_]* joined by a

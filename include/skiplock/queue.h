@@ -12,7 +12,10 @@
  * Memory: strings passed in are copied or used only during the call.
  * Arrays of skl_job returned by skl_claim belong to the caller and are
  * freed with skl_jobs_free.  Thread-safety: as skl_client (one thread at a
- * time per client).
+ * time per client).  Blocking: every call with an skl_client is one short
+ * transaction (or one statement) and blocks up to the client's retry bound,
+ * with the connection's result codes (client.h); the comments name the
+ * others.
  */
 #ifndef SKIPLOCK_QUEUE_H
 #define SKIPLOCK_QUEUE_H
@@ -44,7 +47,7 @@ typedef struct skl_enqueue_opts {
 	int64_t backoff_cap_ms;
 	skl_backoff backoff;      /* strategy for this job; DEFAULT: the worker's */
 } skl_enqueue_opts;
-
+/* Fills o with the defaults above (every field 0 or NULL). */
 SKL_API void skl_enqueue_opts_init(skl_enqueue_opts *o);
 
 typedef struct skl_job_spec {
@@ -56,14 +59,18 @@ typedef struct skl_job_spec {
 /* Enqueues one job; *id receives its id, or the id of the unfinished job
  * already holding opts->unique_key (then nothing is inserted).  Retry-safe:
  * a retry after a lost COMMIT answer returns the same id and inserts
- * nothing (a client-generated token is written with the job).  Blocks up
- * to the client's retry bound. */
+ * nothing (a client-generated token is written with the job).  payload and
+ * opts may be NULL ({} and the defaults).  SKL_INVALID for a kind, queue or
+ * unique key of the wrong length, a negative count or duration, an unknown
+ * backoff; SKL_DB (SQLSTATE 22P02) for a payload that is not JSON.  Blocks
+ * up to the client's retry bound. */
 SKL_API skl_rc skl_enqueue(skl_client *c, const char *kind, const char *payload,
                            const skl_enqueue_opts *opts, int64_t *id, skl_error *err);
 
 /* Enqueues n jobs in one transaction, all or nothing, in a few round trips
  * whatever n is.  ids[i] (caller-allocated, n entries) receives the id for
- * jobs[i], with the same unique-key and retry rules as skl_enqueue. */
+ * jobs[i], with the same unique-key, retry and result rules as skl_enqueue
+ * (an SKL_INVALID message names the job: "job 3: …").  n = 0 does nothing. */
 SKL_API skl_rc skl_enqueue_bulk(skl_client *c, const skl_job_spec *jobs, size_t n,
                                 int64_t *ids, skl_error *err);
 
@@ -110,7 +117,8 @@ typedef struct skl_claim_opts {
  * SKL_EMPTY with *n = 0 when none is due.  *jobs is NULL when none. */
 SKL_API skl_rc skl_claim(skl_client *c, const skl_claim_opts *o, skl_job **jobs, size_t *n,
                          skl_error *err);
-
+/* Frees what skl_claim returned (n jobs, with their strings).  Accepts
+ * NULL. */
 SKL_API void skl_jobs_free(skl_job *jobs, size_t n);
 
 typedef enum skl_outcome_kind {
@@ -138,7 +146,11 @@ typedef struct skl_outcome {
 
 /* Records n outcomes in one fenced statement.  accepted[i] (caller-owned,
  * may be NULL) is false when outcome i was refused because the claim was
- * lost (lease expired and rescued, cancelled, or claimed again). */
+ * lost (lease expired and rescued, cancelled, or claimed again): a lost
+ * claim is not an error, the call still returns SKL_OK.  Retry-safe (the
+ * fence keeps a retried outcome from applying twice).  SKL_NOMEM when the
+ * outcomes' arrays cannot be built; SKL_DB when the server's answer has
+ * unexpected columns (a schema older than the library). */
 SKL_API skl_rc skl_record(skl_client *c, const skl_outcome *outs, size_t n, bool *accepted,
                           skl_error *err);
 
@@ -169,6 +181,7 @@ SKL_API skl_rc skl_rescue(skl_client *c, int limit, int *rescued, int *discarded
  * is then refused).  SKL_EMPTY when no such job, SKL_CONFLICT when its state
  * does not allow the action. */
 SKL_API skl_rc skl_job_retry(skl_client *c, int64_t id, skl_error *err);
+/* See skl_job_retry (above). */
 SKL_API skl_rc skl_job_cancel(skl_client *c, int64_t id, skl_error *err);
 
 /* Deletes finished jobs older than older_than_ms in batches of batch rows

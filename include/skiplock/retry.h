@@ -69,7 +69,7 @@ typedef struct skl_breaker_config {
 	int64_t open_ms;      /* open this long before half-open; default 60000 */
 	int probes;           /* jobs admitted fleet-wide while half-open; default 3 */
 } skl_breaker_config;
-
+/* Fills c with the defaults above. */
 SKL_API void skl_breaker_config_init(skl_breaker_config *c);
 
 /* Parses "rate:50,min:10,calls:100,window:60s,open:60s,probes:3" (any
@@ -94,6 +94,7 @@ typedef struct skl_breaker_info {
 /* Every breaker, by kind.  *rows is NULL when there are none. */
 SKL_API skl_rc skl_breakers_list(skl_client *c, skl_breaker_info **rows, size_t *n,
                                  skl_error *err);
+/* Frees what skl_breakers_list returned (n entries).  Accepts NULL. */
 SKL_API void skl_breakers_free(skl_breaker_info *rows, size_t n);
 
 /* Creates kind's breaker with config, or updates the settings of an

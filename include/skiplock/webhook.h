@@ -50,7 +50,7 @@ typedef struct skl_webhook_opts {
 	                           * HMAC secret, read once at registration; NULL:
 	                           * no signature */
 } skl_webhook_opts;
-
+/* Fills o with the defaults above (every field 0 or NULL). */
 SKL_API void skl_webhook_opts_init(skl_webhook_opts *o);
 
 /* Registers a webhook handler for kind.  url must be http:// or https://

@@ -160,11 +160,14 @@ typedef struct skl_worker_options {
 #define SKL_RETRY_BUDGET_MIN_PER_S 3
 /* The budget's sliding window. */
 #define SKL_RETRY_BUDGET_WINDOW_MS 10000
-
+/* Fills o with the defaults above. */
 SKL_API void skl_worker_options_init(skl_worker_options *o);
 
 /* Creates a worker that will connect with client options co.  Copies both
- * option structs and their strings.  Does not connect. */
+ * option structs and their strings; either may be NULL (the defaults).
+ * Does not connect and does not block.  SKL_NOMEM, SKL_IO (no wake-up pipe)
+ * or skl_client_open's SKL_INVALID for a bad URL; *out is NULL on failure,
+ * else free it with skl_worker_free. */
 SKL_API skl_rc skl_worker_new(const skl_client_options *co, const skl_worker_options *wo,
                               skl_worker **out, skl_error *err);
 
@@ -172,19 +175,27 @@ SKL_API skl_rc skl_worker_new(const skl_client_options *co, const skl_worker_opt
  * SKL_CONFLICT when the kind already has a handler. */
 SKL_API skl_rc skl_worker_handle(skl_worker *w, const char *kind, skl_handler_fn fn, void *ctx,
                                  skl_error *err);
+/* As skl_worker_handle, for a shell command (run by /bin/sh -c);
+ * SKL_INVALID for an empty command. */
 SKL_API skl_rc skl_worker_handle_command(skl_worker *w, const char *kind, const char *command,
                                          skl_error *err);
 
 /* Runs until skl_worker_stop, then drains: no new claims, running jobs get
  * shutdown_timeout_ms to finish, then commands are killed and their
- * attempts recorded as failed (retried at once).  Returns SKL_OK after a
- * clean drain; SKL_UNREACHABLE when the database stayed unreachable past
- * the client's retry bound.  Blocks. */
+ * attempts recorded as failed (retried at once).  Blocks until then, on
+ * the calling thread, which must be the only one using w (skl_worker_stop,
+ * skl_worker_get_stats and skl_worker_metrics excepted).  Returns SKL_OK
+ * after the drain: once running, database failures are retried and logged,
+ * never returned.  Before it starts: SKL_MISUSE when no handler is
+ * registered, the connection's codes (client.h) when the first ping fails
+ * (SKL_UNREACHABLE past the retry bound), SKL_NOMEM, SKL_IO (a thread
+ * could not start). */
 SKL_API skl_rc skl_worker_run(skl_worker *w, skl_error *err);
 
 /* Asks a running worker to drain and stop.  Async-signal-safe. */
 SKL_API void skl_worker_stop(skl_worker *w);
-
+/* Frees a worker that is not running (skl_worker_run has returned), with
+ * its connection.  Accepts NULL. */
 SKL_API void skl_worker_free(skl_worker *w);
 
 /* A kind's own retry settings on this worker; unset fields fall back to
@@ -196,7 +207,7 @@ typedef struct skl_retry_policy {
 	int64_t backoff_cap_ms;      /* 0: the worker's */
 	int retry_budget_pct;        /* -1: the worker's; 0: no budget for this kind */
 } skl_retry_policy;
-
+/* Fills p with the defaults above (every setting the worker's). */
 SKL_API void skl_retry_policy_init(skl_retry_policy *p);
 
 /* Sets kind's retry policy (replacing an earlier one).  Call before
@@ -228,6 +239,7 @@ SKL_API skl_rc skl_worker_metrics(skl_worker *w, char **text, skl_error *err);
 /* From inside a C handler: keep JSON text as the job's result, or text as
  * the attempt's error (copied, at most 64 KiB / 4 KiB). */
 SKL_API void skl_job_set_result(const skl_job *job, const char *json);
+/* See skl_job_set_result (above); text NULL clears an error set before. */
 SKL_API void skl_job_set_error(const skl_job *job, const char *text);
 /* From inside a C handler that returns SKL_JOB_RETRY: wait at least ms
  * before the next attempt instead of the backoff strategy's delay (a

@@ -8,6 +8,7 @@
 #include <getopt.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "skiplock.h"
 
@@ -53,8 +54,12 @@ void cli_common_init(cli_common *cc, const char *command);
  * common option, 0 when not, and -1 after printing an error (exit 2). */
 int cli_common_option(cli_common *cc, int code, const char *arg);
 
-/* Reports an option getopt_long rejected ('?' or ':'); returns CLI_USAGE. */
-int cli_bad_option(const cli_common *cc, int code, char *const argv[]);
+/* Reports an option getopt_long rejected ('?' or ':'), with the closest
+ * option of opts as a suggestion (dispatch.c); returns CLI_USAGE. */
+int cli_bad_option(const cli_common *cc, int code, char *const argv[],
+                   const struct option *opts);
+/* The long option of opts closest to name (without "--"), or NULL. */
+const char *cli_option_suggest(const struct option *opts, const char *name);
 
 /* Parses a duration option into milliseconds; prints and returns false on
  * bad input.  `name` is the option as written ("--ttl"). */
@@ -118,6 +123,31 @@ void cli_log_command(const char *name);
 
 /* One subcommand. */
 typedef int (*cli_cmd_fn)(int argc, char **argv);
+
+/* dispatch.c: the one table of subcommands every command with subcommands
+ * (and `skiplock` itself) uses, with one wording for a missing or unknown
+ * one and a did-you-mean suggestion. */
+typedef struct cli_sub {
+	const char *name;
+	cli_cmd_fn fn;            /* called with argv[0] = the subcommand, or: */
+	int (*run)(const struct cli_sub *s, int argc, char **argv);
+	const void *spec;         /* the command's own description, for run */
+	const char *summary;      /* a line of a generated help, or NULL */
+} cli_sub;
+
+typedef struct cli_subs {
+	const char *command;      /* "cron"; NULL for skiplock's commands */
+	const cli_sub *subs;
+	size_t n;
+	void (*help)(FILE *out);  /* for --help, -h and help */
+} cli_subs;
+
+/* Runs the subcommand argv[1] with argv + 1, or prints help; a missing or
+ * unknown one gets one line on stderr and CLI_USAGE. */
+int cli_dispatch(const cli_subs *t, int argc, char **argv);
+/* The entry named name; NULL after printing the line (missing when name
+ * is NULL or an option). */
+const cli_sub *cli_sub_find(const cli_subs *t, const char *name);
 int cmd_init(int argc, char **argv);
 int cmd_enqueue(int argc, char **argv);
 int cmd_cron(int argc, char **argv);

@@ -147,15 +147,20 @@ static int force(breakers_args *a, skl_client *c, const char *kind, bool open)
 /* Checks the operands: "", "list", "open KIND" or "close KIND". */
 static int operands(breakers_args *a, int n, char **v, bool *open)
 {
+	static const cli_sub verbs[] = {{"list", NULL, NULL, NULL, NULL},
+	                                {"open", NULL, NULL, NULL, NULL},
+	                                {"close", NULL, NULL, NULL, NULL}};
+	static const cli_subs table = {"breakers", verbs, 3, NULL};
 	const char *verb = n > 0 ? v[0] : "list";
-	if (strcmp(verb, "list") == 0 && n <= 1)
-		return CLI_OK;
-	bool is_open = strcmp(verb, "open") == 0, is_close = strcmp(verb, "close") == 0;
-	if (!is_open && !is_close) {
-		cli_error(a->cc, "unknown subcommand \"%s\" (expected list, open KIND or close KIND)",
-		          verb);
+	const cli_sub *s = cli_sub_find(&table, verb);
+	if (s == NULL)
+		return CLI_USAGE;
+	if (s == &verbs[0] && n > 1) {
+		cli_error(a->cc, "unexpected argument \"%s\"", v[1]);
 		return CLI_USAGE;
 	}
+	if (s == &verbs[0])
+		return CLI_OK;
 	if (n != 2) {
 		cli_error(a->cc, "%s: expected exactly one KIND", verb);
 		return CLI_USAGE;
@@ -165,7 +170,7 @@ static int operands(breakers_args *a, int n, char **v, bool *open)
 		cli_error(a->cc, "%s: kind must be 1 to %d bytes", verb, SKL_KIND_MAX);
 		return CLI_USAGE;
 	}
-	*open = is_open;
+	*open = s == &verbs[1];
 	return CLI_OK;
 }
 

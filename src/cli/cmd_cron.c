@@ -474,7 +474,6 @@ static int cron_tick(cron_args *a, skl_client *c, char **argv, int nargs)
 /* ---- dispatch ---- */
 
 typedef struct cron_sub {
-	const char *name;
 	const char *command;      /* prefixes messages */
 	const char *usage;
 	const struct option *opts;
@@ -483,18 +482,22 @@ typedef struct cron_sub {
 	int (*run)(cron_args *a, skl_client *c, char **argv, int nargs);
 } cron_sub;
 
-static const cron_sub subs[] = {
-	{"add", "cron add", add_usage, add_opts, 3, 4, "NAME EXPR KIND", cron_add},
-	{"apply", "cron apply", apply_usage, apply_opts, 1, 1, "FILE", cron_apply},
-	{"list", "cron list", list_usage, list_opts, 0, 0, "", cron_list},
-	{"remove", "cron remove", remove_usage, name_opts, 1, 1, "NAME", cron_remove},
-	{"pause", "cron pause", pause_usage, name_opts, 1, 1, "NAME", cron_pause},
-	{"resume", "cron resume", resume_usage, resume_opts, 1, 1, "NAME", cron_resume},
-	{"tick", "cron tick", tick_usage, tick_opts, 0, 0, "", cron_tick},
+static int run_sub(const cli_sub *sub, int argc, char **argv);
+#define CRON_SUB(name, command, usage, opts, min, max, operands, fn)                 \
+	{name, NULL, run_sub, &(const cron_sub){command, usage, opts, min, max, operands, fn}, NULL}
+static const cli_sub subs[] = {
+	CRON_SUB("add", "cron add", add_usage, add_opts, 3, 4, "NAME EXPR KIND", cron_add),
+	CRON_SUB("apply", "cron apply", apply_usage, apply_opts, 1, 1, "FILE", cron_apply),
+	CRON_SUB("list", "cron list", list_usage, list_opts, 0, 0, "", cron_list),
+	CRON_SUB("remove", "cron remove", remove_usage, name_opts, 1, 1, "NAME", cron_remove),
+	CRON_SUB("pause", "cron pause", pause_usage, name_opts, 1, 1, "NAME", cron_pause),
+	CRON_SUB("resume", "cron resume", resume_usage, resume_opts, 1, 1, "NAME", cron_resume),
+	CRON_SUB("tick", "cron tick", tick_usage, tick_opts, 0, 0, "", cron_tick),
 };
 
-static int run_sub(const cron_sub *s, int argc, char **argv)
+static int run_sub(const cli_sub *sub, int argc, char **argv)
 {
+	const cron_sub *s = sub->spec;
 	cli_common cc;
 	cli_common_init(&cc, s->command);
 	cron_args a = {.cc = &cc};
@@ -516,24 +519,13 @@ static int run_sub(const cron_sub *s, int argc, char **argv)
 	return rc;
 }
 
+static void help(FILE *out)
+{
+	fputs(cron_usage, out);
+}
+
 int cmd_cron(int argc, char **argv)
 {
-	const char *name = argc > 1 ? argv[1] : NULL;
-	if (name && (strcmp(name, "--help") == 0 || strcmp(name, "-h") == 0 ||
-	             strcmp(name, "help") == 0)) {
-		printf("%s", cron_usage);
-		return CLI_OK;
-	}
-	for (size_t i = 0; name && i < sizeof(subs) / sizeof(subs[0]); i++)
-		if (strcmp(name, subs[i].name) == 0)
-			return run_sub(&subs[i], argc - 1, argv + 1);
-	cli_common cc;
-	cli_common_init(&cc, "cron");
-	if (name == NULL || name[0] == '-')
-		cli_error(&cc, "expected a subcommand: add, apply, list, remove, pause or resume "
-		          "(see skiplock cron --help)");
-	else
-		cli_error(&cc, "unknown subcommand \"%s\" (expected add, apply, list, remove, pause or "
-		          "resume)", name);
-	return CLI_USAGE;
+	static const cli_subs table = {"cron", subs, sizeof(subs) / sizeof(subs[0]), help};
+	return cli_dispatch(&table, argc, argv);
 }

@@ -7,18 +7,19 @@
 
 #include "cli.h"
 
-static const struct doctor_cmd {
-	const char *name;
-	cli_cmd_fn fn;
-	const char *summary;
-} doctor_cmds[] = {
-	{"locks", cmd_doctor_locks, "advisory locks, orphans, idle transactions and blockers"},
-	{"pooler", cmd_doctor_pooler, "what sits between client and Postgres; unsafe features"},
-	{"indexes", cmd_doctor_indexes, "unused, invalid, redundant indexes; stale statistics"},
+static int doctor_all(int argc, char **argv);
+
+/* The diagnoses, then `all`, which runs each of them. */
+static const cli_sub doctor_cmds[] = {
+	{"locks", cmd_doctor_locks, .summary = "advisory locks, orphans, idle transactions and blockers"},
+	{"pooler", cmd_doctor_pooler, .summary = "what sits between client and Postgres; unsafe features"},
+	{"indexes", cmd_doctor_indexes, .summary = "unused, invalid, redundant indexes; stale statistics"},
+	{"all", doctor_all, .summary = "each of the above in turn, with the connection and output options\n"
+	                               "               and --json only; the highest exit status wins"},
 };
 
-
 #define NCMDS (sizeof(doctor_cmds) / sizeof(doctor_cmds[0]))
+#define NDIAGNOSES (NCMDS - 1)
 
 static void usage(FILE *out)
 {
@@ -33,9 +34,6 @@ static void usage(FILE *out)
 	        "SUBCOMMANDS\n");
 	for (size_t i = 0; i < NCMDS; i++)
 		fprintf(out, "    %-10s %s\n", doctor_cmds[i].name, doctor_cmds[i].summary);
-	fprintf(out, "    %-10s %s\n", "all",
-	        "each of the above in turn, with the connection and output options\n"
-	        "               and --json only; the highest exit status wins");
 	fprintf(out,
 	        "\n"
 	        "    Run \"skiplock doctor SUBCOMMAND --help\" for its options.\n"
@@ -76,7 +74,7 @@ static int doctor_all(int argc, char **argv)
 		}
 	}
 	int worst = CLI_OK;
-	for (size_t i = 0; i < NCMDS; i++) {
+	for (size_t i = 0; i < NDIAGNOSES; i++) {
 		if (!json)
 			printf("%s== skiplock doctor %s\n", i ? "\n" : "", doctor_cmds[i].name);
 		fflush(stdout);
@@ -92,22 +90,6 @@ static int doctor_all(int argc, char **argv)
 
 int cmd_doctor(int argc, char **argv)
 {
-	const char *sub = argc > 1 ? argv[1] : NULL;
-	if (sub && (strcmp(sub, "--help") == 0 || strcmp(sub, "-h") == 0 ||
-	            strcmp(sub, "help") == 0)) {
-		usage(stdout);
-		return CLI_OK;
-	}
-	for (size_t i = 0; sub && i < NCMDS; i++)
-		if (strcmp(sub, doctor_cmds[i].name) == 0)
-			return doctor_cmds[i].fn(argc - 1, argv + 1);
-	if (sub && strcmp(sub, "all") == 0)
-		return doctor_all(argc - 1, argv + 1);
-	cli_common cc;
-	cli_common_init(&cc, "doctor");
-	if (sub == NULL)
-		cli_error(&cc, "missing subcommand (see skiplock doctor --help)");
-	else
-		cli_error(&cc, "unknown subcommand \"%s\" (see skiplock doctor --help)", sub);
-	return CLI_USAGE;
+	static const cli_subs table = {"doctor", doctor_cmds, NCMDS, usage};
+	return cli_dispatch(&table, argc, argv);
 }

@@ -84,21 +84,14 @@ static int idem_prune(int argc, char **argv)
 	return rc;
 }
 
+static void help(FILE *out)
+{
+	fputs(idem_usage, out);
+}
+
 int cmd_idem(int argc, char **argv)
 {
-	const char *name = argc > 1 ? argv[1] : NULL;
-	if (name && (strcmp(name, "--help") == 0 || strcmp(name, "-h") == 0 ||
-	             strcmp(name, "help") == 0)) {
-		printf("%s", idem_usage);
-		return CLI_OK;
-	}
-	if (name && strcmp(name, "prune") == 0)
-		return idem_prune(argc - 1, argv + 1);
-	cli_common cc;
-	cli_common_init(&cc, "idem");
-	if (name == NULL || name[0] == '-')
-		cli_error(&cc, "expected a subcommand: prune (see skiplock idem --help)");
-	else
-		cli_error(&cc, "unknown subcommand \"%s\" (expected prune)", name);
-	return CLI_USAGE;
+	static const cli_sub subs[] = {{"prune", idem_prune, NULL, NULL, NULL}};
+	static const cli_subs table = {"idem", subs, 1, help};
+	return cli_dispatch(&table, argc, argv);
 }

@@ -278,7 +278,6 @@ static int jobs_prune(jobs_args *a, skl_client *c, int64_t id)
 /* ---- dispatch ---- */
 
 typedef struct jobs_sub {
-	const char *name;
 	const char *command;      /* prefixes messages */
 	const char *usage;
 	const char *exit_help;
@@ -288,12 +287,16 @@ typedef struct jobs_sub {
 	int (*run)(jobs_args *a, skl_client *c, int64_t id);
 } jobs_sub;
 
-static const jobs_sub subs[] = {
-	{"list", "jobs list", list_usage, list_exit, list_opts, false, false, jobs_list},
-	{"show", "jobs show", show_usage, show_exit, show_opts, true, false, jobs_show},
-	{"retry", "jobs retry", retry_usage, act_exit, act_opts, true, false, jobs_retry},
-	{"cancel", "jobs cancel", cancel_usage, act_exit, act_opts, true, false, jobs_cancel},
-	{"prune", "jobs prune", prune_usage, prune_exit, prune_opts, false, true, jobs_prune},
+static int run_sub(const cli_sub *sub, int argc, char **argv);
+#define JOBS_SUB(name, usage, exit_help, opts, takes_id, needs_age, fn)                  \
+	{name, NULL, run_sub,                                                                \
+	 &(const jobs_sub){"jobs " name, usage, exit_help, opts, takes_id, needs_age, fn}, NULL}
+static const cli_sub subs[] = {
+	JOBS_SUB("list", list_usage, list_exit, list_opts, false, false, jobs_list),
+	JOBS_SUB("show", show_usage, show_exit, show_opts, true, false, jobs_show),
+	JOBS_SUB("retry", retry_usage, act_exit, act_opts, true, false, jobs_retry),
+	JOBS_SUB("cancel", cancel_usage, act_exit, act_opts, true, false, jobs_cancel),
+	JOBS_SUB("prune", prune_usage, prune_exit, prune_opts, false, true, jobs_prune),
 };
 
 static bool parse_id(const cli_common *cc, const char *s, int64_t *id)
@@ -329,8 +332,9 @@ static int operands(const jobs_sub *s, const jobs_args *a, int argc, char **argv
 	return CLI_OK;
 }
 
-static int run_sub(const jobs_sub *s, int argc, char **argv)
+static int run_sub(const cli_sub *sub, int argc, char **argv)
 {
+	const jobs_sub *s = sub->spec;
 	cli_common cc;
 	cli_common_init(&cc, s->command);
 	jobs_args a = {.cc = &cc, .batch = 1000};
@@ -352,24 +356,13 @@ static int run_sub(const jobs_sub *s, int argc, char **argv)
 	return rc;
 }
 
+static void help(FILE *out)
+{
+	fputs(jobs_usage, out);
+}
+
 int cmd_jobs(int argc, char **argv)
 {
-	const char *name = argc > 1 ? argv[1] : NULL;
-	if (name && (strcmp(name, "--help") == 0 || strcmp(name, "-h") == 0 ||
-	             strcmp(name, "help") == 0)) {
-		printf("%s", jobs_usage);
-		return CLI_OK;
-	}
-	for (size_t i = 0; name && i < sizeof(subs) / sizeof(subs[0]); i++)
-		if (strcmp(name, subs[i].name) == 0)
-			return run_sub(&subs[i], argc - 1, argv + 1);
-	cli_common cc;
-	cli_common_init(&cc, "jobs");
-	if (name == NULL || name[0] == '-')
-		cli_error(&cc, "expected a subcommand: list, show, retry, cancel or prune "
-		          "(see skiplock jobs --help)");
-	else
-		cli_error(&cc, "unknown subcommand \"%s\" (expected list, show, retry, cancel or prune)",
-		          name);
-	return CLI_USAGE;
+	static const cli_subs table = {"jobs", subs, sizeof(subs) / sizeof(subs[0]), help};
+	return cli_dispatch(&table, argc, argv);
 }

@@ -346,23 +346,15 @@ static int cmd_list(int argc, char **argv)
 	return rc;
 }
 
+static void help(FILE *out)
+{
+	fputs(lease_usage, out);
+}
+
 int cmd_lease(int argc, char **argv)
 {
-	const char *sub = argc > 1 ? argv[1] : NULL;
-	if (sub && (strcmp(sub, "--help") == 0 || strcmp(sub, "-h") == 0 ||
-	            strcmp(sub, "help") == 0)) {
-		printf("%s", lease_usage);
-		return CLI_OK;
-	}
-	if (sub && strcmp(sub, "run") == 0)
-		return cmd_run(argc - 1, argv + 1);
-	if (sub && strcmp(sub, "list") == 0)
-		return cmd_list(argc - 1, argv + 1);
-	cli_common cc;
-	cli_common_init(&cc, "lease");
-	if (sub == NULL)
-		cli_error(&cc, "missing subcommand: run or list (see skiplock lease --help)");
-	else
-		cli_error(&cc, "unknown subcommand \"%s\" (expected run or list)", sub);
-	return CLI_USAGE;
+	static const cli_sub subs[] = {{"run", cmd_run, NULL, NULL, NULL},
+	                               {"list", cmd_list, NULL, NULL, NULL}};
+	static const cli_subs table = {"lease", subs, 2, help};
+	return cli_dispatch(&table, argc, argv);
 }

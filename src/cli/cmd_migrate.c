@@ -395,8 +395,10 @@ static int run_read(cli_common *cc, mig_args *a, const skl_migration_set *set, b
 	return rc;
 }
 
-static int sub(const char *name, int argc, char **argv)
+/* argv[0] is the subcommand: up, status or verify. */
+static int sub(int argc, char **argv)
 {
+	const char *name = argv[0];
 	char command[32];
 	snprintf(command, sizeof(command), "migrate %s", name);
 	cli_common cc;
@@ -415,20 +417,16 @@ static int sub(const char *name, int argc, char **argv)
 	return rc;
 }
 
+static void help(FILE *out)
+{
+	fprintf(out, "%s%s%s", migrate_usage, cli_common_help, migrate_tail);
+}
+
 int cmd_migrate(int argc, char **argv)
 {
-	const char *s = argc > 1 ? argv[1] : NULL;
-	if (s && (strcmp(s, "--help") == 0 || strcmp(s, "-h") == 0 || strcmp(s, "help") == 0)) {
-		printf("%s%s%s", migrate_usage, cli_common_help, migrate_tail);
-		return CLI_OK;
-	}
-	if (s && (strcmp(s, "up") == 0 || strcmp(s, "status") == 0 || strcmp(s, "verify") == 0))
-		return sub(s, argc - 1, argv + 1);
-	cli_common cc;
-	cli_common_init(&cc, "migrate");
-	if (s == NULL)
-		cli_error(&cc, "missing subcommand: up, status or verify (see skiplock migrate --help)");
-	else
-		cli_error(&cc, "unknown subcommand \"%s\" (expected up, status or verify)", s);
-	return CLI_USAGE;
+	static const cli_sub subs[] = {{"up", sub, NULL, NULL, NULL},
+	                               {"status", sub, NULL, NULL, NULL},
+	                               {"verify", sub, NULL, NULL, NULL}};
+	static const cli_subs table = {"migrate", subs, 3, help};
+	return cli_dispatch(&table, argc, argv);
 }

@@ -115,17 +115,6 @@ int cli_common_option(cli_common *cc, int code, const char *arg)
 	}
 }
 
-int cli_bad_option(const cli_common *cc, int code, char *const argv[])
-{
-	const char *opt = argv[optind - 1];
-	if (code == ':')
-		cli_error(cc, "option \"%s\" needs a value (see skiplock %s --help)", opt,
-		          cc->command);
-	else
-		cli_error(cc, "unknown option \"%s\" (see skiplock %s --help)", opt, cc->command);
-	return CLI_USAGE;
-}
-
 int cli_fail(const cli_common *cc, const skl_error *err)
 {
 	const char *state = err->sqlstate[0] ? err->sqlstate : NULL;
@@ -188,12 +177,12 @@ int cli_parse(cli_common *cc, int argc, char **argv, const char *shortopts,
 	optind = 1;
 	while ((code = getopt_long(argc, argv, shortopts, opts, NULL)) != -1) {
 		if (code == '?' || code == ':')
-			return cli_bad_option(cc, code, argv);
+			return cli_bad_option(cc, code, argv, opts);
 		int r = cli_common_option(cc, code, optarg);
 		if (r < 0)
 			return CLI_USAGE;
 		if (r == 0 && (own == NULL || own(code, optarg, ctx) != CLI_OK))
-			return own ? CLI_USAGE : cli_bad_option(cc, code, argv);
+			return own ? CLI_USAGE : cli_bad_option(cc, code, argv, opts);
 	}
 	return CLI_OK;
 }

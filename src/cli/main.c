@@ -7,25 +7,21 @@
 
 #include "cli.h"
 
-static const struct command {
-	const char *name;
-	cli_cmd_fn fn;
-	const char *summary;
-} commands[] = {
-	{"init", cmd_init, "install or upgrade skiplock's schema in the database"},
-	{"enqueue", cmd_enqueue, "add a job (or a batch of jobs) to the queue"},
-	{"worker", cmd_worker, "run jobs with command and webhook handlers"},
-	{"cron", cmd_cron, "periodic jobs: cron schedules in any time zone"},
-	{"jobs", cmd_jobs, "list, show, retry, cancel and prune jobs"},
-	{"idem", cmd_idem, "idempotency keys: prune the expired"},
-	{"status", cmd_status, "counts and ages per queue and kind"},
-	{"breakers", cmd_breakers, "fleet-wide circuit breakers: list, open, close"},
-	{"lease", cmd_lease, "run a command only while holding a lease; list leases"},
-	{"migrate", cmd_migrate, "apply SQL migrations safely behind poolers; status, verify"},
-	{"doctor", cmd_doctor, "diagnose locks, poolers and indexes before they page you"},
-	{"explain", cmd_explain, "compare a query's plan and buffers with a candidate index"},
-	{"dashboard", cmd_dashboard, "a web page of queues, jobs, schedules and leases"},
-	{"demo", cmd_demo, "run the embedded demo on a private Postgres"},
+static const cli_sub commands[] = {
+	{"init", cmd_init, .summary = "install or upgrade skiplock's schema in the database"},
+	{"enqueue", cmd_enqueue, .summary = "add a job (or a batch of jobs) to the queue"},
+	{"worker", cmd_worker, .summary = "run jobs with command and webhook handlers"},
+	{"cron", cmd_cron, .summary = "periodic jobs: cron schedules in any time zone"},
+	{"jobs", cmd_jobs, .summary = "list, show, retry, cancel and prune jobs"},
+	{"idem", cmd_idem, .summary = "idempotency keys: prune the expired"},
+	{"status", cmd_status, .summary = "counts and ages per queue and kind"},
+	{"breakers", cmd_breakers, .summary = "fleet-wide circuit breakers: list, open, close"},
+	{"lease", cmd_lease, .summary = "run a command only while holding a lease; list leases"},
+	{"migrate", cmd_migrate, .summary = "apply SQL migrations safely behind poolers; status, verify"},
+	{"doctor", cmd_doctor, .summary = "diagnose locks, poolers and indexes before they page you"},
+	{"explain", cmd_explain, .summary = "compare a query's plan and buffers with a candidate index"},
+	{"dashboard", cmd_dashboard, .summary = "a web page of queues, jobs, schedules and leases"},
+	{"demo", cmd_demo, .summary = "run the embedded demo on a private Postgres"},
 };
 
 static void usage(FILE *out)
@@ -57,17 +53,10 @@ int main(int argc, char **argv)
 		return CLI_USAGE;
 	}
 	const char *name = argv[1];
-	if (strcmp(name, "--help") == 0 || strcmp(name, "-h") == 0 || strcmp(name, "help") == 0) {
-		usage(stdout);
-		return CLI_OK;
-	}
 	if (strcmp(name, "--version") == 0 || strcmp(name, "version") == 0) {
 		printf("skiplock %s (schema version %d)\n", skl_version(), skl_schema_latest());
 		return CLI_OK;
 	}
-	for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
-		if (strcmp(name, commands[i].name) == 0)
-			return commands[i].fn(argc - 1, argv + 1);
-	fprintf(stderr, "skiplock: unknown command \"%s\" (see skiplock --help)\n", name);
-	return CLI_USAGE;
+	static const cli_subs table = {NULL, commands, sizeof(commands) / sizeof(commands[0]), usage};
+	return cli_dispatch(&table, argc, argv);
 }

@@ -221,7 +221,9 @@ static int file_options(cli_common *cc, const char *path, const struct option *a
 		char where[512];
 		snprintf(where, sizeof(where), "--config %s: \"%s\"", path, key);
 		if (o == NULL) {
-			cli_error(cc, "--config %s: unknown option \"%s\"", path, key);
+			const char *best = cli_option_suggest(all, key);
+			cli_error(cc, "--config %s: unknown option \"%s\"%s%s%s", path, key,
+			          best ? " (did you mean \"" : "", best ? best : "", best ? "\"?)" : "");
 			rc = CLI_USAGE;
 		}
 		for (size_t i = 0; rc == CLI_OK && o && !marked(given, o->val) &&
@@ -244,7 +246,7 @@ static int scan_argv(cli_common *cc, int argc, char **argv, const char *shortopt
 	optind = 1;
 	while ((code = getopt_long(argc, argv, shortopts, all, NULL)) != -1) {
 		if (code == '?' || code == ':')
-			return cli_bad_option(cc, code, argv);
+			return cli_bad_option(cc, code, argv, all);
 		mark(given, code);
 		if (code == OPT_CONFIG)
 			*config = optarg;

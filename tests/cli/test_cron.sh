@@ -64,7 +64,7 @@ expect_exit "empty kind" 2 'job kind must be 1 to 128 bytes' -- "$S" cron add --
 expect_exit "missing operands" 2 'expected NAME EXPR KIND' -- "$S" cron add --url "$URL" x '* * * * *'
 expect_exit "extra operand" 2 'unexpected argument "extra"' -- "$S" cron add --url "$URL" x '* * * * *' k '{}' extra
 expect_exit "unknown subcommand" 2 'unknown subcommand "edit"' -- "$S" cron edit --url "$URL"
-expect_exit "no subcommand" 2 'expected a subcommand' -- "$S" cron
+expect_exit "no subcommand" 2 'missing subcommand \(expected' -- "$S" cron
 expect_exit "unknown option" 2 'unknown option "--colour"' -- "$S" cron list --url "$URL" --colour
 check_eq "nothing was written by bad input" "$(count)" "$before"
 

@@ -15,7 +15,7 @@ q "UPDATE skiplock.idempotency_keys SET expires_at = now() - interval '1 minute'
 
 # --- bad input first: nothing deleted ---
 bad() { expect_exit "$1" 2 "$2" -- "$S" "${@:3}" --url "$URL"; }
-bad "idem without a subcommand" 'expected a subcommand' idem
+bad "idem without a subcommand" 'missing subcommand \(expected' idem
 bad "unknown idem subcommand" 'unknown subcommand "frob"' idem frob
 bad "bad batch" '--batch' idem prune --batch 0
 bad "batch not a number" '--batch' idem prune --batch lots

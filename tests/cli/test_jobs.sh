@@ -153,7 +153,7 @@ check_eq "prune again deletes nothing" "$(act "$S" jobs prune --url "$URL" --old
 # --- bad input: exit 2, one line naming the problem, nothing written ---
 before=$(q "SELECT string_agg(concat_ws(':', id, state, attempt, fencing, finished_at), ' ' ORDER BY id) FROM skiplock.jobs")
 bad() { expect_exit "$1" 2 "$2" -- "$S" "${@:3}" --url "$URL"; }
-bad "jobs without a subcommand" 'expected a subcommand' jobs
+bad "jobs without a subcommand" 'missing subcommand \(expected' jobs
 bad "unknown jobs subcommand" 'unknown subcommand "frob"' jobs frob
 bad "unknown option" 'unknown option "--bogus"' jobs list --bogus
 bad "bad state name" 'unknown job state "finished"' jobs list --state finished

@@ -10,7 +10,9 @@
 #    a part, PUBLIC below) or the umbrella "skiplock.h" (above every part:
 #    only the files directly in src/lib may include it);
 #  - every skl_ symbol an object of the static library uses (nm -u) is
-#    defined (nm --defined-only) by an object of the same or an earlier part.
+#    defined (nm --defined-only) by an object of the same or an earlier part;
+#  - the command (src/cli) includes no internal header of the library but
+#    core/lazy.h, the dlopen helper it shares with the library.
 # Prints the layer table (what each part includes and calls), then one line
 # per violation, and exits 1 when there is any.
 set -u
@@ -111,6 +113,18 @@ check_calls() {
 	[ "${#DEF[@]}" -gt 0 ] || problem "nm found no skl_ symbols in $LIB"
 }
 
+# The command's includes that name a header of src/lib: only CLI_MAY.
+CLI_MAY="core/lazy.h"
+check_cli() {
+	local f h
+	while read -r f; do
+		for h in $(sed -nE 's/^[[:space:]]*#[[:space:]]*include[[:space:]]+"([^"]+)".*/\1/p' "$SRC/$f"); do
+			[ -f "$SRC/src/lib/$h" ] && [ ! -f "$SRC/src/cli/$h" ] && [ "$h" != "$CLI_MAY" ] &&
+				problem "$f includes \"$h\", an internal header of the library (the command may include only $CLI_MAY)"
+		done
+	done < <(cd "$SRC" && find src/cli -name '*.[ch]' | sort)
+}
+
 # uniq_sorted "WORDS": the distinct words, in part order.
 uniq_sorted() {
 	local p out=""
@@ -122,6 +136,7 @@ uniq_sorted() {
 map_objects
 check_includes
 check_calls
+check_cli
 printf '%-6s %-8s %-6s %-36s %s\n' layer part files "includes from" "calls into"
 for p in "${PARTS[@]}"; do
 	printf '%-6s %-8s %-6s %-36s %s\n' "$((${RANK[$p]} + 1))" "$p" "${FILES[$p]:-0}" \

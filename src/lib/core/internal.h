@@ -83,6 +83,13 @@ skl_rc skl__seterr_errno(skl_error *err, int errnum, const char *fmt, ...) SKL_P
 const char *skl__refusal_hint(const char *sqlstate);
 void skl__log(const skl_client *c, skl_log_level level, const char *fmt, ...) SKL_PRINTF(3, 4);
 
+/* columns.c: a statement's result columns, checked by name before they are
+ * read by position (an enum of positions next to the SQL, with a table of
+ * names).  True when res has names[0..n) as its first n columns. */
+bool skl__columns_match(const PGresult *res, const char *const *names, int n);
+/* SKL_OK, or SKL_DB naming the first column out of place. */
+skl_rc skl__check_columns(const PGresult *res, const char *const *names, int n, skl_error *err);
+
 /* util.c */
 int64_t skl__now_ms(void);             /* monotonic clock */
 void skl__sleep_ms(int64_t ms);

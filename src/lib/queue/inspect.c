@@ -49,21 +49,37 @@ bool skl_job_state_valid(const char *s)
 /* The text of an error entry: its "error" field, else the entry as JSON. */
 #define SKL_ERR_TEXT(v) "coalesce(" v " ->> 'error', " v " #>> '{}')"
 
-/* Columns of a job, in the order of the C_* indexes below. */
-#define SKL_JOB_COLUMNS                                                                      \
-	"j.id, j.queue, j.kind, j.state, j.priority, j.attempt, j.max_attempts, j.fencing, "     \
-	SKL_TS("j.run_at") ", " SKL_TS("j.created_at") ", " SKL_TS("j.attempted_at") ", "         \
-	SKL_TS("j.finished_at") ", j.lease_owner, " SKL_TS("j.lease_expires_at") ", "              \
-	SKL_MS("j.lease_expires_at", "now()") ", j.unique_key, j.timeout_ms, j.backoff_base_ms, " \
-	"j.backoff_cap_ms, " SKL_ERR_TEXT("((" SKL_ERRORS_ARRAY ") -> -1)")
+/* The columns of a job: position (C_*), expression, name.  The select
+ * lists are built from this table and every answer is checked against its
+ * names (skl__check_columns) before a column is read by position. */
+#define JOB_COLUMNS(X)                                                                        \
+	X(C_ID, "j.id", "id") X(C_QUEUE, "j.queue", "queue") X(C_KIND, "j.kind", "kind")          \
+	X(C_STATE, "j.state", "state") X(C_PRIO, "j.priority", "priority")                        \
+	X(C_ATTEMPT, "j.attempt", "attempt") X(C_MAX, "j.max_attempts", "max_attempts")           \
+	X(C_FENCING, "j.fencing", "fencing") X(C_RUN_AT, SKL_TS("j.run_at"), "run_at")            \
+	X(C_CREATED, SKL_TS("j.created_at"), "created_at")                                        \
+	X(C_ATTEMPTED, SKL_TS("j.attempted_at"), "attempted_at")                                  \
+	X(C_FINISHED, SKL_TS("j.finished_at"), "finished_at")                                     \
+	X(C_OWNER, "j.lease_owner", "lease_owner")                                                \
+	X(C_LEASE, SKL_TS("j.lease_expires_at"), "lease_expires_at")                              \
+	X(C_LEASE_MS, SKL_MS("j.lease_expires_at", "now()"), "lease_ms")                          \
+	X(C_UKEY, "j.unique_key", "unique_key") X(C_TIMEOUT, "j.timeout_ms", "timeout_ms")        \
+	X(C_BBASE, "j.backoff_base_ms", "backoff_base_ms")                                        \
+	X(C_BCAP, "j.backoff_cap_ms", "backoff_cap_ms")                                           \
+	X(C_LAST_ERROR, SKL_ERR_TEXT("((" SKL_ERRORS_ARRAY ") -> -1)"), "last_error")
+#define COL_ENUM(e, expr, name) e,
+#define COL_NAME(e, expr, name) name,
+#define COL_SELECT(e, expr, name) expr " AS " name ", "
 
-enum { C_ID, C_QUEUE, C_KIND, C_STATE, C_PRIO, C_ATTEMPT, C_MAX, C_FENCING, C_RUN_AT,
-       C_CREATED, C_ATTEMPTED, C_FINISHED, C_OWNER, C_LEASE, C_LEASE_MS, C_UKEY, C_TIMEOUT,
-       C_BBASE, C_BCAP, C_LAST_ERROR, C_PAYLOAD, C_RESULT, C_ERR_ORD, C_ERR_ATTEMPT, C_ERR_AT,
-       C_ERR_TEXT };
+/* After the job's columns: its payload and result (NULL in a list), then
+ * in skl_job_get one entry of its error history per row. */
+enum { JOB_COLUMNS(COL_ENUM) C_PAYLOAD, C_RESULT, C_LIST_NCOLS = C_RESULT + 1, C_ERR_ORD = C_LIST_NCOLS,
+       C_ERR_ATTEMPT, C_ERR_AT, C_ERR_TEXT, C_GET_NCOLS };
+static const char *const job_cols[C_GET_NCOLS] = {
+	JOB_COLUMNS(COL_NAME) "payload", "result", "err_ord", "err_attempt", "err_at", "err_text"};
 
 static const char *const list_sql =
-	"SELECT " SKL_JOB_COLUMNS ", NULL::text, NULL::text"
+	"SELECT " JOB_COLUMNS(COL_SELECT) "NULL::text AS payload, NULL::text AS result"
 	"  FROM skiplock.jobs j"
 	" WHERE ($1::text IS NULL OR j.queue = $1) AND ($2::text IS NULL OR j.kind = $2)"
 	"   AND ($3::text IS NULL OR j.state = $3)"
@@ -72,9 +88,10 @@ static const char *const list_sql =
 /* One row per entry of the error history (one row with NULLs when it is
  * empty), oldest first. */
 static const char *const get_sql =
-	"SELECT " SKL_JOB_COLUMNS ", j.payload::text, j.result::text,"
-	"       e.ord, e.v ->> 'attempt', coalesce(" SKL_TS(SKL_ERR_AT("e.v")) ", e.v ->> 'at'),"
-	"       " SKL_ERR_TEXT("e.v")
+	"SELECT " JOB_COLUMNS(COL_SELECT) "j.payload::text AS payload, j.result::text AS result,"
+	"       e.ord AS err_ord, e.v ->> 'attempt' AS err_attempt,"
+	"       coalesce(" SKL_TS(SKL_ERR_AT("e.v")) ", e.v ->> 'at') AS err_at,"
+	"       " SKL_ERR_TEXT("e.v") " AS err_text"
 	"  FROM skiplock.jobs j"
 	"  LEFT JOIN LATERAL jsonb_array_elements(" SKL_ERRORS_ARRAY ") WITH ORDINALITY AS e(v, ord)"
 	"    ON true"
@@ -211,8 +228,12 @@ static skl_rc jobs_fn(skl_client *c, void *ctx, skl_error *err)
 	read_reset(rc);
 	PGresult *res = NULL;
 	skl_rc r = skl__exec(c, rc->sql, rc->nparams, rc->params, &res, err);
-	if (r != SKL_OK)
+	if (r == SKL_OK)
+		r = skl__check_columns(res, job_cols, rc->one ? C_GET_NCOLS : C_LIST_NCOLS, err);
+	if (r != SKL_OK) {
+		PQclear(res);
 		return r;
+	}
 	size_t rows = (size_t)PQntuples(res), want = rc->one ? (rows > 0) : rows;
 	if (want == 0) {
 		PQclear(res);

@@ -214,7 +214,7 @@ skl_rc skl_enqueue(skl_client *c, const char *kind, const char *payload,
  * prepares each once per direct connection (skl__exec_hot). */
 
 /* The columns of a claimed job.  The select lists are built from this
- * table and every result is checked against it (columns_match), so a
+ * table and every result is checked against it (skl__columns_match), so a
  * column read by position is always the one its name says. */
 #define CLAIM_COLUMNS(X)                                                    \
 	X(CJ_ID, "id") X(CJ_QUEUE, "queue") X(CJ_KIND, "kind")                  \
@@ -257,17 +257,6 @@ const char *skl__claim_sql(bool record)
 const char *skl__record_sql(void)
 {
 	return record_sql;
-}
-
-/* False unless res has exactly the columns names[0..n) in that order. */
-static bool columns_match(const PGresult *res, const char *const *names, int n)
-{
-	if (PQnfields(res) < n)
-		return false;
-	for (int i = 0; i < n; i++)
-		if (strcmp(PQfname(res, i), names[i]) != 0)
-			return false;
-	return true;
 }
 
 static skl_rc columns_error(skl_error *err)
@@ -344,7 +333,7 @@ static skl_rc claim_fn(skl_client *c, void *ctx, skl_error *err)
 	if (rc != SKL_OK)
 		return rc;
 	int ncols = cc->outs ? CJ_NCOLS : CJ_ROW_TYPE + 1, rows = PQntuples(res);
-	if (!columns_match(res, claim_cols, ncols)) {
+	if (!skl__columns_match(res, claim_cols, ncols)) {
 		PQclear(res);
 		return columns_error(err);
 	}
@@ -516,7 +505,7 @@ static skl_rc record_fn(skl_client *c, void *ctx, skl_error *err)
 	skl_rc rc = skl__exec_hot(c, record_sql, OC_NCOLS, r->params, &res, err);
 	if (rc != SKL_OK)
 		return rc;
-	if (!columns_match(res, record_cols, RC_NCOLS)) {
+	if (!skl__columns_match(res, record_cols, RC_NCOLS)) {
 		PQclear(res);
 		return columns_error(err);
 	}

@@ -1,24 +1,15 @@
 /*
- * curl_lazy.c — opens libcurl.so.4 on first use (see curl_lazy.h).  It is
- * never closed: handles and thread-specific data may refer to it until the
- * process ends.
+ * curl_lazy.c — libcurl.so.4 opened on first use (see curl_lazy.h) through
+ * core/lazy.h: only the table of functions is here.
  */
-#include <dlfcn.h>
-#include <pthread.h>
 #include <stddef.h>
-#include <string.h>
 
+#include "core/lazy.h"
 #include "worker/curl_lazy.h"
 
 skl_curl_fns skl__curl;
 
-static pthread_once_t once = PTHREAD_ONCE_INIT;
-static const char *load_error = "libcurl not loaded";
-
-static const struct {
-	const char *name;
-	size_t offset;
-} symbols[] = {
+static const skl__lazy_sym symbols[] = {
 	{"curl_global_init", offsetof(skl_curl_fns, global_init)},
 	{"curl_easy_init", offsetof(skl_curl_fns, easy_init)},
 	{"curl_easy_setopt", offsetof(skl_curl_fns, easy_setopt)},
@@ -37,33 +28,9 @@ static const struct {
 	{"curl_url_set", offsetof(skl_curl_fns, url_set)},
 };
 
-static void load(void)
-{
-	void *h = dlopen("libcurl.so.4", RTLD_NOW | RTLD_LOCAL);
-	if (h == NULL) {
-		load_error = "cannot load libcurl.so.4";
-		return;
-	}
-	skl_curl_fns f;
-	for (size_t i = 0; i < sizeof(symbols) / sizeof(symbols[0]); i++) {
-		void *sym = dlsym(h, symbols[i].name);
-		if (sym == NULL) {
-			load_error = "libcurl.so.4 lacks a function skiplock needs";
-			dlclose(h);
-			return;
-		}
-		/* POSIX guarantees a function pointer survives the round trip
-		 * through void *; copy the bytes to say so without a cast. */
-		memcpy((char *)&f + symbols[i].offset, &sym, sizeof(sym));
-	}
-	skl__curl = f;
-	load_error = NULL;
-}
+static skl__lazy lib = SKL__LAZY_INIT("libcurl.so.4", symbols, skl__curl);
 
 bool skl__curl_load(const char **why)
 {
-	pthread_once(&once, load);
-	if (why)
-		*why = load_error;
-	return load_error == NULL;
+	return skl__lazy_load(&lib, why);
 }
