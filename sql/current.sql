@@ -961,9 +961,7 @@ BEGIN
   END IF;
   RETURN QUERY
   WITH v AS MATERIALIZED (
-    SELECT t.*, random() AS r,
-           (sum(CASE WHEN t.dfr THEN 1 ELSE 0 END) OVER (ORDER BY t.ord) - 1 + random())
-             / greatest(count(*) FILTER (WHERE t.dfr) OVER (), 1) AS slot
+    SELECT t.*, random() AS r
       FROM unnest(record.ids, record.fencings, record.outcomes, record.results, record.errors,
                   record.retry_after_ms, record.deferred, record.backoffs,
                   record.backoff_bases_ms, record.backoff_caps_ms)
@@ -981,11 +979,12 @@ BEGIN
                                               'at', now(), 'error', v.err)) END,
       run_at = CASE WHEN v.o IN ('retry', 'fail') AND j.attempt < j.max_attempts
                     THEN now() + skiplock.retry_delay_ms(j, v.asked, v.dfr, v.bs, v.bb, v.bc,
-                                                         v.r, v.slot) * interval '1 millisecond'
+                                                         v.r, (v.ord - 1 + v.r) / v_n)
+                         * interval '1 millisecond'
                     ELSE j.run_at END,
       last_delay_ms = CASE WHEN v.o IN ('retry', 'fail') AND j.attempt < j.max_attempts
                            THEN skiplock.retry_delay_ms(j, v.asked, v.dfr, v.bs, v.bb, v.bc,
-                                                        v.r, v.slot)
+                                                        v.r, (v.ord - 1 + v.r) / v_n)
                            ELSE j.last_delay_ms END,
       finished_at = CASE WHEN v.o IN ('ok', 'discard') OR j.attempt >= j.max_attempts
                          THEN now() END,
