@@ -32,9 +32,14 @@ worker worker webhook
 migrate migrate
 doctor doctor diagnose
 EOF
+# Parts whose files must not call each other in a cycle.
+ACYCLIC_PARTS=(worker)
+HANDLER_FILES=(command.c.o webhook.c.o stream.c.o)
+HANDLER_BLIND=(worker_loop.c.o worker.c.o)
 PROBLEMS=0
 problem() { echo "violation: $*"; PROBLEMS=$((PROBLEMS + 1)); }
 declare -A INCLUDES CALLS FILES
+EDGES=""                     # "from.o to.o" lines: calls within a part
 
 # part_of FILE (relative to SRC): the part a source or header belongs to.
 part_of() {
@@ -107,6 +112,8 @@ check_calls() {
 			problem "$obj ($from) calls $sym, defined in ${DEF[$sym]} ($to, a later part)"
 		elif [ "$to" != "$from" ]; then
 			CALLS[$from]="${CALLS[$from]:-} $to"
+		elif [ "$obj" != "${DEF[$sym]}" ]; then
+			EDGES+="$from $obj ${DEF[$sym]} $sym"$'\n'
 		fi
 	done < <(nm -A -u "$LIB" 2>/dev/null |
 		awk '$NF ~ /^skl_/ {sub(/:[^:]*$/, "", $1); print $1 ":" $NF}')
@@ -125,6 +132,22 @@ check_cli() {
 	done < <(cd "$SRC" && find src/cli -name '*.[ch]' | sort)
 }
 
+# No cycle among the files of an ACYCLIC_PARTS part; no call from a
+# HANDLER_BLIND object into a HANDLER_FILES object.
+check_cycles() {
+	local part from obj def sym loop
+	for part in "${ACYCLIC_PARTS[@]}"; do
+		loop=$(printf '%s' "$EDGES" | awk -v p="$part" '$1 == p {print $2, $3}' | sort -u |
+			tsort 2>&1 >/dev/null | sed -n 's/^tsort: \([^ ]*\.o\)$/\1/p' | tr '\n' ' ')
+		[ -z "$loop" ] || problem "the $part files call each other in a cycle: ${loop% }"
+	done
+	while read -r from obj def sym; do
+		[ -n "$obj" ] || continue
+		[[ " ${HANDLER_BLIND[*]} " == *" $obj "* && " ${HANDLER_FILES[*]} " == *" $def "* ]] &&
+			problem "$obj calls $sym of $def: handlers are reached only through handler_ops"
+	done <<<"$EDGES"
+}
+
 # uniq_sorted "WORDS": the distinct words, in part order.
 uniq_sorted() {
 	local p out=""
@@ -137,6 +160,7 @@ map_objects
 check_includes
 check_calls
 check_cli
+check_cycles
 printf '%-6s %-8s %-6s %-36s %s\n' layer part files "includes from" "calls into"
 for p in "${PARTS[@]}"; do
 	printf '%-6s %-8s %-6s %-36s %s\n' "$((${RANK[$p]} + 1))" "$p" "${FILES[$p]:-0}" \
@@ -146,4 +170,4 @@ if [ "$PROBLEMS" -gt 0 ]; then
 	echo "$PROBLEMS layering violation(s): a part may include and call only itself and earlier parts"
 	exit 1
 fi
-echo "layering ok: no part includes or calls a later one"
+echo "layering ok: no part includes or calls a later one; no cycle among the files of: ${ACYCLIC_PARTS[*]}"

@@ -7,7 +7,8 @@
  * (freed when the thread ends); curl_easy_reset between requests keeps its
  * connection cache, so consecutive jobs to the same host reuse a
  * connection.  A lost lease or a worker shutting down aborts the transfer
- * through the progress callback.
+ * through the progress callback.  Registered through handler_ops: the loop
+ * calls webhook_run and knows nothing else of this file.
  */
 #include <inttypes.h>
 #include <stdarg.h>
@@ -28,6 +29,31 @@
 #include "worker/worker_int.h"
 
 #define ERROR_BODY_MAX 256 /* bytes of a failed response kept in the error */
+
+/* A webhook handler's state (its handler_ops ctx). */
+typedef struct webhook {
+	char *url;                   /* POST the payload here */
+	int64_t timeout_ms;          /* 0 = the job's or worker's timeout */
+	int64_t connect_ms;          /* 0 = min(timeout, 10 s) */
+	char *secret;                /* HMAC secret or NULL; never logged */
+} webhook;
+
+static void webhook_free(void *ctx)
+{
+	webhook *wh = ctx;
+	if (wh == NULL)
+		return;
+	free(wh->url);
+	if (wh->secret) {
+		explicit_bzero(wh->secret, strlen(wh->secret));
+		free(wh->secret);
+	}
+	free(wh);
+}
+
+static int webhook_run(skl_worker *w, slot *s);
+static const handler_ops webhook_ops = {.name = "webhook", .run = webhook_run,
+                                        .free = webhook_free};
 
 static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
 static pthread_key_t curl_key;
@@ -129,17 +155,19 @@ skl_rc skl_worker_handle_webhook(skl_worker *w, const char *kind, const char *ur
 		return skl__seterr(err, SKL_IO, "cannot initialise libcurl: %s",
 		                   skl__curl_load(NULL) ? curl_easy_strerror(curl_init_rc)
 		                                        : "libcurl.so.4 not loaded");
-	handler t = {.url = strdup(url), .url_timeout_ms = o.timeout_ms,
-	             .url_connect_ms = o.connect_timeout_ms};
-	rc = t.url ? read_secret(o.secret_env, &t.secret, err)
-	           : skl__seterr(err, SKL_NOMEM, "out of memory");
-	if (rc == SKL_OK && t.secret && !skl__cmd_env_add(&w->cmd_env.hide, o.secret_env))
+	webhook *wh = calloc(1, sizeof(*wh));
+	if (wh)
+		*wh = (webhook){.url = strdup(url), .timeout_ms = o.timeout_ms,
+		                .connect_ms = o.connect_timeout_ms};
+	rc = wh && wh->url ? read_secret(o.secret_env, &wh->secret, err)
+	                   : skl__seterr(err, SKL_NOMEM, "out of memory");
+	if (rc == SKL_OK && wh->secret && !skl__cmd_env_add(&w->cmd_env.hide, o.secret_env))
 		rc = skl__seterr(err, SKL_NOMEM, "out of memory"); /* never in a command's env */
-	if (rc == SKL_OK)
-		rc = skl__handler_add(w, kind, &t, err);
-	if (rc != SKL_OK)
-		skl__handler_free(&t);
-	return rc;
+	if (rc != SKL_OK) {
+		webhook_free(wh);
+		return rc;
+	}
+	return skl__handler_add(w, kind, &webhook_ops, wh, err);
 }
 
 int skl__webhook_outcome(long status, bool *honour_retry_after)
@@ -242,9 +270,10 @@ static struct curl_slist *headers_for(const slot *s, const char *body, size_t le
 		}
 		h = next;
 	}
-	if (s->h->secret) {
+	const webhook *wh = s->h->ctx;
+	if (wh->secret) {
 		memcpy(sig, "X-Skiplock-Signature: ", 22);
-		struct curl_slist *next = skl__webhook_sign(s->h->secret, body, len, sig + 22)
+		struct curl_slist *next = skl__webhook_sign(wh->secret, body, len, sig + 22)
 		                              ? curl_slist_append(h, sig)
 		                              : NULL;
 		explicit_bzero(sig, sizeof(sig));
@@ -259,18 +288,19 @@ static struct curl_slist *headers_for(const slot *s, const char *body, size_t le
 
 static int64_t timeout_of(const skl_worker *w, const slot *s)
 {
+	const webhook *wh = s->h->ctx;
 	if (s->job.timeout_ms > 0)
 		return s->job.timeout_ms;
-	return s->h->url_timeout_ms > 0 ? s->h->url_timeout_ms : w->wo.job_timeout_ms;
+	return wh->timeout_ms > 0 ? wh->timeout_ms : w->wo.job_timeout_ms;
 }
 
 static void set_options(CURL *c, const skl_worker *w, slot *s, struct curl_slist *h,
                         reply *r, char *errbuf)
 {
+	const webhook *wh = s->h->ctx;
 	int64_t timeout = timeout_of(w, s);
-	int64_t connect = s->h->url_connect_ms > 0 ? s->h->url_connect_ms
-	                                           : (timeout < 10000 ? timeout : 10000);
-	curl_easy_setopt(c, CURLOPT_URL, s->h->url);
+	int64_t connect = wh->connect_ms > 0 ? wh->connect_ms : (timeout < 10000 ? timeout : 10000);
+	curl_easy_setopt(c, CURLOPT_URL, wh->url);
 #if LIBCURL_VERSION_NUM >= 0x075500
 	curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https");
 #endif
@@ -350,7 +380,7 @@ static int settle_response(const skl_worker *w, slot *s, long status, const repl
 	return code;
 }
 
-int skl__webhook_run(skl_worker *w, slot *s)
+static int webhook_run(skl_worker *w, slot *s)
 {
 	CURL *c = thread_handle();
 	size_t len = strlen(s->job.payload);

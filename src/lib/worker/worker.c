@@ -1,17 +1,10 @@
 /*
- * worker.c — run jobs: one database connection, N handler threads.
- *
- * The main thread (skl_worker_run) owns the only connection and does every
- * database call: claim into free slots, record finished outcomes in one
- * fenced statement per batch, heartbeat all running claims every lease/3,
- * rescue expired leases now and then.  Handler threads only run handlers;
- * they hand a finished slot back on the done list and wake the main thread
- * through a pipe (the same pipe skl_worker_stop writes, so stopping is
- * async-signal-safe).
- *
- * Slot states: QUEUED (claimed, waiting for a thread) -> RUNNING (a thread
- * runs its handler) -> DONE (outcome waiting to be recorded) -> freed after
- * the record.  A slot is heartbeated from claim to record.
+ * worker.c — a worker's life outside its run: skl_worker_new and
+ * skl_worker_free, handler registration (one interface, handler_ops, for
+ * every kind of handler; C functions are registered here, commands in
+ * command.c, webhooks in webhook.c, streams in stream.c), and the calls a
+ * handler or another thread makes (stop, stats, metrics, skl_job_*).  The
+ * run loop is worker_loop.c.  This file calls no handler file.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -24,55 +17,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "core/buf.h"
-#include "worker/command.h"
 #include "core/internal.h"
 #include "worker/worker_int.h"
-
-static void wlog(const skl_worker *w, skl_log_level lvl, const skl_job *job, const char *fmt,
-                 va_list ap)
-{
-	if (w->wo.log == NULL && w->wo.log_record == NULL)
-		return;
-	char buf[1024];
-	vsnprintf(buf, sizeof(buf), fmt, ap);
-	if (w->wo.log_record) {
-		skl_log_context lc = {.worker = w->wo.owner};
-		if (job)
-			lc = (skl_log_context){.worker = w->wo.owner, .job_id = job->id,
-			                       .queue = job->queue, .kind = job->kind,
-			                       .attempt = job->attempt, .fencing = job->fencing,
-			                       .payload = w->wo.log_payloads ? job->payload : NULL};
-		w->wo.log_record(w->wo.log_ctx, lvl, &lc, buf);
-		return;
-	}
-	if (job == NULL) {
-		w->wo.log(w->wo.log_ctx, lvl, buf);
-		return;
-	}
-	char line[1400];
-	snprintf(line, sizeof(line),
-	         "job=%" PRId64 " kind=%s attempt=%d fencing=%" PRId64 " queue=%s: %s", job->id,
-	         job->kind, job->attempt, job->fencing, job->queue, buf);
-	w->wo.log(w->wo.log_ctx, lvl, line);
-}
-
-void skl__wlog(const skl_worker *w, skl_log_level lvl, const char *fmt, ...)
-{
-	va_list ap;
-	va_start(ap, fmt);
-	wlog(w, lvl, NULL, fmt, ap);
-	va_end(ap);
-}
-
-void skl__wlog_job(const skl_worker *w, skl_log_level lvl, const skl_job *job,
-                   const char *fmt, ...)
-{
-	va_list ap;
-	va_start(ap, fmt);
-	wlog(w, lvl, job, fmt, ap);
-	va_end(ap);
-}
 
 void skl_worker_options_init(skl_worker_options *o)
 {
@@ -165,7 +111,55 @@ skl_rc skl_worker_new(const skl_client_options *co, const skl_worker_options *wo
 	return SKL_OK;
 }
 
-skl_rc skl__handler_add(skl_worker *w, const char *kind, const handler *tmpl, skl_error *err)
+void skl__set_text(char **dst, const char *text)
+{
+	free(*dst);
+	*dst = text ? strdup(text) : NULL;
+}
+
+void skl__slot_free(slot *s)
+{
+	free(s->job.internal);
+	free(s->result);
+	free(s->error);
+	free(s);
+}
+
+void skl_worker_free(skl_worker *w)
+{
+	if (w == NULL)
+		return;
+	for (size_t i = 0; i < w->nrunning; i++) /* the run ended with its threads */
+		skl__slot_free(w->running[i]);
+	free(w->running);
+	free(w->threads);
+	for (size_t i = 0; i < w->nhandlers; i++) {
+		free(w->handlers[i].kind);
+		if (w->handlers[i].ops->free)
+			w->handlers[i].ops->free(w->handlers[i].ctx);
+	}
+	free(w->handlers);
+	skl__cmd_env_free(&w->cmd_env);
+	skl__retry_free(w);
+	for (size_t i = 0; w->queues && w->queues[i]; i++)
+		free(w->queues[i]);
+	free(w->queues);
+	for (size_t i = 0; i < SKL_ARRAY_LEN(w->strings); i++)
+		free(w->strings[i]);
+	skl_client_close(w->db);
+	skl_client_close(w->listen_db);
+	if (w->wake[0] >= 0)
+		close(w->wake[0]);
+	if (w->wake[1] >= 0)
+		close(w->wake[1]);
+	pthread_mutex_destroy(&w->mu);
+	pthread_cond_destroy(&w->work);
+	skl__wm_free(w->metrics);
+	free(w);
+}
+
+static skl_rc handler_add(skl_worker *w, const char *kind, const handler_ops *ops, void *ctx,
+                          skl_error *err)
 {
 	if (skl__check_name("job kind", kind, SKL_KIND_MAX, SKL_KIND_MAX, err) != SKL_OK)
 		return SKL_INVALID;
@@ -179,51 +173,44 @@ skl_rc skl__handler_add(skl_worker *w, const char *kind, const handler *tmpl, sk
 		return skl__seterr(err, SKL_NOMEM, "out of memory");
 	}
 	w->handlers = h;
-	h[w->nhandlers] = *tmpl;
-	h[w->nhandlers].kind = k;
-	w->nhandlers++;
+	h[w->nhandlers++] = (handler){.kind = k, .ops = ops, .ctx = ctx};
 	return SKL_OK;
 }
 
-void skl__handler_free(handler *h)
+skl_rc skl__handler_add(skl_worker *w, const char *kind, const handler_ops *ops, void *ctx,
+                        skl_error *err)
 {
-	free(h->kind);
-	free(h->command);
-	free(h->url);
-	if (h->secret) {
-		explicit_bzero(h->secret, strlen(h->secret));
-		free(h->secret);
-	}
-	memset(h, 0, sizeof(*h));
-}
-
-static skl_rc add_handler(skl_worker *w, const char *kind, skl_handler_fn fn, void *ctx,
-                          const char *command, skl_error *err)
-{
-	handler t = {.fn = fn, .ctx = ctx, .command = skl__strdup(command)};
-	if (command && t.command == NULL)
-		return skl__seterr(err, SKL_NOMEM, "out of memory");
-	skl_rc rc = skl__handler_add(w, kind, &t, err);
-	if (rc != SKL_OK)
-		skl__handler_free(&t);
+	skl_rc rc = handler_add(w, kind, ops, ctx, err);
+	if (rc != SKL_OK && ops->free)
+		ops->free(ctx);
 	return rc;
 }
+
+/* A C handler: ctx is its function and the application's pointer. */
+typedef struct c_handler {
+	skl_handler_fn fn;
+	void *ctx;
+} c_handler;
+
+static int c_run(skl_worker *w, slot *s)
+{
+	(void)w;
+	const c_handler *c = s->h->ctx;
+	return c->fn(&s->job, c->ctx);
+}
+
+static const handler_ops c_ops = {.name = "C", .run = c_run, .free = free};
 
 skl_rc skl_worker_handle(skl_worker *w, const char *kind, skl_handler_fn fn, void *ctx,
                          skl_error *err)
 {
 	if (fn == NULL)
 		return skl__seterr(err, SKL_MISUSE, "handler function is NULL");
-	return add_handler(w, kind, fn, ctx, NULL, err);
-}
-
-skl_rc skl_worker_handle_command(skl_worker *w, const char *kind, const char *command,
-                                 skl_error *err)
-{
-	if (command == NULL || *command == '\0')
-		return skl__seterr(err, SKL_INVALID, "handler command for \"%s\" is empty",
-		                   kind ? kind : "");
-	return add_handler(w, kind, NULL, NULL, command, err);
+	c_handler *c = malloc(sizeof(*c));
+	if (c == NULL)
+		return skl__seterr(err, SKL_NOMEM, "out of memory");
+	*c = (c_handler){.fn = fn, .ctx = ctx};
+	return skl__handler_add(w, kind, &c_ops, c, err);
 }
 
 void skl_worker_stop(skl_worker *w)

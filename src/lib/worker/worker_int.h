@@ -1,6 +1,14 @@
 /*
- * worker_int.h — the worker's private structures, shared by worker.c (setup
- * and API) and worker_loop.c (the run loop and handler threads).
+ * worker_int.h — the worker's private structures, shared by its files.
+ *
+ * The worker files call each other in one direction only (checked by
+ * tests/layers/check_layers.sh):
+ *   worker_log.c, worker_check.c, spawn.c        call no worker file
+ *   worker.c, retry_policy.c, worker_idle.c      the log, the checks, spawn.c
+ *   command.c, webhook.c, stream.c               worker.c (registration), the log
+ *   worker_loop.c                                worker.c, the policy, the idle poll
+ * A handler is reached only through its handler_ops: the loop knows no
+ * handler file, and worker.c knows none either.
  */
 #ifndef SKL_WORKER_INT_H
 #define SKL_WORKER_INT_H
@@ -14,12 +22,15 @@
 #include "skiplock/queue.h"
 #include "skiplock/retry.h"
 #include "skiplock/worker.h"
-#include "worker/command.h"
+#include "worker/spawn.h"
 #include "worker/wmetrics.h"
 
 #define SLOT_MAGIC 0x736b6c6aU
 
-typedef struct slot {
+typedef struct slot slot;
+typedef struct handler handler;
+
+struct slot {
 	skl_job job;                 /* first: handlers get &slot->job */
 	unsigned magic;
 	struct slot *next;
@@ -36,17 +47,30 @@ typedef struct slot {
 	char *result;                /* JSON or NULL */
 	char *error;                 /* text or NULL */
 	double seconds;              /* how long the handler ran */
-} slot;
+};
+
+/* What a kind of handler (C function, command, webhook, stream) offers
+ * the worker.  ctx is the handler's own state, given at registration. */
+typedef struct handler_ops {
+	const char *name;            /* "C", "command", "webhook", "stream" */
+	/* Runs one attempt of s's job on a handler thread (s->h->ctx is the
+	 * handler's state): may fill s->result and s->error and set
+	 * s->retry_delay_ms; returns SKL_JOB_OK, SKL_JOB_RETRY, SKL_JOB_DISCARD,
+	 * or any other value for a failed attempt. */
+	int (*run)(skl_worker *w, slot *s);
+	/* Optional: called by skl_worker_run before the first claim (main
+	 * thread); an error stops the run. */
+	skl_rc (*start)(skl_worker *w, void *ctx, skl_error *err);
+	/* Optional: called by skl_worker_run after every handler thread ended. */
+	void (*stop)(void *ctx);
+	/* Frees ctx (skl_worker_free, or a registration that failed). */
+	void (*free)(void *ctx);
+} handler_ops;
 
 typedef struct handler {
 	char *kind;
-	skl_handler_fn fn;
+	const handler_ops *ops;
 	void *ctx;
-	char *command;
-	char *url;                   /* webhook: POST the payload here (webhook.c) */
-	int64_t url_timeout_ms;      /* webhook: 0 = the job's or worker's timeout */
-	int64_t url_connect_ms;      /* webhook: 0 = min(timeout, 10 s) */
-	char *secret;                /* webhook: HMAC secret or NULL; never logged */
 } handler;
 
 /* A kind's retry budget in this process: first attempts and granted
@@ -112,14 +136,14 @@ struct skl_worker {
 		st_rescued, st_heartbeats;
 };
 
-/* Runs one webhook attempt for s (webhook.c): fills s->result or s->error,
- * may set s->retry_delay_ms; returns SKL_JOB_OK, SKL_JOB_RETRY,
- * SKL_JOB_DISCARD or 1 (a failed attempt). */
-int skl__webhook_run(skl_worker *w, slot *s);
-/* Frees what add_handler-style registration allocated for a handler. */
-void skl__handler_free(handler *h);
-/* Registers a handler (worker.c); h's strings are taken over on success. */
-skl_rc skl__handler_add(skl_worker *w, const char *kind, const handler *h, skl_error *err);
+/* worker.c: registers a handler of kind with its ops and ctx.  ctx is
+ * taken over: on failure ops->free(ctx) was called. */
+skl_rc skl__handler_add(skl_worker *w, const char *kind, const handler_ops *ops, void *ctx,
+                        skl_error *err);
+/* worker.c: frees a claimed slot and what it holds. */
+void skl__slot_free(slot *s);
+/* worker.c: replaces *dst with a copy of text (NULL: none). */
+void skl__set_text(char **dst, const char *text);
 /* retry_policy.c: the delay before a failed job's next attempt (the
  * handler's request in s->retry_delay_ms, the strategy, the budget).
  * Counts first attempts for the budget.  Handler threads; takes mu. */
@@ -159,6 +183,7 @@ skl_rc skl__worker_options_check(const skl_worker_options *o, skl_error *err);
 skl_rc skl__check_name(const char *what, const char *s, size_t max_chars, size_t max_bytes,
                        skl_error *err);
 
+/* worker_log.c: a message about the worker. */
 void skl__wlog(const skl_worker *w, skl_log_level lvl, const char *fmt, ...) SKL_PRINTF(3, 4);
 /* A message about one job: its context goes to log_record as fields, or
  * before the message ("job=… kind=… attempt=… fencing=… queue=…: ") for the

@@ -1,10 +1,38 @@
 /*
  * worker_loop.c — the worker's run loop and its handler threads.
  *
- * Database calls happen on the main thread only, so a worker holds one
- * connection whatever its concurrency.  No transaction is open while a
- * handler runs: the claim, the heartbeats and the outcomes are separate
- * autocommit statements.
+ * The main thread (skl_worker_run) owns the only connection and does every
+ * database call, so a worker holds one connection whatever its
+ * concurrency: claim into free slots, record finished outcomes in one
+ * fenced statement per batch, heartbeat all running claims every lease/3,
+ * rescue expired leases now and then.  No transaction is open while a
+ * handler runs.  Handler threads only run handlers, each through its
+ * handler_ops (worker_int.h): this file knows no handler file.  A thread
+ * hands a finished slot back on the done list and wakes the main thread
+ * through a pipe (the same pipe skl_worker_stop writes, so stopping is
+ * async-signal-safe).
+ *
+ * Slot states: QUEUED (claimed, waiting for a thread) -> RUNNING (a thread
+ * runs its handler) -> DONE (outcome waiting to be recorded) -> freed after
+ * the record.  A slot is heartbeated from claim to record.
+ *
+ * The calls, in order:
+ *   skl_worker_run
+ *     start_handlers          each handler's ops->start (stream processes)
+ *     skl__retry_start        per-kind retry settings, breakers
+ *     start_threads           thread_main x concurrency:
+ *                               wait for a QUEUED slot -> run_and_settle
+ *                               (run_slot: ops->run; skl__retry_settle)
+ *                               -> the done list, wake
+ *     turn, until the drain is complete:
+ *       claim_turn -> exchange  record the done list and claim in one
+ *                               statement; settle (log, count, free);
+ *                               dispatch (new slots QUEUED); move_mark
+ *       chores                  heartbeat, queue_stats, idle_poll,
+ *                               rescue, cron_tick
+ *       wait_wake               the pipe, a notification or the next due time
+ *     stop_threads
+ *     stop_handlers           each handler's ops->stop
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -12,99 +40,16 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 #include <time.h>
 #include <unistd.h>
 
-#include <jansson.h>
-
 #include "skiplock/cron.h"
-#include "worker/command.h"
 #include "worker/worker_int.h"
 
 static void wake(skl_worker *w)
 {
 	ssize_t ignored = write(w->wake[1], "d", 1);
 	(void)ignored;
-}
-
-static bool is_json(const char *s)
-{
-	json_error_t e;
-	json_t *v = json_loads(s, JSON_DECODE_ANY, &e);
-	json_decref(v);
-	return v != NULL;
-}
-
-static void set_text(char **dst, const char *text)
-{
-	free(*dst);
-	*dst = text ? strdup(text) : NULL;
-}
-
-/* "retry-after: SECONDS" on a line of stderr (the last one wins): the
- * command's own delay before the next attempt, in ms; 0 when absent. */
-static int64_t retry_after_line(const char *err)
-{
-	int64_t ms = 0;
-	for (const char *p = err; p && *p; p = strchr(p, '\n') ? strchr(p, '\n') + 1 : NULL) {
-		if (strncasecmp(p, "retry-after:", 12) != 0)
-			continue;
-		char *end;
-		double secs = strtod(p + 12, &end);
-		while (*end == ' ' || *end == '\t' || *end == '\r')
-			end++;
-		if (end != p + 12 && (*end == '\n' || *end == '\0') && secs > 0 && secs <= 31536000)
-			ms = (int64_t)(secs * 1000.0 + 0.5);
-	}
-	return ms;
-}
-
-static int run_command(skl_worker *w, slot *s)
-{
-	skl_cmd_result *r = malloc(sizeof(*r));
-	if (r == NULL) {
-		set_text(&s->error, "out of memory running the command");
-		return 1;
-	}
-	int64_t timeout = s->job.timeout_ms > 0 ? s->job.timeout_ms : w->wo.job_timeout_ms;
-	skl__command_run(s->h->command, &s->job, &w->cmd_env, timeout, w->wo.kill_grace_ms, &s->lost,
-	                 r);
-	int code = 1;
-	char why[160] = "";
-	switch (r->end) {
-	case SKL_CMD_EXITED: code = r->code; break;
-	case SKL_CMD_SIGNALED: snprintf(why, sizeof(why), "killed by signal %d", r->code); break;
-	case SKL_CMD_TIMEOUT: snprintf(why, sizeof(why), "timed out after %" PRId64 " ms", timeout); break;
-	case SKL_CMD_STOPPED: snprintf(why, sizeof(why), "stopped: lease lost or worker shutting down"); break;
-	case SKL_CMD_SPAWN: snprintf(why, sizeof(why), "cannot start /bin/sh: %s", strerror(r->code)); break;
-	}
-	if (code == 0 && r->out_len > 0 && !r->out_truncated && is_json(r->out))
-		set_text(&s->result, r->out);
-	if (code == SKL_JOB_RETRY && r->end == SKL_CMD_EXITED)
-		s->retry_delay_ms = retry_after_line(r->err);
-	if (code != 0) {
-		char *msg = malloc(r->err_len + sizeof(why) + 32);
-		if (msg) {
-			if (why[0])
-				sprintf(msg, "%s%s%s", why, r->err_len ? "; stderr: " : "", r->err);
-			else
-				sprintf(msg, "exit status %d%s%s", code, r->err_len ? "; stderr: " : "", r->err);
-		}
-		free(s->error);
-		s->error = msg;
-	}
-	free(r);
-	return code;
-}
-
-static int run_handler(skl_worker *w, slot *s)
-{
-	if (s->h->command)
-		return run_command(w, s);
-	if (s->h->url)
-		return skl__webhook_run(w, s);
-	return s->h->fn(&s->job, s->h->ctx);
 }
 
 static double seconds_now(void)
@@ -117,7 +62,7 @@ static double seconds_now(void)
 static void run_slot(skl_worker *w, slot *s)
 {
 	double start = seconds_now();
-	int code = run_handler(w, s);
+	int code = s->h->ops->run(w, s); /* the one call into a handler */
 	s->seconds = seconds_now() - start;
 	if (code == SKL_JOB_OK) {
 		s->outcome = SKL_OUTCOME_COMPLETE;
@@ -126,7 +71,7 @@ static void run_slot(skl_worker *w, slot *s)
 	if (s->error == NULL) {
 		char msg[64];
 		snprintf(msg, sizeof(msg), "handler returned %d", code);
-		set_text(&s->error, msg);
+		skl__set_text(&s->error, msg);
 	}
 	s->outcome = code == SKL_JOB_DISCARD ? SKL_OUTCOME_DISCARD : SKL_OUTCOME_RETRY;
 }
@@ -176,14 +121,6 @@ static void *thread_main(void *arg)
 	}
 	pthread_mutex_unlock(&w->mu);
 	return NULL;
-}
-
-static void free_slot(slot *s)
-{
-	free(s->job.internal);
-	free(s->result);
-	free(s->error);
-	free(s);
 }
 
 static void forget_running(skl_worker *w, slot *s)
@@ -263,7 +200,7 @@ static void settle(skl_worker *w, slot *list, const skl_recorded *rec)
 		next = s->next;
 		log_outcome(w, s, &rec[i]);
 		forget_running(w, s);
-		free_slot(s);
+		skl__slot_free(s);
 	}
 }
 
@@ -764,6 +701,26 @@ static bool turn(skl_worker *w, loop_state *ls, const char *const *kinds)
 	return true;
 }
 
+/* Starts the handlers that have a start (a stream's processes); *n
+ * receives how many handlers, in order, were started or need none. */
+static skl_rc start_handlers(skl_worker *w, size_t *n, skl_error *err)
+{
+	for (*n = 0; *n < w->nhandlers; (*n)++) {
+		const handler *h = &w->handlers[*n];
+		skl_rc rc = h->ops->start ? h->ops->start(w, h->ctx, err) : SKL_OK;
+		if (rc != SKL_OK)
+			return rc;
+	}
+	return SKL_OK;
+}
+
+static void stop_handlers(skl_worker *w, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		if (w->handlers[i].ops->stop)
+			w->handlers[i].ops->stop(w->handlers[i].ctx);
+}
+
 skl_rc skl_worker_run(skl_worker *w, skl_error *err)
 {
 	if (w->nhandlers == 0)
@@ -776,7 +733,10 @@ skl_rc skl_worker_run(skl_worker *w, skl_error *err)
 		return skl__seterr(err, SKL_NOMEM, "out of memory");
 	for (size_t i = 0; i < w->nhandlers; i++)
 		kinds[i] = w->handlers[i].kind;
-	rc = skl__retry_start(w, err);
+	size_t started = 0;
+	rc = start_handlers(w, &started, err);
+	if (rc == SKL_OK)
+		rc = skl__retry_start(w, err);
 	if (rc == SKL_OK)
 		rc = start_threads(w, err);
 	int64_t now = skl__now_ms();
@@ -791,40 +751,9 @@ skl_rc skl_worker_run(skl_worker *w, skl_error *err)
 	while (rc == SKL_OK && turn(w, &ls, kinds))
 		;
 	stop_threads(w);
+	stop_handlers(w, started);
 	free(kinds);
 	if (rc == SKL_OK)
 		skl_error_clear(err);
 	return rc;
-}
-
-void skl_worker_free(skl_worker *w)
-{
-	if (w == NULL)
-		return;
-	if (w->nthreads)
-		stop_threads(w);
-	for (size_t i = 0; i < w->nrunning; i++)
-		free_slot(w->running[i]);
-	free(w->running);
-	free(w->threads);
-	for (size_t i = 0; i < w->nhandlers; i++)
-		skl__handler_free(&w->handlers[i]);
-	free(w->handlers);
-	skl__cmd_env_free(&w->cmd_env);
-	skl__retry_free(w);
-	for (size_t i = 0; w->queues && w->queues[i]; i++)
-		free(w->queues[i]);
-	free(w->queues);
-	for (size_t i = 0; i < SKL_ARRAY_LEN(w->strings); i++)
-		free(w->strings[i]);
-	skl_client_close(w->db);
-	skl_client_close(w->listen_db);
-	if (w->wake[0] >= 0)
-		close(w->wake[0]);
-	if (w->wake[1] >= 0)
-		close(w->wake[1]);
-	pthread_mutex_destroy(&w->mu);
-	pthread_cond_destroy(&w->work);
-	skl__wm_free(w->metrics);
-	free(w);
 }
