@@ -28,6 +28,8 @@
  *    dies, by any signal (SIGKILL too), a small reaper process started
  *    with the first command kills every group still running (SIGKILL), and
  *    the shell itself has PR_SET_PDEATHSIG SIGKILL.
+ *  - stream: one long-lived process (or a few) gets jobs as JSON lines on
+ *    its stdin and answers with JSON lines (skl_worker_handle_stream).
  *  - webhook: an HTTP POST of the payload per attempt, the answer mapped to
  *    the outcome; registered with skl_worker_handle_webhook
  *    (skiplock/webhook.h).
@@ -179,6 +181,40 @@ SKL_API skl_rc skl_worker_handle(skl_worker *w, const char *kind, skl_handler_fn
  * SKL_INVALID for an empty command. */
 SKL_API skl_rc skl_worker_handle_command(skl_worker *w, const char *kind, const char *command,
                                          skl_error *err);
+
+/* A streaming handler (docs/protocol.md, "The streaming handler"):
+ * /bin/sh -c COMMAND started procs times when the worker runs and kept
+ * running; each job goes to one of them as a JSON line on its stdin
+ * ({"id", "kind", "queue", "attempt", "fencing", "deadline" (Unix ms),
+ * "payload"}), and its outcome comes back as a JSON line on its stdout
+ * ({"id", "outcome": "ok"|"retry"|"fail"|"discard", "result", "error",
+ * "retry_after" (seconds)}), in any order.  A process gets at most
+ * inflight jobs before it answered them.  Its stderr goes to the log, a
+ * line per message.  Its death fails its jobs in flight (retried) and it is
+ * restarted after a backoff (100 ms doubling to 10 s, reset by an answer);
+ * a job past its timeout fails and its process is killed (SIGTERM, SIGKILL
+ * after kill_grace_ms) and restarted; a malformed line fails the job it
+ * names (or the only job in flight) and is logged with it.  A job waits
+ * for a process with room at most until its timeout.  The environment and
+ * process hygiene are a command handler's (above), without the job's
+ * SKIPLOCK_* variables; on the worker's stop, stdin is closed, then SIGTERM
+ * and SIGKILL follow after kill_grace_ms each. */
+typedef struct skl_stream_opts {
+	int procs;                   /* processes; default 1, 1..SKL_STREAM_PROCS_MAX */
+	int inflight;                /* jobs in flight per process; default 1,
+	                              * 1..SKL_STREAM_INFLIGHT_MAX */
+} skl_stream_opts;
+#define SKL_STREAM_PROCS_MAX 64
+#define SKL_STREAM_INFLIGHT_MAX 4096
+
+SKL_API void skl_stream_opts_init(skl_stream_opts *o);
+
+/* Registers a streaming handler for kind; opts NULL: the defaults.
+ * SKL_INVALID for an empty command, a bad kind or options out of bounds;
+ * SKL_CONFLICT when the kind already has a handler.  Starts nothing: the
+ * processes start with skl_worker_run and end with it. */
+SKL_API skl_rc skl_worker_handle_stream(skl_worker *w, const char *kind, const char *command,
+                                        const skl_stream_opts *opts, skl_error *err);
 
 /* Runs until skl_worker_stop, then drains: no new claims, running jobs get
  * shutdown_timeout_ms to finish, then commands are killed and their

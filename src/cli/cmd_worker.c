@@ -1,6 +1,6 @@
 /*
- * cmd_worker.c — `skiplock worker`: run jobs with command and webhook
- * handlers until SIGTERM, SIGINT or SIGHUP, then drain.  Option bounds are
+ * cmd_worker.c — `skiplock worker`: run jobs with command, streaming and
+ * webhook handlers until SIGTERM, SIGINT or SIGHUP, then drain.  Option bounds are
  * the library's (skl_worker_new: SKL_INVALID becomes exit 2).
  */
 #include <signal.h>
@@ -13,6 +13,7 @@
 
 static const char usage[] =
 	"Usage: skiplock worker --handler KIND=COMMAND [--handler …] [OPTIONS]\n"
+	"       skiplock worker --stream KIND=COMMAND [--stream …] [OPTIONS]\n"
 	"       skiplock worker --webhook KIND=URL [--webhook …] [OPTIONS]\n"
 	"\n"
 	"Run jobs. The worker claims only the kinds it has a handler for, runs up to\n"
@@ -36,6 +37,17 @@ static const char usage[] =
 	"on). If the worker dies, even by SIGKILL, its commands' process groups are\n"
 	"killed at once (a small process, skiplock-reaper, watches the worker).\n"
 	"\n"
+	"Streaming handler (docs/protocol.md): COMMAND is started --stream-procs\n"
+	"times, as a command handler is (same environment rule, own process group,\n"
+	"killed with the worker), and kept running. Each job is one JSON line on its\n"
+	"stdin: {\"id\", \"kind\", \"queue\", \"attempt\", \"fencing\", \"deadline\" (Unix\n"
+	"ms), \"payload\"}; each outcome one JSON line on its stdout, in any order:\n"
+	"{\"id\", \"outcome\": \"ok\"|\"retry\"|\"fail\"|\"discard\", \"result\", \"error\",\n"
+	"\"retry_after\" (seconds)}. Its stderr goes to the log, a line at a time. If\n"
+	"it dies, its jobs in flight fail (retried) and it is restarted after a\n"
+	"backoff (100ms doubling to 10s). A job past its timeout fails and its\n"
+	"process is restarted. A malformed line fails the job it names.\n"
+	"\n"
 	"Webhook handler: each attempt POSTs the payload to URL as application/json\n"
 	"with Idempotency-Key: skiplock-<job id> (the same on every attempt),\n"
 	"X-Skiplock-Kind, X-Skiplock-Attempt and, with --webhook-secret-env,\n"
@@ -50,6 +62,11 @@ static const char usage[] =
 	"\n"
 	"Worker options:\n"
 	"  --handler KIND=COMMAND  run jobs of KIND with COMMAND (repeatable)\n"
+	"  --stream KIND=COMMAND   send jobs of KIND to COMMAND, kept running, as JSON\n"
+	"                          lines (repeatable)\n"
+	"  --stream-procs N        processes per --stream handler (default 1; 1 to 64)\n"
+	"  --stream-inflight N     jobs sent to one process before it answered them\n"
+	"                          (default 1; 1 to 4096)\n"
 	"  --webhook KIND=URL      POST jobs of KIND to an http(s) URL (repeatable)\n"
 	"  --webhook-timeout [KIND=]DUR\n"
 	"                          request timeout of every webhook, or of KIND's\n"
@@ -135,7 +152,8 @@ static const char exit_help[] =
 enum { O_HANDLER = OPT_COMMON_LAST + 1, O_QUEUE, O_CONC, O_PREFETCH, O_LEASE, O_POLL, O_POLLMAX,
        O_TIMEOUT, O_GRACE, O_POLLIDLE, O_SHUTDOWN, O_BACKOFF, O_BBASE, O_BCAP, O_RESCUE, O_OWNER,
        O_NO_CRON, O_WEBHOOK, O_WH_TIMEOUT, O_WH_SECRET, O_BUDGET, O_BREAKER,
-       O_METRICS, O_METRICS_EVERY, O_LOG_PAYLOADS, O_HANDLER_ENV };
+       O_METRICS, O_METRICS_EVERY, O_LOG_PAYLOADS, O_HANDLER_ENV, O_STREAM, O_STREAM_PROCS,
+       O_STREAM_INFLIGHT };
 
 #define MAX_KIND_OPTS 64
 
@@ -154,6 +172,9 @@ typedef struct worker_args {
 	int nhandlers;
 	const char *webhooks[64];
 	int nwebhooks;
+	const char *streams[64];
+	int nstreams;
+	skl_stream_opts stream;
 	const char *wh_timeouts[64];  /* [KIND=]DUR, in order: the last match wins */
 	int nwh_timeouts;
 	const char *wh_secrets[64];   /* [KIND=]VAR */
@@ -318,6 +339,21 @@ static int own_option(int code, const char *arg, void *ctx)
 		}
 		a->handlers[a->nhandlers++] = arg;
 		break;
+	case O_STREAM:
+		if (a->nstreams == 64 || strchr(arg, '=') == NULL || arg[0] == '=') {
+			cli_error(a->cc, "--stream: expected KIND=COMMAND, got \"%s\"", arg);
+			return CLI_USAGE;
+		}
+		a->streams[a->nstreams++] = arg;
+		break;
+	case O_STREAM_PROCS:
+		ok = cli_int(a->cc, "--stream-procs", arg, 1, SKL_STREAM_PROCS_MAX, &v);
+		a->stream.procs = (int)v;
+		break;
+	case O_STREAM_INFLIGHT:
+		ok = cli_int(a->cc, "--stream-inflight", arg, 1, SKL_STREAM_INFLIGHT_MAX, &v);
+		a->stream.inflight = (int)v;
+		break;
 	case O_WEBHOOK:
 		if (a->nwebhooks == 64 || strchr(arg, '=') == NULL || arg[0] == '=') {
 			cli_error(a->cc, "--webhook: expected KIND=URL, got \"%s\"", arg);
@@ -383,21 +419,23 @@ static void on_signal(int sig)
 		skl_worker_stop(running_worker);
 }
 
+static bool split_kind(worker_args *a, const char *opt, const char *arg, char *kind);
+
+/* --handler KIND=COMMAND and --stream KIND=COMMAND. */
 static int add_handlers(worker_args *a, skl_worker *w)
 {
-	for (int i = 0; i < a->nhandlers; i++) {
+	for (int i = 0; i < a->nhandlers + a->nstreams; i++) {
+		bool stream = i >= a->nhandlers;
+		const char *opt = stream ? "--stream" : "--handler";
+		const char *arg = stream ? a->streams[i - a->nhandlers] : a->handlers[i];
 		char kind[SKL_KIND_MAX + 2];
-		const char *eq = strchr(a->handlers[i], '=');
-		size_t kl = (size_t)(eq - a->handlers[i]);
-		if (kl > SKL_KIND_MAX) {
-			cli_error(a->cc, "--handler: kind is over %d bytes", SKL_KIND_MAX);
+		if (!split_kind(a, opt, arg, kind))
 			return CLI_USAGE;
-		}
-		memcpy(kind, a->handlers[i], kl);
-		kind[kl] = '\0';
 		skl_error err;
-		if (skl_worker_handle_command(w, kind, eq + 1, &err) != SKL_OK) {
-			cli_error(a->cc, "--handler %s: %s", kind, err.message);
+		const char *cmd = strchr(arg, '=') + 1;
+		if ((stream ? skl_worker_handle_stream(w, kind, cmd, &a->stream, &err)
+		            : skl_worker_handle_command(w, kind, cmd, &err)) != SKL_OK) {
+			cli_error(a->cc, "%s %s: %s", opt, kind, err.message);
 			return CLI_USAGE;
 		}
 	}
@@ -541,6 +579,9 @@ int cmd_worker(int argc, char **argv)
 		CLI_COMMON_LONGOPTS,
 		{"handler", required_argument, NULL, O_HANDLER},
 		{"webhook", required_argument, NULL, O_WEBHOOK},
+		{"stream", required_argument, NULL, O_STREAM},
+		{"stream-procs", required_argument, NULL, O_STREAM_PROCS},
+		{"stream-inflight", required_argument, NULL, O_STREAM_INFLIGHT},
 		{"webhook-timeout", required_argument, NULL, O_WH_TIMEOUT},
 		{"webhook-secret-env", required_argument, NULL, O_WH_SECRET},
 		{"queue", required_argument, NULL, O_QUEUE},
@@ -571,13 +612,14 @@ int cmd_worker(int argc, char **argv)
 	cc.settings = true; /* SKIPLOCK_<OPTION> and --config FILE (settings.c) */
 	worker_args a = {.cc = &cc};
 	skl_worker_options_init(&a.wo);
+	skl_stream_opts_init(&a.stream);
 	bool done;
 	int rc = cli_start(&cc, argc, argv, opts, own_option, &a, usage, exit_help, 0, &done);
 	if (done)
 		return rc;
-	if (a.nhandlers == 0 && a.nwebhooks == 0) {
-		cli_error(&cc, "no handlers: give at least one --handler KIND=COMMAND or "
-		               "--webhook KIND=URL");
+	if (a.nhandlers == 0 && a.nstreams == 0 && a.nwebhooks == 0) {
+		cli_error(&cc, "no handlers: give at least one --handler KIND=COMMAND, "
+		               "--stream KIND=COMMAND or --webhook KIND=URL");
 		return CLI_USAGE;
 	}
 	if (check_webhooks(&a) != CLI_OK)

@@ -138,7 +138,7 @@ check_cycles() {
 	local part from obj def sym loop
 	for part in "${ACYCLIC_PARTS[@]}"; do
 		loop=$(printf '%s' "$EDGES" | awk -v p="$part" '$1 == p {print $2, $3}' | sort -u |
-			tsort 2>&1 >/dev/null | sed -n 's/^tsort: \([^ ]*\.o\)$/\1/p' | tr '\n' ' ')
+			tsort 2>&1 >/dev/null | sed -n 's/^tsort: \([^ ]*\.o\)$/\1/p' | awk '!seen[$0]++' | tr '\n' ' ')
 		[ -z "$loop" ] || problem "the $part files call each other in a cycle: ${loop% }"
 	done
 	while read -r from obj def sym; do
