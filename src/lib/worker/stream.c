@@ -597,6 +597,7 @@ static skl_rc stream_start(skl_worker *w, void *ctx, skl_error *err)
 {
 	stream *st = ctx;
 	st->w = w;
+	st->stopping = false; /* a worker may run again after a stop */
 	sigset_t all, old;
 	sigfillset(&all);
 	pthread_sigmask(SIG_SETMASK, &all, &old); /* no signal handler runs on it */
