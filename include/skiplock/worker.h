@@ -207,6 +207,7 @@ typedef struct skl_stream_opts {
 #define SKL_STREAM_PROCS_MAX 64
 #define SKL_STREAM_INFLIGHT_MAX 4096
 
+/* Sets *o to the defaults: one process, one job in flight.  Any thread. */
 SKL_API void skl_stream_opts_init(skl_stream_opts *o);
 
 /* Registers a streaming handler for kind; opts NULL: the defaults.
