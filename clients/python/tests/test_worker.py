@@ -81,7 +81,7 @@ def test_outcomes(db):
     ids = [enqueue_direct(db, k)[0] for k in ("t.fails", "t.discards", "t.later")]
     w = worker({"t.fails": fails, "t.discards": discards, "t.later": later})
     w.start_thread()
-    wait_until(lambda: w.stats.failed == 3, 10, "three failed attempts")
+    wait_until(lambda: w.stats.failed == 3, 30, "three failed attempts")
     w.stop_thread()
     cols = "state, attempt, errors->0->>'error', run_at > now() + interval '100 s'"
     assert job(db, ids[0], cols)[:3] == ("available", 1, "ValueError: no stock")
@@ -94,7 +94,7 @@ def test_unknown_kinds_are_never_claimed(db):
     mine = enqueue_direct(db, "t.mine")
     w = worker({"t.mine": lambda job, ctx: None})
     w.start_thread()
-    wait_until(lambda: job(db, mine[0])[0] == "completed", 10, "t.mine completed")
+    wait_until(lambda: job(db, mine[0])[0] == "completed", 30, "t.mine completed")
     time.sleep(0.3)
     w.stop_thread()
     assert states(db, "t.other") == [("available", 3)]
@@ -106,7 +106,7 @@ def test_heartbeats_keep_a_long_job(db):
     [job_id] = enqueue_direct(db, "t.long")
     w = worker({"t.long": lambda job, ctx: time.sleep(3.5) or "done"}, lease=1.0)
     w.start_thread()
-    wait_until(lambda: job(db, job_id)[0] == "running", 5, "claimed")
+    wait_until(lambda: job(db, job_id)[0] == "running", 30, "claimed")
     rescued = 0
     while job(db, job_id)[0] == "running":  # a rival rescuing as often as it can
         rescued += db.execute("SELECT count(*) FROM skiplock.rescue()").fetchone()[0]
@@ -139,12 +139,12 @@ def test_lost_lease_sets_the_sync_handlers_event(db):
     [job_id] = enqueue_direct(db, "t.lose")
     w = worker({"t.lose": handler}, lease=0.9)
     w.start_thread()
-    wait_until(lambda: job(db, job_id)[0] == "running", 5, "claimed")
+    wait_until(lambda: job(db, job_id)[0] == "running", 30, "claimed")
     t0 = time.monotonic()
     steal(db, job_id)
-    wait_until(lambda: "reason" in seen, 5, "the handler saw its event")
+    wait_until(lambda: "reason" in seen, 30, "the handler saw its event")
     took = time.monotonic() - t0
-    wait_until(lambda: job(db, job_id)[0] == "completed", 5, "attempt 2 completed")
+    wait_until(lambda: job(db, job_id)[0] == "completed", 30, "attempt 2 completed")
     w.stop_thread()
     assert seen == {"signalled": True, "reason": "lease_lost"}
     assert took < 0.9, f"signalled {took:.2f} s after the loss (heartbeat every 0.3 s)"
@@ -169,10 +169,10 @@ def test_lost_lease_cancels_the_async_handlers_task(db):
     async def main():
         w = worker({"t.alose": handler}, lease=0.9)
         await w.start()
-        await async_wait_until(lambda: w.running == 1, 5, "running")
+        await async_wait_until(lambda: w.running == 1, 30, "running")
         await asyncio.to_thread(steal, db, job_id)
-        await async_wait_until(lambda: "reason" in seen, 5, "the task was cancelled")
-        await async_wait_until(lambda: w.stats.completed == 1, 5, "attempt 2 completed")
+        await async_wait_until(lambda: "reason" in seen, 30, "the task was cancelled")
+        await async_wait_until(lambda: w.stats.completed == 1, 30, "attempt 2 completed")
         await w.stop()
         return w
 
@@ -189,12 +189,12 @@ def test_fenced_outcome_is_dropped(db):
     # itself must refuse it.
     w = worker({"t.fenced": lambda job, ctx: release.wait(10) and "stale"}, lease=60)
     w.start_thread()
-    wait_until(lambda: job(db, job_id)[0] == "running", 5, "claimed")
+    wait_until(lambda: job(db, job_id)[0] == "running", 30, "claimed")
     steal(db, job_id)
     thief = db.execute("SELECT fencing FROM skiplock.claim('thief', ARRAY['t.fenced'])"
                        ).fetchone()
     release.set()
-    wait_until(lambda: w.stats.fenced == 1, 5, "the outcome was refused")
+    wait_until(lambda: w.stats.fenced == 1, 30, "the outcome was refused")
     w.stop_thread()
     assert thief == (2,)
     assert job(db, job_id, "state, lease_owner, fencing, result") == (
@@ -213,8 +213,8 @@ def test_job_timeout_cancels_and_fails_the_attempt(db):
     [job_id] = enqueue_direct(db, "t.timeout", timeout="300 ms", max_attempts=1)
     w = worker({"t.timeout": handler})
     w.start_thread()
-    wait_until(lambda: job(db, job_id)[0] == "discarded", 5, "the attempt failed")
-    wait_until(lambda: "reason" in seen, 5, "the handler returned")
+    wait_until(lambda: job(db, job_id)[0] == "discarded", 30, "the attempt failed")
+    wait_until(lambda: "reason" in seen, 30, "the handler returned")
     w.stop_thread()
     assert seen == {"signalled": True, "reason": "timeout"}
     assert "timeout: the handler ran longer than 300 ms" in job(db, job_id, "errors::text")[0]
@@ -225,7 +225,7 @@ def test_stop_drains_running_jobs_and_claims_no_more(db):
     ids = enqueue_direct(db, "t.drain", n=3)
     w = worker({"t.drain": lambda job, ctx: time.sleep(1) or "drained"}, concurrency=3)
     w.start_thread()
-    wait_until(lambda: states(db, "t.drain") == [("running", 3)], 5, "three running")
+    wait_until(lambda: states(db, "t.drain") == [("running", 3)], 30, "three running")
     stopper = threading.Thread(target=w.stop_thread)
     t0 = time.monotonic()
     stopper.start()
@@ -248,11 +248,11 @@ def test_stop_timeout_cancels_and_fails_stragglers(db):
     [job_id] = enqueue_direct(db, "t.straggler")
     w = worker({"t.straggler": handler}, shutdown_timeout=0.3)
     w.start_thread()
-    wait_until(lambda: job(db, job_id)[0] == "running", 5, "claimed")
+    wait_until(lambda: job(db, job_id)[0] == "running", 30, "claimed")
     t0 = time.monotonic()
     w.stop_thread()
     assert time.monotonic() - t0 < 3
-    wait_until(lambda: "reason" in seen, 5, "the handler returned")
+    wait_until(lambda: "reason" in seen, 30, "the handler returned")
     assert seen == {"signalled": True, "reason": "shutdown"}
     state, attempt, errors = job(db, job_id, "state, attempt, errors::text")
     assert (state, attempt) == ("available", 1) and "the worker stopped (shutdown)" in errors
@@ -291,7 +291,7 @@ def test_one_connection_for_claims(db):
                connect_kwargs={"application_name": "skl-py-conns"})
     w.start_thread()
     if MODE == "direct":
-        wait_until(lambda: w.listening, 5, "LISTEN")
+        wait_until(lambda: w.listening, 30, "LISTEN")
     peak = 0
     while job(db, ids[-1])[0] != "completed" or states(db, "t.conns") != [("completed", 40)]:
         peak = max(peak, connections(db, "skl-py-conns"))
@@ -316,7 +316,7 @@ def test_listen_only_on_a_direct_connection(db):
         w = skiplock.Worker(URL, {"t.wake": lambda job, ctx: None}, poll_interval=30,
                             direct_url=DIRECT_URL)
         w.start_thread()
-        wait_until(lambda: w.listening, 5, "LISTEN on the direct endpoint")
+        wait_until(lambda: w.listening, 30, "LISTEN on the direct endpoint")
         [job_id] = enqueue_direct(db, "t.wake")
         wait_until(lambda: job(db, job_id)[0] == "completed", 3, "woken by NOTIFY")
         w.stop_thread()
