@@ -198,14 +198,24 @@ SKL_API skl_rc skl_heartbeat(skl_client *c, const int64_t *ids, const int64_t *f
 SKL_API skl_rc skl_rescue(skl_client *c, int limit, int *rescued, int *discarded,
                           skl_error *err);
 
-/* Operator actions.  retry: a discarded, cancelled or available job becomes
- * available now (with one more attempt allowed when exhausted); cancel: an
- * available or running job becomes cancelled (a running handler's outcome
- * is then refused).  SKL_EMPTY when no such job, SKL_CONFLICT when its state
- * does not allow the action. */
+/* Operator actions (need UPDATE on skiplock.jobs: an operator role, not
+ * the worker role).  retry: a discarded, cancelled or available job becomes
+ * available now.  A discarded or cancelled job gets a fresh budget of
+ * attempts: max_attempts becomes attempt + its max_attempts (as many
+ * attempts again as it had); an available job keeps its budget.  Its error
+ * history and fencing token stay.  cancel: an available or running job
+ * becomes cancelled (a running handler's outcome is then refused).
+ * SKL_EMPTY when no such job, SKL_CONFLICT when its state does not allow
+ * the action (or another unfinished job holds its unique key). */
 SKL_API skl_rc skl_job_retry(skl_client *c, int64_t id, skl_error *err);
 /* See skl_job_retry (above). */
 SKL_API skl_rc skl_job_cancel(skl_client *c, int64_t id, skl_error *err);
+
+/* skl_job_retry with a budget of `attempts` more attempts, whatever the
+ * job's state: max_attempts becomes attempt + attempts.  attempts 0 is
+ * skl_job_retry; a negative one is SKL_INVALID. */
+SKL_API skl_rc skl_job_retry_attempts(skl_client *c, int64_t id, int attempts,
+                                      skl_error *err);
 
 /* Deletes finished jobs older than older_than_ms in batches of batch rows
  * (each its own transaction); *deleted (may be NULL) gets the total. */

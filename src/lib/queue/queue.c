@@ -827,9 +827,16 @@ skl_rc skl_rescue(skl_client *c, int limit, int *rescued, int *discarded, skl_er
 	return skl__rescue_each(c, limit, NULL, NULL, rescued, discarded, err);
 }
 
+/* A finished job gets a fresh budget: attempt + $2 attempts in all, or
+ * attempt + its max_attempts when $2 is NULL (as many again as it had).
+ * An available job keeps its budget unless $2 is given.  The error
+ * history and the fencing token stay: a late outcome of an old claim is
+ * still refused. */
 static const char *const retry_sql =
 	"UPDATE skiplock.jobs SET state = 'available', run_at = now(), finished_at = NULL,"
-	"       max_attempts = greatest(max_attempts, attempt + 1)"
+	"       max_attempts = CASE WHEN state = 'available' AND $2::int IS NULL THEN max_attempts"
+	"                           ELSE least(attempt::bigint + coalesce($2::int, max_attempts),"
+	"                                      2147483647)::int END"
 	" WHERE id = $1 AND state IN ('available', 'discarded', 'cancelled') RETURNING id";
 
 static const char *const cancel_sql =
@@ -839,12 +846,13 @@ static const char *const cancel_sql =
 
 static const char *const exists_sql = "SELECT state FROM skiplock.jobs WHERE id = $1";
 
-static skl_rc job_action(skl_client *c, const char *sql, int64_t id, const char *verb,
-                         skl_error *err)
+/* Runs sql on job id ($1) and, when nparams is 2, arg ($2, may be NULL). */
+static skl_rc job_action(skl_client *c, const char *sql, int nparams, int64_t id,
+                         const char *arg, const char *verb, skl_error *err)
 {
 	char ids[24];
 	snprintf(ids, sizeof(ids), "%" PRId64, id);
-	count_call cc = {.sql = sql, .nparams = 1, .params = {ids}};
+	count_call cc = {.sql = sql, .nparams = nparams, .params = {ids, arg}};
 	static const skl_txn_opts o = {.idempotent = 1};
 	skl_rc rc = skl__run(c, &o, count_fn, &cc, err);
 	if (rc == SKL_DB && err && strcmp(err->sqlstate, "23505") == 0)
@@ -863,14 +871,24 @@ static skl_rc job_action(skl_client *c, const char *sql, int64_t id, const char 
 	                   verb, id);
 }
 
+skl_rc skl_job_retry_attempts(skl_client *c, int64_t id, int attempts, skl_error *err)
+{
+	if (attempts < 0)
+		return skl__seterr(err, SKL_INVALID, "attempts must not be negative (got %d)",
+		                   attempts);
+	char n[16];
+	snprintf(n, sizeof(n), "%d", attempts);
+	return job_action(c, retry_sql, 2, id, attempts ? n : NULL, "retry", err);
+}
+
 skl_rc skl_job_retry(skl_client *c, int64_t id, skl_error *err)
 {
-	return job_action(c, retry_sql, id, "retry", err);
+	return skl_job_retry_attempts(c, id, 0, err);
 }
 
 skl_rc skl_job_cancel(skl_client *c, int64_t id, skl_error *err)
 {
-	return job_action(c, cancel_sql, id, "cancel", err);
+	return job_action(c, cancel_sql, 1, id, NULL, "cancel", err);
 }
 
 static const char *const prune_sql =
