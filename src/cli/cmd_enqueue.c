@@ -47,6 +47,10 @@ static const char usage[] =
 	"  --max-line BYTES       refuse a batch line longer than this (default\n"
 	"                         --max-payload + 65536); it is not read into memory\n"
 	"  --max-batch N          refuse a batch of more jobs than this (default 1000000)\n"
+	"  --json                 print {\"id\":ID,\"inserted\":true|false} per job instead\n"
+	"                         of the id: false when a unique key found an unfinished\n"
+	"                         job (or an earlier line of the batch); null when a lost\n"
+	"                         COMMIT answer leaves it unknown\n"
 	"\n";
 
 static const char exit_help[] =
@@ -54,13 +58,14 @@ static const char exit_help[] =
 	"(nothing written), 3 database unreachable within --retry-for.\n";
 
 enum { O_QUEUE = OPT_COMMON_LAST + 1, O_PRIO, O_RUN_AT, O_DELAY, O_UKEY, O_MAX, O_TIMEOUT,
-       O_BBASE, O_BCAP, O_MAXPAY, O_BATCH, O_BACKOFF, O_MAXLINE, O_MAXBATCH };
+       O_BBASE, O_BCAP, O_MAXPAY, O_BATCH, O_BACKOFF, O_MAXLINE, O_MAXBATCH, O_JSON };
 
 typedef struct enqueue_args {
 	cli_common *cc;
 	skl_enqueue_opts opts;
 	cli_batch_limits lim;
 	const char *batch;
+	bool json;
 } enqueue_args;
 
 static int own_option(int code, const char *arg, void *ctx)
@@ -94,6 +99,7 @@ static int own_option(int code, const char *arg, void *ctx)
 	case O_MAXBATCH:
 		return cli_int(a->cc, "--max-batch", arg, 1, 100000000, &a->lim.max_jobs) ? 0 : CLI_USAGE;
 	case O_BATCH: a->batch = arg; break;
+	case O_JSON: a->json = true; break;
 	case O_BACKOFF:
 		if (skl_backoff_parse(arg, &a->opts.backoff) != SKL_OK) {
 			cli_error(a->cc, "--backoff: unknown strategy \"%s\" (expected full, equal, "
@@ -140,13 +146,27 @@ static int stdin_payload(enqueue_args *a, char **out)
 	return CLI_USAGE;
 }
 
+/* One job's line: its id, or with --json the id and whether it was
+ * inserted. */
+static void print_job(const enqueue_args *a, int64_t id, skl_enqueued how)
+{
+	static const char *const names[] = {"false", "true", "null"};
+	if (a->json)
+		printf("{\"id\":%lld,\"inserted\":%s}\n", (long long)id,
+		       names[(unsigned)how < 3 ? how : SKL_ENQUEUED_UNKNOWN]);
+	else
+		printf("%lld\n", (long long)id);
+}
+
 static int run_single(enqueue_args *a, skl_client *c, const char *kind, const char *json)
 {
+	skl_job_spec spec = {.kind = kind, .payload = json, .opts = a->opts};
 	int64_t id = 0;
+	skl_enqueued how = SKL_ENQUEUED_UNKNOWN;
 	skl_error err;
-	if (skl_enqueue(c, kind, json, &a->opts, &id, &err) != SKL_OK)
+	if (skl_enqueue_bulk_ex(c, &spec, 1, &id, a->json ? &how : NULL, &err) != SKL_OK)
 		return cli_fail(a->cc, &err);
-	printf("%lld\n", (long long)id);
+	print_job(a, id, how);
 	return CLI_OK;
 }
 
@@ -162,13 +182,16 @@ static int run_batch(enqueue_args *a, skl_client *c)
 	if (in != stdin)
 		fclose(in);
 	int64_t *ids = rc == CLI_OK && b.n ? calloc(b.n, sizeof(int64_t)) : NULL;
+	skl_enqueued *how = rc == CLI_OK && b.n && a->json ? calloc(b.n, sizeof(*how)) : NULL;
 	skl_error err;
-	if (rc == CLI_OK && b.n && ids == NULL)
+	if (rc == CLI_OK && b.n && (ids == NULL || (a->json && how == NULL))) {
+		cli_error(a->cc, "out of memory for %zu ids", b.n);
 		rc = CLI_PROBLEM;
-	else if (rc == CLI_OK && b.n && skl_enqueue_bulk(c, b.specs, b.n, ids, &err) != SKL_OK)
+	} else if (rc == CLI_OK && b.n && skl_enqueue_bulk_ex(c, b.specs, b.n, ids, how, &err) != SKL_OK)
 		rc = cli_fail(a->cc, &err);
 	for (size_t i = 0; rc == CLI_OK && i < b.n; i++)
-		printf("%lld\n", (long long)ids[i]);
+		print_job(a, ids[i], how ? how[i] : SKL_ENQUEUED_UNKNOWN);
+	free(how);
 	free(ids);
 	cli_batch_free(&b);
 	return rc;
@@ -192,6 +215,7 @@ int cmd_enqueue(int argc, char **argv)
 		{"batch", required_argument, NULL, O_BATCH},
 		{"max-line", required_argument, NULL, O_MAXLINE},
 		{"max-batch", required_argument, NULL, O_MAXBATCH},
+		{"json", no_argument, NULL, O_JSON},
 		{0}};
 	cli_common cc;
 	cli_common_init(&cc, "enqueue");

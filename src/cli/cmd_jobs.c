@@ -21,7 +21,7 @@
 static const char jobs_usage[] =
 	"Usage: skiplock jobs list [--queue Q] [--kind K] [--state S] [--limit N] [--json]\n"
 	"       skiplock jobs show ID [--json]\n"
-	"       skiplock jobs retry ID\n"
+	"       skiplock jobs retry ID [--attempts N]\n"
 	"       skiplock jobs cancel ID\n"
 	"       skiplock jobs prune --older-than DUR [--batch N]\n"
 	"\n"
@@ -81,12 +81,20 @@ static const char show_exit[] =
 	"ID), 3 database unreachable within --retry-for.\n";
 
 static const char retry_usage[] =
-	"Usage: skiplock jobs retry ID\n"
+	"Usage: skiplock jobs retry ID [--attempts N]\n"
 	"\n"
 	"Make job ID available to run now. Allowed when it is discarded, cancelled\n"
-	"or available (one waiting out a retry backoff runs at once); a job that\n"
-	"used all its attempts is allowed one more. Refused while another\n"
-	"unfinished job holds the job's unique key.\n"
+	"or available (one waiting out a retry backoff runs at once). A discarded or\n"
+	"cancelled job gets a fresh budget: as many attempts again as it had\n"
+	"(max_attempts becomes attempt + max_attempts), or N with --attempts N; an\n"
+	"available job keeps its budget unless --attempts is given. The attempt\n"
+	"count, the error history and the fencing token stay. Refused while another\n"
+	"unfinished job holds the job's unique key. An operator's action: it needs\n"
+	"UPDATE on skiplock.jobs, which the worker role does not have.\n"
+	"\n"
+	"Retry options:\n"
+	"  --attempts N           allow N more attempts (1 to 1000000; default: the\n"
+	"                         job's max_attempts)\n"
 	"\n";
 
 static const char cancel_usage[] =
@@ -117,7 +125,8 @@ static const char prune_exit[] =
 	"\nExit status: 0 pruned (also when nothing was old enough), 1 the database\n"
 	"refused, 2 bad usage or bad input, 3 database unreachable within --retry-for.\n";
 
-enum { O_QUEUE = OPT_COMMON_LAST + 1, O_KIND, O_STATE, O_LIMIT, O_JSON, O_OLDER, O_BATCH };
+enum { O_QUEUE = OPT_COMMON_LAST + 1, O_KIND, O_STATE, O_LIMIT, O_JSON, O_OLDER, O_BATCH,
+       O_ATTEMPTS };
 
 static const struct option list_opts[] = {
 	CLI_COMMON_LONGOPTS,
@@ -130,6 +139,8 @@ static const struct option list_opts[] = {
 static const struct option show_opts[] = {
 	CLI_COMMON_LONGOPTS, {"json", no_argument, NULL, O_JSON}, {0}};
 static const struct option act_opts[] = {CLI_COMMON_LONGOPTS, {0}};
+static const struct option retry_opts[] = {
+	CLI_COMMON_LONGOPTS, {"attempts", required_argument, NULL, O_ATTEMPTS}, {0}};
 static const struct option prune_opts[] = {
 	CLI_COMMON_LONGOPTS,
 	{"older-than", required_argument, NULL, O_OLDER},
@@ -143,6 +154,7 @@ typedef struct jobs_args {
 	bool has_older;
 	int64_t older_than_ms;
 	int batch;
+	int attempts;             /* retry --attempts; 0: the job's max_attempts */
 } jobs_args;
 
 static int name_option(jobs_args *a, const char *name, const char *arg, const char **out)
@@ -184,6 +196,11 @@ static int own_option(int code, const char *arg, void *ctx)
 		if (!cli_int(a->cc, "--batch", arg, 1, 100000, &v))
 			return CLI_USAGE;
 		a->batch = (int)v;
+		return CLI_OK;
+	case O_ATTEMPTS:
+		if (!cli_int(a->cc, "--attempts", arg, 1, 1000000, &v))
+			return CLI_USAGE;
+		a->attempts = (int)v;
 		return CLI_OK;
 	default: return CLI_USAGE;
 	}
@@ -245,7 +262,8 @@ static void explain_conflict(skl_client *c, int64_t id, bool cancel, skl_error *
 static int jobs_act(jobs_args *a, skl_client *c, int64_t id, bool cancel)
 {
 	skl_error err;
-	skl_rc rc = cancel ? skl_job_cancel(c, id, &err) : skl_job_retry(c, id, &err);
+	skl_rc rc = cancel ? skl_job_cancel(c, id, &err)
+	                   : skl_job_retry_attempts(c, id, a->attempts, &err);
 	if (rc == SKL_CONFLICT)
 		explain_conflict(c, id, cancel, &err);
 	if (rc != SKL_OK)
@@ -294,7 +312,7 @@ static int run_sub(const cli_sub *sub, int argc, char **argv);
 static const cli_sub subs[] = {
 	JOBS_SUB("list", list_usage, list_exit, list_opts, false, false, jobs_list),
 	JOBS_SUB("show", show_usage, show_exit, show_opts, true, false, jobs_show),
-	JOBS_SUB("retry", retry_usage, act_exit, act_opts, true, false, jobs_retry),
+	JOBS_SUB("retry", retry_usage, act_exit, retry_opts, true, false, jobs_retry),
 	JOBS_SUB("cancel", cancel_usage, act_exit, act_opts, true, false, jobs_cancel),
 	JOBS_SUB("prune", prune_usage, prune_exit, prune_opts, false, true, jobs_prune),
 };

@@ -138,7 +138,7 @@ run_worker() { # URL KIND: one job through the installed worker
 run_worker "$DIRECT_URL" direct
 run_worker "$POOLED_URL" pooled
 unit=/usr/lib/systemd/system/skiplock-worker@.service
-grep -q '"/usr/bin/skiplock" worker' "$unit" && pass "the unit runs /usr/bin/skiplock" ||
+grep -qx 'ExecStart=/usr/bin/skiplock worker' "$unit" && pass "the unit runs /usr/bin/skiplock worker, no shell" ||
 	fail "the unit's ExecStart: $(grep ExecStart "$unit")"
 pc=$(ls /usr/lib/*/pkgconfig/skiplock.pc)
 grep -qx 'License: MIT' "$pc" && pass "skiplock.pc: License: MIT" || fail "skiplock.pc has no License: MIT"

@@ -80,6 +80,33 @@ for p in "${exact[@]}"; do
 	check_eq "batch enqueue keeps $p" "$(q "SELECT payload::text FROM skiplock.jobs WHERE id = ${id:-0}")" "$want"
 done
 
+# --json: whether a unique key found an existing job
+out=$("$S" enqueue --url "$URL" --json --unique-key j1 jkind)
+jid=$(q "SELECT id FROM skiplock.jobs WHERE unique_key = 'j1'")
+check_eq "--json: a new job is inserted" "$out" "{\"id\":$jid,\"inserted\":true}"
+check_eq "--json: a held unique key finds the job" "$("$S" enqueue --url "$URL" --json --unique-key j1 jkind)" \
+	"{\"id\":$jid,\"inserted\":false}"
+check_eq "--json without a unique key" "$("$S" enqueue --url "$URL" --json jkind | sed 's/[0-9]\+/N/')" \
+	'{"id":N,"inserted":true}'
+before=$(count)
+printf '%s\n' '{"kind":"jb","unique_key":"j2"}' '{"kind":"jb","unique_key":"j1"}' '{"kind":"jb"}' \
+	'{"kind":"jb","unique_key":"j2"}' >"$TMP/json.ndjson"
+"$S" enqueue --url "$URL" --json --batch "$TMP/json.ndjson" >"$TMP/json.out"
+check_eq "--batch --json: one line per job, inserted only where a row was written" \
+	"$(sed 's/"id":[0-9]*,//' "$TMP/json.out" | tr '\n' ' ')" \
+	'{"inserted":true} {"inserted":false} {"inserted":true} {"inserted":false} '
+check_eq "--batch --json: the held key's line has its holder's id" "$(sed -n 2p "$TMP/json.out")" \
+	"{\"id\":$jid,\"inserted\":false}"
+check_eq "--batch --json: a key repeated in the batch is inserted at its first line" \
+	"$(sed -n 1p "$TMP/json.out" | sed 's/,.*//')" "$(sed -n 4p "$TMP/json.out" | sed 's/,.*//')"
+check_eq "--batch --json wrote 2 jobs" "$(($(count) - before))" 2
+awk 'BEGIN { for (i = 1; i <= 6001; i++)
+	if (i % 3000 == 0) printf "{\"kind\":\"jc\",\"unique_key\":\"jck\"}\n"; else printf "{\"kind\":\"jc\"}\n" }' |
+	"$S" enqueue --url "$URL" --json --batch - >"$TMP/jc.out"
+check_eq "--batch --json over a chunk: a key repeated across chunks is inserted once" \
+	"$(grep -c '"inserted":true' "$TMP/jc.out") $(sed -n 6000p "$TMP/jc.out" | grep -c false)" "6000 1"
+check_eq "--batch --json over a chunk: 6000 jobs" "$(q "SELECT count(*) FROM skiplock.jobs WHERE kind = 'jc'")" 6000
+
 # bad input: one line, exit 2, nothing written
 before=$(count)
 expect_exit "NUL byte in a stdin payload" 2 'payload on standard input contains a NUL byte \(at byte 8\)' -- \

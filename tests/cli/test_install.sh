@@ -46,21 +46,28 @@ unit="$P/lib/systemd/system/skiplock-worker@.service"
 for line in 'EnvironmentFile=/etc/skiplock/%i.env' 'KillSignal=SIGTERM' 'Restart=on-failure'; do
 	grep -qx -- "$line" "$unit" && pass "unit: $line" || fail "unit lacks $line"
 done
-exec_line=$(sed -n 's/^ExecStart=//p' "$unit" | sed 's/\$\$/$/g')  # $$: systemd's literal $
-grep -q "$P/bin/skiplock" <<<"$exec_line" && pass "unit runs the installed binary" || fail "ExecStart does not name $P/bin/skiplock: $exec_line"
+exec_line=$(sed -n 's/^ExecStart=//p' "$unit")
+check_eq "the unit runs the installed binary's worker, no shell, no eval" "$exec_line" "$P/bin/skiplock worker"
+# the settings as the unit's header shows them: one SKIPLOCK_<OPTION> per
+# option, a repeated one on separate lines inside quotes, taken as written
 cat >"$TMP/unit.env" <<ENV
 DATABASE_URL=$URL
-SKIPLOCK_WORKER_ARGS="--handler 'note=cat > $TMP/note.\\\$SKIPLOCK_JOB_ID' --poll 50ms"
+SKIPLOCK_HANDLER='note=cat > "$TMP/note.\$SKIPLOCK_JOB_ID"
+other=cat > "$TMP/other.\$SKIPLOCK_JOB_ID"'
+SKIPLOCK_POLL=50ms
 ENV
 id=$("$P/bin/skiplock" enqueue --url "$URL" note '{"n": 1}')
-(set -a; . "$TMP/unit.env"; eval "exec $exec_line") 2>"$TMP/unit.log" &
+id2=$("$P/bin/skiplock" enqueue --url "$URL" other '{"n": 2}')
+# shellcheck disable=SC2086  # ExecStart's words, as systemd splits them
+(set -a; . "$TMP/unit.env"; exec $exec_line) 2>"$TMP/unit.log" &
 W=$!
 for i in $(seq 1 300); do
-	[ "$(q "SELECT state FROM skiplock.jobs WHERE id = $id")" = completed ] && break
+	[ "$(q "SELECT count(*) FROM skiplock.jobs WHERE id IN ($id, $id2) AND state = 'completed'")" = 2 ] && break
 	kill -0 $W 2>/dev/null || break
 	sleep 0.1
 done
-check_eq "the unit's worker ran the job (quoted handler from the env file)" "$(cat "$TMP/note.$id" 2>/dev/null)" '{"n": 1}'
+check_eq "the unit's worker ran the job (handler from SKIPLOCK_HANDLER, quotes kept)" "$(cat "$TMP/note.$id" 2>/dev/null)" '{"n": 1}'
+check_eq "the second line of SKIPLOCK_HANDLER is a second handler" "$(cat "$TMP/other.$id2" 2>/dev/null)" '{"n": 2}'
 [ -s "$TMP/note.$id" ] || echo "worker log: $(cat "$TMP/unit.log")"
 kill -TERM $W
 wait $W

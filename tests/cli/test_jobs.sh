@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # `skiplock jobs` and `skiplock status`: list filters, show with an error
-# history made by a real worker, cancel of a running job, retry, cancel,
+# history made by a real worker, cancel of a running job, retry (a fresh
+# budget of attempts: the job runs again), cancel,
 # prune, status counts against SQL, JSON output checked by the server's own
 # JSON parser, and bad input (exit 2, one line, nothing written).
 # shellcheck disable=SC2015,SC2016  # A && pass || fail; handlers expand in their own shell
@@ -94,9 +95,9 @@ check_eq "a cancelled job's handler outcome is refused" \
 
 # --- retry and cancel: allowed states, refusals exit 1 with one line ---
 check_eq "retry a discarded job" "$(act "$S" jobs retry "$a1" --url "$URL")" "0 job $a1 is available"
-check_eq "retried job is available now, with one more attempt" \
-	"$(q "SELECT state || ' ' || (run_at <= now()) || ' ' || max_attempts || ' ' || (finished_at IS NULL) FROM skiplock.jobs WHERE id = $a1")" \
-	"available true 4 true"
+check_eq "retried job is available now, with a fresh budget of 3 attempts" \
+	"$(q "SELECT state || ' ' || (run_at <= now()) || ' ' || attempt || '/' || max_attempts || ' ' || (finished_at IS NULL) FROM skiplock.jobs WHERE id = $a1")" \
+	"available true 3/6 true"
 check_eq "cancel an available job" "$(act "$S" jobs cancel "$a4" --url "$URL")" "0 job $a4 cancelled"
 check_eq "cancelled job" "$(q "SELECT state || ' ' || (finished_at IS NOT NULL) FROM skiplock.jobs WHERE id = $a4")" "cancelled true"
 expect_exit "cancel a completed job" 1 "cannot cancel job $a2: it is completed" -- "$S" jobs cancel "$a2" --url "$URL"
@@ -178,6 +179,37 @@ for cmd in "jobs list" "jobs show" "jobs retry" "jobs cancel" "jobs prune" "stat
 	"$S" $cmd --help | grep -q "^Exit status:" && pass "$cmd --help" || fail "$cmd --help"
 done
 "$S" jobs --help | grep -q "^Exit status:" && pass "jobs --help" || fail "jobs --help"
+"$S" jobs retry --help | grep -q -- "--attempts N" && pass "jobs retry --help names --attempts" || fail "jobs retry --help"
+
+# --- a retried discarded job runs again with a fresh budget of attempts ---
+f=$("$S" enqueue --url "$URL" fails --max-attempts 2)
+run_fails() { # runs a worker until job $f is discarded at attempt $1
+	"$S" worker --url "$URL" "${FAST[@]}" --backoff-base 10ms --backoff-cap 20ms \
+		--handler 'fails=echo "no $SKIPLOCK_ATTEMPT" >&2; exit 1' 2>"$TMP/wf.log" &
+	local w=$!
+	wait_for "SELECT state || ' ' || attempt FROM skiplock.jobs WHERE id = $f" "discarded $1" 20 ||
+		fail "job $f not discarded at attempt $1: $(q "SELECT state || ' ' || attempt FROM skiplock.jobs WHERE id = $f")"
+	stop_worker $w
+}
+run_fails 2
+check_eq "retry the discarded job" "$(act "$S" jobs retry "$f" --url "$URL")" "0 job $f is available"
+check_eq "as many attempts again as it had" "$(q "SELECT attempt || '/' || max_attempts FROM skiplock.jobs WHERE id = $f")" "2/4"
+run_fails 4
+check_eq "it ran attempts 3 and 4, errors and fencing kept" \
+	"$(q "SELECT string_agg(e->>'attempt', ',') || ' ' || max(fencing) FROM skiplock.jobs, jsonb_array_elements(errors) e WHERE id = $f")" \
+	"1,2,3,4 4"
+check_eq "retry --attempts 1" "$(act "$S" jobs retry "$f" --attempts 1 --url "$URL")" "0 job $f is available"
+run_fails 5
+check_eq "--attempts 1: one more attempt only" "$(q "SELECT attempt || '/' || max_attempts || ' ' || jsonb_array_length(errors) FROM skiplock.jobs WHERE id = $f")" "5/5 5"
+check_eq "retry --attempts on an available job sets its budget" \
+	"$(act "$S" jobs retry "$a1" --attempts 10 --url "$URL"; q "SELECT attempt || '/' || max_attempts FROM skiplock.jobs WHERE id = $a1")" \
+	"0 job $a1 is available
+3/13"
+before=$(q "SELECT string_agg(concat_ws(':', id, state, max_attempts), ' ' ORDER BY id) FROM skiplock.jobs")
+bad "retry --attempts 0" '--attempts: "0" is not an integer from 1' jobs retry "$f" --attempts 0
+bad "retry --attempts not a number" '--attempts: "many" is not an integer' jobs retry "$f" --attempts many
+bad "--attempts is retry's alone" 'unknown option "--attempts"' jobs cancel "$a5" --attempts 1
+check_eq "refused --attempts changed nothing" "$(q "SELECT string_agg(concat_ws(':', id, state, max_attempts), ' ' ORDER BY id) FROM skiplock.jobs")" "$before"
 "$S" status --help | grep -q "E / (E + C)" && pass "status --help defines the failure rate" || fail "status --help formula"
 no_leftovers
 finish

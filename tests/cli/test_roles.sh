@@ -32,6 +32,9 @@ q "CREATE TABLE public.secret_table (v text); INSERT INTO public.secret_table VA
 
 # --- the worker role does its work ---
 run "$S" enqueue --url "$WURL" report '{"n": 1}' && pass "enqueue as worker" || fail "enqueue as worker: $(tail -n 2 "$ALL")"
+out=$("$S" enqueue --url "$WURL" --json --unique-key r1 report 2>&1; "$S" enqueue --url "$WURL" --json --unique-key r1 report 2>&1)
+check_eq "enqueue --json as worker: inserted, then found" "$(echo "$out" | sed 's/"id":[0-9]*,//' | tr '\n' ' ')" \
+	'{"inserted":true} {"inserted":false} '
 printf '%s\n' '{"kind":"report"}' '{"kind":"report","queue":"q2"}' | run "$S" enqueue --url "$WURL" --batch - &&
 	pass "batch enqueue as worker" || fail "batch enqueue as worker: $(tail -n 2 "$ALL")"
 "$S" cron add --url "$WURL" every-second '@every 1s' report >"$TMP/cron.out" 2>&1

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # dist/systemd: the worker unit runs as a dynamic user with the usual
-# hardening, and `systemd-analyze verify` accepts it.  systemd-analyze is
+# hardening, starts the worker without a shell (its settings are
+# SKIPLOCK_<OPTION> variables of the env file), and `systemd-analyze
+# verify` accepts it.  systemd-analyze is
 # part of the test set (scripts/bootstrap installs package systemd): a
 # missing tool fails this test instead of skipping it.
 . "$(dirname "$0")/lib.sh"
@@ -20,6 +22,10 @@ for line in DynamicUser=yes NoNewPrivileges=yes ProtectSystem=strict PrivateTmp=
 	'StateDirectory=skiplock/%i' KillSignal=SIGTERM KillMode=mixed; do
 	grep -qx -- "$line" "$unit" && pass "unit: $line" || fail "unit lacks $line"
 done
+check_eq "ExecStart runs the worker itself: no shell, no eval'd argument string" \
+	"$(sed -n 's/^ExecStart=//p' "$unit")" "$(dirname "$SKL_BIN")/skiplock worker"
+grep -q 'SKIPLOCK_WORKER_ARGS\|eval' "$unit" && fail "the unit still mentions an eval'd argument string" ||
+	pass "the unit's settings are SKIPLOCK_<OPTION> variables"
 MANPATH=$TMP/man systemd-analyze verify "$unit" >"$TMP/verify.log" 2>&1
 check_eq "systemd-analyze verify" "$? $(head -c 300 "$TMP/verify.log")" "0 "
 # the exposure score (0 best, 10 worst) of the sandbox as written

@@ -3,8 +3,9 @@
  * skiplock.enqueue_many), direct and through PgBouncer: a batch mixing
  * unique-keyed and plain jobs, every per-job option, a batch larger than
  * one statement's chunk (one transaction of several statements), all or
- * nothing when a late chunk fails, and a retry after a lost COMMIT answer
- * returning the same ids across chunks.
+ * nothing when a late chunk fails, a retry after a lost COMMIT answer
+ * returning the same ids across chunks, and whether each job was inserted
+ * (skl_enqueue_bulk_ex), also after a lost COMMIT answer.
  */
 #include <inttypes.h>
 #include <signal.h>
@@ -46,7 +47,14 @@ static void mixed_unique_and_plain(itest_ctx *t)
 		{.kind = "k2", .payload = NULL, .opts = {.run_at = "2030-01-02T03:04:05Z"}},
 	};
 	int64_t ids[6];
-	CHECK_EQ(skl_enqueue_bulk(c, specs, 6, ids, &err), SKL_OK);
+	skl_enqueued how[6];
+	CHECK_EQ(skl_enqueue_bulk_ex(c, specs, 6, ids, how, &err), SKL_OK);
+	/* inserted, except a key repeated in the batch and the held key */
+	static const skl_enqueued want[6] = {SKL_ENQUEUED_INSERTED, SKL_ENQUEUED_INSERTED,
+	                                     SKL_ENQUEUED_INSERTED, SKL_ENQUEUED_EXISTING,
+	                                     SKL_ENQUEUED_EXISTING, SKL_ENQUEUED_INSERTED};
+	for (int i = 0; i < 6; i++)
+		CHECK_EQ(how[i], want[i]);
 	CHECK_EQ(ids[1], ids[3]);   /* one job per key, within the batch */
 	CHECK_EQ(ids[4], holder);   /* the key's holder, from before */
 	CHECK(ids[0] < ids[1] && ids[1] < ids[2] && ids[2] < ids[5]);
@@ -151,8 +159,16 @@ static void chunked_retry_after_lost_commit(itest_ctx *t)
 	char(*payloads)[32];
 	skl_job_spec *specs = big_batch(&payloads);
 	int64_t *ids = calloc(BIG, sizeof(*ids));
-	CHECK_EQ(skl_enqueue_bulk(c, specs, BIG, ids, &err), SKL_OK);
+	skl_enqueued *how = calloc(BIG, sizeof(*how));
+	CHECK_EQ(skl_enqueue_bulk_ex(c, specs, BIG, ids, how, &err), SKL_OK);
 	CHECK_EQ(skl_client_connects(c), 2); /* the answer was lost; it reconnected */
+	/* The retry found the lost run's tokens: plain jobs were inserted by
+	 * it, the key's first job may have been, its repeats were not. */
+	for (int i = 0; i < BIG; i++)
+		CHECK_EQ(how[i], i % 1000 != 999 ? SKL_ENQUEUED_INSERTED
+		                 : i == 999      ? SKL_ENQUEUED_UNKNOWN
+		                                 : SKL_ENQUEUED_EXISTING);
+	free(how);
 	CHECK_EQ(itest_sh("%s ctl %s/ctl stats | grep -q 'commit_drops=1'", getenv("SKL_CUTPROXY"),
 	                  dir), 0);
 	check_big(t, ids);
@@ -166,12 +182,49 @@ static void chunked_retry_after_lost_commit(itest_ctx *t)
 	itest_sh("rm -rf %s", dir);
 }
 
+/* With the inserted check a small batch is a transaction too: its COMMIT's
+ * answer lost, the retry returns the same ids; the plain job was inserted
+ * by the run that committed, the keyed one cannot be told. */
+static void inserted_after_lost_commit(itest_ctx *t)
+{
+	skl_client *setup = open_client(t);
+	skl_client_close(setup);
+	char dir[64], url[512];
+	pid_t proxy = itest_start_proxy(t, dir, url, sizeof(url));
+	skl_client_options o;
+	skl_client_options_init(&o);
+	o.url = url;
+	o.application_name = "itest-inserted-lost-commit";
+	skl_client *c = NULL;
+	skl_error err;
+	CHECK_EQ(skl_client_open(&o, &c, &err), SKL_OK);
+	CHECK_EQ(skl_client_ping(c, &err), SKL_OK);
+	CHECK_EQ(itest_sh("%s ctl %s/ctl drop-commit-reply >/dev/null", getenv("SKL_CUTPROXY"),
+	                  dir), 0);
+	skl_job_spec specs[] = {{.kind = "k"}, {.kind = "k", .opts = {.unique_key = "lost"}}};
+	int64_t ids[2];
+	skl_enqueued how[2];
+	CHECK_EQ(skl_enqueue_bulk_ex(c, specs, 2, ids, how, &err), SKL_OK);
+	CHECK_EQ(skl_client_connects(c), 2);
+	CHECK_EQ(how[0], SKL_ENQUEUED_INSERTED);
+	CHECK_EQ(how[1], SKL_ENQUEUED_UNKNOWN);
+	CHECK_EQ(itest_int(t->admin, "SELECT count(*) FROM skiplock.jobs"), 2);
+	/* Asked again, the key is found: exact once the answer arrives. */
+	CHECK_EQ(skl_enqueue_bulk_ex(c, specs + 1, 1, ids, how, &err), SKL_OK);
+	CHECK_EQ(how[0], SKL_ENQUEUED_EXISTING);
+	skl_client_close(c);
+	kill(proxy, SIGTERM);
+	waitpid(proxy, NULL, 0);
+	itest_sh("rm -rf %s", dir);
+}
+
 int main(int argc, char **argv)
 {
 	static const itest_case cases[] = {
 		{"mixed_unique_and_plain", mixed_unique_and_plain, 30},
 		{"batch_over_chunk_size", batch_over_chunk_size, 120},
 		{"chunked_retry_after_lost_commit", chunked_retry_after_lost_commit, 120},
+		{"inserted_after_lost_commit", inserted_after_lost_commit, 60},
 	};
 	return itest_main(argc, argv, cases, (int)(sizeof(cases) / sizeof(cases[0])));
 }

@@ -291,19 +291,26 @@ static void retries_then_discard_with_history(itest_ctx *t)
 	skl_jobs_free(j, 1);
 	CHECK_INT(>, itest_int(t->admin, "SELECT extract(epoch FROM run_at - now())::int FROM "
 	                                 "skiplock.jobs WHERE id = %" PRId64, id2), 55);
-	/* discard at once; operator retry brings it back with one more attempt */
+	/* discard at once; operator retry brings it back with a fresh budget */
 	int64_t id3 = enqueue(c, "d", "{}", NULL);
 	CHECK_EQ(claim(c, "d", 1, 30000, &j), 1);
 	CHECK(record1(c, j, SKL_OUTCOME_DISCARD, "bad payload", 0));
 	skl_jobs_free(j, 1);
 	skl_error err;
 	CHECK_EQ(skl_job_retry(c, id3, &err), SKL_OK);
-	CHECK_STR(itest_text(t->admin, "SELECT state FROM skiplock.jobs WHERE id = %" PRId64, id3),
-	          "available");
+	CHECK_STR(itest_text(t->admin, "SELECT state || ' ' || attempt || '/' || max_attempts || ' ' "
+	                               "|| fencing || ' ' || jsonb_array_length(errors) "
+	                               "FROM skiplock.jobs WHERE id = %" PRId64, id3),
+	          "available 1/26 1 1");
+	/* the exhausted job: N more attempts */
+	CHECK_EQ(skl_job_retry_attempts(c, id, 2, &err), SKL_OK);
+	CHECK_STR(itest_text(t->admin, "SELECT state || ' ' || attempt || '/' || max_attempts "
+	                               "FROM skiplock.jobs WHERE id = %" PRId64, id),
+	          "available 3/5");
+	CHECK_EQ(skl_job_retry_attempts(c, id, -1, &err), SKL_INVALID);
 	CHECK_EQ(skl_job_cancel(c, id3, &err), SKL_OK);
 	CHECK_EQ(skl_job_cancel(c, id3, &err), SKL_CONFLICT);
 	CHECK_EQ(skl_job_retry(c, 999999, &err), SKL_EMPTY);
-	(void)id;
 	skl_client_close(c);
 }
 

@@ -42,6 +42,16 @@ enum { EQ_KIND, EQ_PAYLOAD, EQ_QUEUE, EQ_RUN_AT, EQ_DELAY, EQ_PRIO, EQ_UKEY, EQ_
  * nears the 64 MiB buffer cap for ordinary payloads. */
 #define EQ_CHUNK 5000
 
+static void int_array(skl_buf *b, const int64_t *v, size_t n);
+
+/* Whether each job's row is this transaction's: its xmin is the current
+ * transaction id.  A separate statement, because the enqueue statement's
+ * own snapshot cannot see the rows its function inserted. */
+static const char *const inserted_sql =
+	"SELECT j.xmin = xid(pg_current_xact_id()) AS mine"
+	"  FROM unnest($1::bigint[]) WITH ORDINALITY AS u(id, ord)"
+	"  LEFT JOIN skiplock.jobs j ON j.id = u.id ORDER BY u.ord";
+
 typedef struct enqueue_call {
 	char base[33];           /* the call's retry token; chunk k sends base-k */
 	char token[48];
@@ -50,6 +60,9 @@ typedef struct enqueue_call {
 	const skl_job_spec *jobs;
 	size_t n;
 	int64_t *ids;
+	skl_enqueued *inserted;  /* NULL: not asked for */
+	bool ran_ok;             /* a run returned OK: its COMMIT may have happened */
+	bool maybe_committed;    /* so this run may have found that run's token */
 } enqueue_call;
 
 /* One array element; NULL (the column's default) is written unquoted. */
@@ -105,6 +118,33 @@ static skl_rc build_columns(enqueue_call *e, const skl_job_spec *jobs, size_t n,
 	return SKL_OK;
 }
 
+/* inserted[from, from + n) for the ids just returned, in the same
+ * transaction. */
+static skl_rc chunk_inserted(skl_client *c, enqueue_call *e, size_t from, size_t n,
+                             skl_error *err)
+{
+	skl_buf a;
+	skl_buf_init(&a, 0);
+	int_array(&a, e->ids + from, n);
+	const char *vals[1] = {skl_buf_str(&a)};
+	PGresult *res = NULL;
+	skl_rc rc = skl_buf_failed(&a) ? skl__seterr(err, SKL_NOMEM, "out of memory")
+	                               : skl__exec(c, inserted_sql, 1, vals, &res, err);
+	skl_buf_free(&a);
+	if (rc != SKL_OK)
+		return rc;
+	if ((size_t)PQntuples(res) != n) {
+		PQclear(res);
+		return skl__seterr(err, SKL_DB, "inserted check returned %d rows for %zu jobs",
+		                   PQntuples(res), n);
+	}
+	for (size_t i = 0; i < n; i++)
+		e->inserted[from + i] = PQgetvalue(res, (int)i, 0)[0] == 't' ? SKL_ENQUEUED_INSERTED
+		                                                              : SKL_ENQUEUED_EXISTING;
+	PQclear(res);
+	return SKL_OK;
+}
+
 /* Sends jobs[from, from + n) as one statement; their ids go to ids[from...]. */
 static skl_rc enqueue_chunk(skl_client *c, enqueue_call *e, size_t from, size_t n,
                             skl_error *err)
@@ -132,16 +172,59 @@ static skl_rc enqueue_chunk(skl_client *c, enqueue_call *e, size_t from, size_t 
 	for (size_t i = 0; i < n; i++)
 		e->ids[from + i] = strtoll(PQgetvalue(res, (int)i, 0), NULL, 10);
 	PQclear(res);
-	return SKL_OK;
+	return e->inserted ? chunk_inserted(c, e, from, n, err) : SKL_OK;
 }
 
 static skl_rc enqueue_fn(skl_client *c, void *ctx, skl_error *err)
 {
 	enqueue_call *e = ctx;
+	e->maybe_committed |= e->ran_ok;
+	e->ran_ok = false;
 	skl_rc rc = SKL_OK;
 	for (size_t from = 0; rc == SKL_OK && from < e->n; from += EQ_CHUNK)
 		rc = enqueue_chunk(c, e, from, e->n - from < EQ_CHUNK ? e->n - from : EQ_CHUNK, err);
+	e->ran_ok = rc == SKL_OK;
 	return rc;
+}
+
+typedef struct id_at {
+	int64_t id;
+	size_t at;
+} id_at;
+
+static int id_at_cmp(const void *a, const void *b)
+{
+	const id_at *x = a, *y = b;
+	if (x->id != y->id)
+		return x->id < y->id ? -1 : 1;
+	return x->at < y->at ? -1 : x->at > y->at;
+}
+
+/* The verdicts once the transaction committed.  A job whose id an earlier
+ * job of the batch already has was found, not inserted.  After a retry of
+ * a COMMIT whose answer was lost, a run in which no row is this
+ * transaction's may have returned the lost run's ids from its token: a
+ * job without a unique key was inserted by whichever run committed, but
+ * whether a keyed one was is not known. */
+static skl_rc settle_inserted(const enqueue_call *e, skl_error *err)
+{
+	bool fresh = false;
+	for (size_t i = 0; i < e->n; i++)
+		fresh |= e->inserted[i] == SKL_ENQUEUED_INSERTED;
+	for (size_t i = 0; e->maybe_committed && !fresh && i < e->n; i++)
+		e->inserted[i] = e->jobs[i].opts.unique_key ? SKL_ENQUEUED_UNKNOWN
+		                                             : SKL_ENQUEUED_INSERTED;
+	id_at *s = malloc(e->n * sizeof(*s));
+	if (s == NULL)
+		return skl__seterr(err, SKL_NOMEM, "out of memory");
+	for (size_t i = 0; i < e->n; i++)
+		s[i] = (id_at){.id = e->ids[i], .at = i};
+	qsort(s, e->n, sizeof(*s), id_at_cmp);
+	for (size_t i = 1; i < e->n; i++)
+		if (s[i].id == s[i - 1].id)
+			e->inserted[s[i].at] = SKL_ENQUEUED_EXISTING;
+	free(s);
+	return SKL_OK;
 }
 
 static skl_rc validate_spec(const skl_job_spec *j, size_t i, skl_error *err)
@@ -170,6 +253,12 @@ static skl_rc validate_spec(const skl_job_spec *j, size_t i, skl_error *err)
 skl_rc skl_enqueue_bulk(skl_client *c, const skl_job_spec *jobs, size_t n, int64_t *ids,
                         skl_error *err)
 {
+	return skl_enqueue_bulk_ex(c, jobs, n, ids, NULL, err);
+}
+
+skl_rc skl_enqueue_bulk_ex(skl_client *c, const skl_job_spec *jobs, size_t n, int64_t *ids,
+                           skl_enqueued *inserted, skl_error *err)
+{
 	if (n == 0)
 		return SKL_OK;
 	if (jobs == NULL || ids == NULL)
@@ -177,15 +266,18 @@ skl_rc skl_enqueue_bulk(skl_client *c, const skl_job_spec *jobs, size_t n, int64
 	for (size_t i = 0; i < n; i++)
 		if (validate_spec(&jobs[i], i, err) != SKL_OK)
 			return SKL_INVALID;
-	enqueue_call e = {.jobs = jobs, .n = n, .ids = ids};
+	enqueue_call e = {.jobs = jobs, .n = n, .ids = ids, .inserted = inserted};
 	snprintf(e.base, sizeof(e.base), "%016" PRIx64 "%016" PRIx64, skl__rand(&c->rng),
 	         skl__rand(&c->rng));
 	/* Idempotent: the tokens make a retry after a lost answer return the
 	 * first call's ids.  Up to EQ_CHUNK jobs are one autocommit statement;
-	 * more are one transaction of several, all or nothing. */
+	 * more, or the inserted check, are one transaction of several, all or
+	 * nothing. */
 	static const skl_txn_opts one = {.idempotent = 1};
 	static const skl_txn_opts chunked = {.idempotent = 1, .txn = 1};
-	skl_rc rc = skl__run(c, n > EQ_CHUNK ? &chunked : &one, enqueue_fn, &e, err);
+	skl_rc rc = skl__run(c, n > EQ_CHUNK || inserted ? &chunked : &one, enqueue_fn, &e, err);
+	if (rc == SKL_OK && inserted)
+		rc = settle_inserted(&e, err);
 	for (int i = 0; i < EQ_NCOLS; i++)
 		skl_buf_free(&e.cols[i]);
 	/* A value the database refused (a run_at out of range, a constraint):
@@ -735,9 +827,16 @@ skl_rc skl_rescue(skl_client *c, int limit, int *rescued, int *discarded, skl_er
 	return skl__rescue_each(c, limit, NULL, NULL, rescued, discarded, err);
 }
 
+/* A finished job gets a fresh budget: attempt + $2 attempts in all, or
+ * attempt + its max_attempts when $2 is NULL (as many again as it had).
+ * An available job keeps its budget unless $2 is given.  The error
+ * history and the fencing token stay: a late outcome of an old claim is
+ * still refused. */
 static const char *const retry_sql =
 	"UPDATE skiplock.jobs SET state = 'available', run_at = now(), finished_at = NULL,"
-	"       max_attempts = greatest(max_attempts, attempt + 1)"
+	"       max_attempts = CASE WHEN state = 'available' AND $2::int IS NULL THEN max_attempts"
+	"                           ELSE least(attempt::bigint + coalesce($2::int, max_attempts),"
+	"                                      2147483647)::int END"
 	" WHERE id = $1 AND state IN ('available', 'discarded', 'cancelled') RETURNING id";
 
 static const char *const cancel_sql =
@@ -747,12 +846,13 @@ static const char *const cancel_sql =
 
 static const char *const exists_sql = "SELECT state FROM skiplock.jobs WHERE id = $1";
 
-static skl_rc job_action(skl_client *c, const char *sql, int64_t id, const char *verb,
-                         skl_error *err)
+/* Runs sql on job id ($1) and, when nparams is 2, arg ($2, may be NULL). */
+static skl_rc job_action(skl_client *c, const char *sql, int nparams, int64_t id,
+                         const char *arg, const char *verb, skl_error *err)
 {
 	char ids[24];
 	snprintf(ids, sizeof(ids), "%" PRId64, id);
-	count_call cc = {.sql = sql, .nparams = 1, .params = {ids}};
+	count_call cc = {.sql = sql, .nparams = nparams, .params = {ids, arg}};
 	static const skl_txn_opts o = {.idempotent = 1};
 	skl_rc rc = skl__run(c, &o, count_fn, &cc, err);
 	if (rc == SKL_DB && err && strcmp(err->sqlstate, "23505") == 0)
@@ -771,14 +871,24 @@ static skl_rc job_action(skl_client *c, const char *sql, int64_t id, const char 
 	                   verb, id);
 }
 
+skl_rc skl_job_retry_attempts(skl_client *c, int64_t id, int attempts, skl_error *err)
+{
+	if (attempts < 0)
+		return skl__seterr(err, SKL_INVALID, "attempts must not be negative (got %d)",
+		                   attempts);
+	char n[16];
+	snprintf(n, sizeof(n), "%d", attempts);
+	return job_action(c, retry_sql, 2, id, attempts ? n : NULL, "retry", err);
+}
+
 skl_rc skl_job_retry(skl_client *c, int64_t id, skl_error *err)
 {
-	return job_action(c, retry_sql, id, "retry", err);
+	return skl_job_retry_attempts(c, id, 0, err);
 }
 
 skl_rc skl_job_cancel(skl_client *c, int64_t id, skl_error *err)
 {
-	return job_action(c, cancel_sql, id, "cancel", err);
+	return job_action(c, cancel_sql, 1, id, NULL, "cancel", err);
 }
 
 static const char *const prune_sql =
