@@ -2,7 +2,8 @@
  * drain.c — skl-bench-drain: end-to-end throughput of skiplock workers.
  *
  *   skl-bench-drain --url URL --jobs N [--procs P] [--concurrency C] [--prefetch F]
- *                   [--mode noop|cmd] [--timeout S] [--worker-url URL [--pooled]]
+ *                   [--mode noop|cmd|stream [--stream CMD] [--inflight N]]
+ *                   [--timeout S] [--worker-url URL [--pooled]]
  *   skl-bench-drain --url URL --sustain SECONDS [--backlog B] [--hold] ...
  *
  * Drain mode: empties skiplock.jobs, enqueues N jobs, VACUUM ANALYZE and
@@ -13,7 +14,8 @@
  * the run fails unless exactly N jobs are completed, checked in SQL.
  * --worker-url gives the workers another URL than the driver's (which must
  * be direct: it truncates, vacuums and counts); --pooled tells them it is
- * a transaction pooler's.
+ * a transaction pooler's.  --mode stream runs the streaming handler CMD
+ * in each worker (skl-bench-worker --mode stream), N jobs in flight.
  *
  * Sustain mode: the same workers for a fixed time while this program keeps
  * about B jobs waiting (bulk enqueue of up to 5000 at a time).  The rate is
@@ -45,7 +47,7 @@ typedef struct run {
 	bool pooled;
 	long jobs;
 	int procs, conc, prefetch;
-	const char *mode, *kind;
+	const char *mode, *kind, *stream, *inflight;
 	double timeout;
 	double sustain;
 	long backlog;
@@ -73,9 +75,19 @@ static void start_workers(run *r)
 	snprintf(pre, sizeof(pre), "%d", r->prefetch);
 	for (int i = 0; i < r->procs; i++) {
 		snprintf(app, sizeof(app), "skl-bench-w%d", i);
-		char *args[] = {"--url", (char *)r->worker_url, "--mode", (char *)r->mode,
-		                "--concurrency", conc, "--prefetch", pre, "--counter", r->counter_path,
-		                "--app", app, r->pooled ? "--pooled" : NULL, NULL};
+		char *args[18] = {"--url", (char *)r->worker_url, "--mode", (char *)r->mode,
+		                  "--concurrency", conc, "--prefetch", pre, "--counter", r->counter_path,
+		                  "--app", app};
+		int n = 12;
+		if (r->pooled)
+			args[n++] = "--pooled";
+		if (r->stream) {
+			args[n++] = "--stream";
+			args[n++] = (char *)r->stream;
+			args[n++] = "--inflight";
+			args[n++] = (char *)r->inflight;
+		}
+		args[n] = NULL;
 		r->pids[i] = bench_spawn_worker(args, r->logpath);
 	}
 }
@@ -259,18 +271,23 @@ int main(int argc, char **argv)
 		.hold = bench_flag(argc, argv, "--hold"),
 		.logpath = bench_opt(argc, argv, "--log", NULL),
 		.pooled = bench_flag(argc, argv, "--pooled"),
+		.stream = bench_opt(argc, argv, "--stream", NULL),
+		.inflight = bench_opt(argc, argv, "--inflight", "64"),
 	};
 	r.worker_url = bench_opt(argc, argv, "--worker-url", r.url);
 	if (r.url == NULL || r.jobs < 1 || r.procs < 1 || r.procs > MAX_PROCS || r.conc < 1)
 		bench_die("usage: skl-bench-drain --url URL --jobs N [--procs P] [--concurrency C]"
-		          " [--prefetch F] [--mode noop|cmd] [--worker-url URL [--pooled]]"
+		          " [--prefetch F] [--mode noop|cmd|stream [--stream CMD] [--inflight N]]"
+		          " [--worker-url URL [--pooled]]"
 		          " [--sustain S [--backlog B] [--hold]]");
 	if (strcmp(r.mode, "noop") == 0)
 		r.kind = "noop";
 	else if (strcmp(r.mode, "cmd") == 0)
 		r.kind = "cmd";
+	else if (strcmp(r.mode, "stream") == 0 && r.stream != NULL)
+		r.kind = "stream";
 	else
-		bench_die("unknown --mode %s", r.mode);
+		bench_die("unknown --mode %s (stream needs --stream CMD)", r.mode);
 	if (r.sustain > 0 && strcmp(r.mode, "noop") != 0)
 		bench_die("--sustain needs --mode noop");
 	const char *tmp = getenv("TMPDIR");

@@ -2,15 +2,18 @@
  * worker.c — skl-bench-worker: one skiplock worker process for the
  * benchmarks, run until SIGTERM.
  *
- *   skl-bench-worker --url URL [--pooled] --mode noop|cmd|stamp
+ *   skl-bench-worker --url URL [--pooled] --mode noop|cmd|stamp|stream
  *                    [--concurrency N] [--counter FILE] [--app NAME]
- *                    [--poll-ms MS]
+ *                    [--poll-ms MS] [--stream CMD] [--inflight N]
  *
  * Modes (the kinds it claims):
  *   noop   kind "noop": a C handler that only counts (skl_worker_handle)
  *   cmd    kind "cmd": the command handler `true` (fork/exec per job)
  *   stamp  kind "lat": a C handler that first reads CLOCK_REALTIME and keeps
  *          it as the job's result {"t": seconds}, for enqueue->start latency
+ *   stream kind "stream": the streaming handler, one process running CMD
+ *          (--stream) with up to --inflight N jobs in flight (default 64);
+ *          only against a library that has it (skl_worker_handle_stream)
  * The counter (slot 0 of a shared file) counts handler starts, so the
  * driver can watch progress without querying the database.  Its counts go
  * to stderr at exit; stdout stays the driver's.
@@ -45,6 +48,22 @@ static int stamp_handler(const skl_job *job, void *ctx)
 	skl_job_set_result(job, buf);
 	atomic_fetch_add(&counter[0], 1);
 	return SKL_JOB_OK;
+}
+
+static skl_rc handle_stream(int argc, char **argv, skl_error *err)
+{
+	const char *cmd = bench_opt(argc, argv, "--stream", NULL);
+	if (cmd == NULL)
+		bench_die("worker: --mode stream needs --stream CMD");
+#ifdef SKL_STREAM_PROCS_MAX
+	skl_stream_opts so;
+	skl_stream_opts_init(&so);
+	so.inflight = atoi(bench_opt(argc, argv, "--inflight", "64"));
+	return skl_worker_handle_stream(the_worker, "stream", cmd, &so, err);
+#else
+	(void)err;
+	bench_die("worker: this library has no streaming handler");
+#endif
 }
 
 static void on_signal(int sig)
@@ -97,6 +116,8 @@ int main(int argc, char **argv)
 		rc = skl_worker_handle(the_worker, "lat", stamp_handler, NULL, &err);
 	else if (strcmp(mode, "cmd") == 0)
 		rc = skl_worker_handle_command(the_worker, "cmd", "true", &err);
+	else if (strcmp(mode, "stream") == 0)
+		rc = handle_stream(argc, argv, &err);
 	else
 		bench_die("worker: unknown --mode %s", mode);
 	if (rc != SKL_OK)
