@@ -65,7 +65,8 @@ test('four replicas, one job per day, a replica killed mid-job does not block th
   assert.deepEqual(reports.map((r) => [r.day, r.job_id]), [[DAYS[0], h.id], [DAYS[1], other.id]]);
   assert.notEqual(reports[0].replica, hung.replica, 'completed by another replica');
   const [{ gap }] = await q(`SELECT extract(epoch FROM max(at) - min(at)) AS gap FROM daily_attempt WHERE job_id = $1`, [h.id]);
-  assert.ok(gap >= 1 && gap < 6, `retried after the 1 s lease, within seconds (${gap} s)`);
+  // the first attempt noted its start a little after its claim: the lease ran from the claim
+  assert.ok(gap >= 0.9 && gap < 6, `retried after the 1 s lease, within seconds (${gap} s)`);
 
   // A replica deployed later: the reports exist, it enqueues nothing.
   const late = replica(5, Date.now());

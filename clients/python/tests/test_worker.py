@@ -186,8 +186,10 @@ def test_fenced_outcome_is_dropped(db):
     release = threading.Event()
     [job_id] = enqueue_direct(db, "t.fenced")
     # A long lease: no heartbeat comes before the outcome, so record()
-    # itself must refuse it.
-    w = worker({"t.fenced": lambda job, ctx: release.wait(10) and "stale"}, lease=60)
+    # itself must refuse it.  Concurrency 1: the rescue's notification
+    # must not let this worker claim the job back before the thief does.
+    w = worker({"t.fenced": lambda job, ctx: release.wait(10) and "stale"}, lease=60,
+               concurrency=1)
     w.start_thread()
     wait_until(lambda: job(db, job_id)[0] == "running", 30, "claimed")
     steal(db, job_id)
