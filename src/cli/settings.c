@@ -91,7 +91,7 @@ static int apply(cli_common *cc, const struct option *o, const char *arg, const 
                  cli_opt_fn own, void *ctx)
 {
 	const char *command = cc->command;
-	char prefix[160];
+	char prefix[640]; /* the command, then where: up to 512 bytes */
 	snprintf(prefix, sizeof(prefix), "%s: %s", command, where);
 	cc->command = prefix;
 	int r = cli_common_option(cc, o->val, arg);
