@@ -190,66 +190,101 @@ BEGIN
 END
 $$;
 
+CREATE FUNCTION skiplock.check_record_args(ids bigint[], fencings bigint[], outcomes text[], results jsonb[], errors text[], retry_after_ms bigint[], deferred boolean[], backoffs text[], backoff_bases_ms bigint[], backoff_caps_ms bigint[]) RETURNS void
+    LANGUAGE plpgsql IMMUTABLE
+    AS $$
+DECLARE
+  v_n int := cardinality(ids);
+BEGIN
+  IF ids IS NULL OR fencings IS NULL OR outcomes IS NULL THEN
+    RAISE EXCEPTION 'record: ids, fencings and outcomes must not be NULL' USING ERRCODE = '22004';
+  END IF;
+  IF EXISTS (SELECT 1 FROM unnest(ARRAY[cardinality(fencings), cardinality(outcomes),
+                cardinality(results), cardinality(errors), cardinality(retry_after_ms),
+                cardinality(deferred), cardinality(backoffs), cardinality(backoff_bases_ms),
+                cardinality(backoff_caps_ms)]) c
+              WHERE c <> v_n) THEN
+    RAISE EXCEPTION 'record: every array must have one element per outcome (% ids)', v_n
+      USING ERRCODE = '2202E';
+  END IF;
+  IF EXISTS (SELECT 1 FROM unnest(outcomes) o
+              WHERE o IS NULL OR o NOT IN ('ok', 'retry', 'fail', 'discard'))
+     OR EXISTS (SELECT 1 FROM unnest(backoffs) s
+                 WHERE s NOT IN ('full', 'equal', 'decorrelated', 'exponential', 'fixed'))
+     OR EXISTS (SELECT 1 FROM unnest(retry_after_ms, backoff_bases_ms, backoff_caps_ms)
+                                AS t(a, b, c)
+                 WHERE a < 0 OR b < 0 OR c < 0) THEN
+    RAISE EXCEPTION 'record: an outcome is ok, retry, fail or discard; a backoff is full, '
+                    'equal, decorrelated, exponential or fixed; delays are not negative'
+      USING ERRCODE = '22023';
+  END IF;
+END
+$$;
+
 CREATE FUNCTION skiplock.claim(owner text, kinds text[], queues text[] DEFAULT NULL::text[], n integer DEFAULT 1, lease interval DEFAULT '00:00:30'::interval, after_priority integer DEFAULT NULL::integer, after_run_at_us bigint DEFAULT NULL::bigint, after_id bigint DEFAULT NULL::bigint) RETURNS SETOF skiplock.claimed_job
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
-#variable_conflict use_column
-DECLARE
-  v_kinds text[] := claim.kinds;
-  v_probes bigint[] := '{}';
-  v_ids bigint[];
-  v_m int;
-  v_after timestamptz;
 BEGIN
-  PERFORM skiplock.check_claim_args(claim.owner, claim.kinds, claim.n, claim.lease);
-  IF EXISTS (SELECT 1 FROM skiplock.breakers b
-              WHERE b.kind = ANY (claim.kinds) AND b.state <> 'closed') THEN
-    v_probes := skiplock.claim_probes(claim.kinds, claim.queues, claim.n);
-    v_kinds := ARRAY(SELECT unnest(claim.kinds) EXCEPT
-                     SELECT b.kind FROM skiplock.breakers b
-                      WHERE b.kind = ANY (claim.kinds) AND b.state <> 'closed');
-  END IF;
-  v_m := claim.n - cardinality(v_probes);
-  IF v_m <= 0 THEN
-    v_ids := '{}';
-  ELSIF claim.after_id IS NULL THEN
-    v_ids := ARRAY(
-      SELECT j.id FROM skiplock.jobs j
-       WHERE j.state = 'available' AND j.run_at <= now()
-         AND (claim.queues IS NULL OR j.queue = ANY (claim.queues)) AND j.kind = ANY (v_kinds)
-       ORDER BY j.priority DESC, j.run_at, j.id LIMIT v_m FOR UPDATE SKIP LOCKED);
-  ELSE
-    v_after := timestamptz 'epoch' + claim.after_run_at_us * interval '1 microsecond';
-    v_ids := ARRAY(
-      SELECT a.id FROM (
-        SELECT j.id FROM skiplock.jobs j
-         WHERE j.state = 'available' AND j.run_at <= now()
-           AND (claim.queues IS NULL OR j.queue = ANY (claim.queues)) AND j.kind = ANY (v_kinds)
-           AND j.priority = claim.after_priority AND (j.run_at, j.id) > (v_after, claim.after_id)
-         ORDER BY j.priority DESC, j.run_at, j.id LIMIT v_m FOR UPDATE SKIP LOCKED) a
-      UNION ALL
-      SELECT b.id FROM (
-        SELECT j.id FROM skiplock.jobs j
-         WHERE j.state = 'available' AND j.run_at <= now()
-           AND (claim.queues IS NULL OR j.queue = ANY (claim.queues)) AND j.kind = ANY (v_kinds)
-           AND j.priority < claim.after_priority
-         ORDER BY j.priority DESC, j.run_at, j.id LIMIT v_m FOR UPDATE SKIP LOCKED) b
-      LIMIT v_m);
-  END IF;
+  PERFORM skiplock.check_claim_args(owner, kinds, n, lease);
   RETURN QUERY
-    UPDATE skiplock.jobs j
-       SET state = 'running', attempt = j.attempt + 1, fencing = j.fencing + 1,
-           lease_owner = claim.owner, lease_expires_at = now() + claim.lease,
-           attempted_at = now()
-     WHERE j.id = ANY (v_ids || v_probes)
-    RETURNING j.id, j.queue, j.kind, j.payload, j.attempt, j.max_attempts, j.fencing,
-              j.lease_expires_at, coalesce(j.timeout_ms, 0), j.priority, j.run_at,
-              (extract(epoch FROM j.run_at) * 1000000)::bigint;
+    SELECT x.id, x.queue, x.kind, x.payload, x.attempt, x.max_attempts, x.fencing,
+           x.lease_expires_at, x.timeout_ms, x.priority, x.run_at, x.run_at_us
+      FROM skiplock.record_claim('{}', '{}', '{}', NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+                                 owner, kinds, queues, n, lease, after_priority,
+                                 after_run_at_us, after_id) x;
 END
 $$;
 
 COMMENT ON FUNCTION skiplock.claim(owner text, kinds text[], queues text[], n integer, lease interval, after_priority integer, after_run_at_us bigint, after_id bigint) IS 'claim up to n due jobs of the kinds (and queues) for owner under a lease; SKIP LOCKED';
+
+CREATE FUNCTION skiplock.claim_pick(p_owner text, p_kinds text[], p_queues text[], p_n integer, p_lease interval, p_after_priority integer, p_after_run_at_us bigint, p_after_id bigint) RETURNS bigint[]
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+  v_kinds text[] := p_kinds;
+  v_probes bigint[] := '{}';
+  v_m int;
+  v_after timestamptz;
+BEGIN
+  PERFORM skiplock.check_claim_args(p_owner, p_kinds, p_n, p_lease);
+  IF EXISTS (SELECT 1 FROM skiplock.breakers b
+              WHERE b.kind = ANY (p_kinds) AND b.state <> 'closed') THEN
+    v_probes := skiplock.claim_probes(p_kinds, p_queues, p_n);
+    v_kinds := ARRAY(SELECT unnest(p_kinds) EXCEPT
+                     SELECT b.kind FROM skiplock.breakers b
+                      WHERE b.kind = ANY (p_kinds) AND b.state <> 'closed');
+  END IF;
+  v_m := p_n - cardinality(v_probes);
+  IF v_m <= 0 THEN
+    RETURN v_probes;
+  ELSIF p_after_id IS NULL THEN
+    RETURN v_probes || ARRAY(
+      SELECT j.id FROM skiplock.jobs j
+       WHERE j.state = 'available' AND j.run_at <= now()
+         AND (p_queues IS NULL OR j.queue = ANY (p_queues)) AND j.kind = ANY (v_kinds)
+       ORDER BY j.priority DESC, j.run_at, j.id LIMIT v_m FOR UPDATE SKIP LOCKED);
+  END IF;
+  v_after := timestamptz 'epoch' + p_after_run_at_us * interval '1 microsecond';
+  RETURN v_probes || ARRAY(
+    SELECT a.id FROM (
+      SELECT j.id FROM skiplock.jobs j
+       WHERE j.state = 'available' AND j.run_at <= now()
+         AND (p_queues IS NULL OR j.queue = ANY (p_queues)) AND j.kind = ANY (v_kinds)
+         AND j.priority = p_after_priority AND (j.run_at, j.id) > (v_after, p_after_id)
+       ORDER BY j.priority DESC, j.run_at, j.id LIMIT v_m FOR UPDATE SKIP LOCKED) a
+    UNION ALL
+    SELECT b.id FROM (
+      SELECT j.id FROM skiplock.jobs j
+       WHERE j.state = 'available' AND j.run_at <= now()
+         AND (p_queues IS NULL OR j.queue = ANY (p_queues)) AND j.kind = ANY (v_kinds)
+         AND j.priority < p_after_priority
+       ORDER BY j.priority DESC, j.run_at, j.id LIMIT v_m FOR UPDATE SKIP LOCKED) b
+    LIMIT v_m);
+END
+$$;
+
+COMMENT ON FUNCTION skiplock.claim_pick(p_owner text, p_kinds text[], p_queues text[], p_n integer, p_lease interval, p_after_priority integer, p_after_run_at_us bigint, p_after_id bigint) IS 'the ids a claim takes (probes, then due jobs), locked SKIP LOCKED; record_claim updates them';
 
 CREATE FUNCTION skiplock.claim_probes(p_kinds text[], p_queues text[], p_n integer) RETURNS bigint[]
     LANGUAGE plpgsql SECURITY DEFINER
@@ -932,86 +967,12 @@ CREATE FUNCTION skiplock.record(ids bigint[], fencings bigint[], outcomes text[]
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
-#variable_conflict use_column
-DECLARE
-  v_n int := cardinality(record.ids);
 BEGIN
-  IF record.ids IS NULL OR record.fencings IS NULL OR record.outcomes IS NULL THEN
-    RAISE EXCEPTION 'record: ids, fencings and outcomes must not be NULL' USING ERRCODE = '22004';
-  END IF;
-  IF EXISTS (SELECT 1 FROM unnest(ARRAY[cardinality(record.fencings),
-                cardinality(record.outcomes), cardinality(record.results),
-                cardinality(record.errors), cardinality(record.retry_after_ms),
-                cardinality(record.deferred), cardinality(record.backoffs),
-                cardinality(record.backoff_bases_ms), cardinality(record.backoff_caps_ms)]) c
-              WHERE c <> v_n) THEN
-    RAISE EXCEPTION 'record: every array must have one element per outcome (% ids)', v_n
-      USING ERRCODE = '2202E';
-  END IF;
-  IF EXISTS (SELECT 1 FROM unnest(record.outcomes) o
-              WHERE o IS NULL OR o NOT IN ('ok', 'retry', 'fail', 'discard'))
-     OR EXISTS (SELECT 1 FROM unnest(record.backoffs) s
-                 WHERE s NOT IN ('full', 'equal', 'decorrelated', 'exponential', 'fixed'))
-     OR EXISTS (SELECT 1 FROM unnest(record.retry_after_ms, record.backoff_bases_ms,
-                                     record.backoff_caps_ms) AS t(a, b, c)
-                 WHERE a < 0 OR b < 0 OR c < 0) THEN
-    RAISE EXCEPTION 'record: an outcome is ok, retry, fail or discard; a backoff is full, '
-                    'equal, decorrelated, exponential or fixed; delays are not negative'
-      USING ERRCODE = '22023';
-  END IF;
   RETURN QUERY
-  WITH v AS MATERIALIZED (
-    SELECT t.*, random() AS r
-      FROM unnest(record.ids, record.fencings, record.outcomes, record.results, record.errors,
-                  record.retry_after_ms, record.deferred, record.backoffs,
-                  record.backoff_bases_ms, record.backoff_caps_ms)
-           WITH ORDINALITY AS t(id, fencing, o, res, err, asked, dfr, bs, bb, bc, ord)),
-  done AS (
-    UPDATE skiplock.jobs j SET
-      state = CASE WHEN v.o = 'ok' THEN 'completed'
-                   WHEN v.o = 'discard' OR j.attempt >= j.max_attempts THEN 'discarded'
-                   ELSE 'available' END,
-      result = CASE WHEN v.o = 'ok' THEN v.res ELSE j.result END,
-      errors = CASE WHEN v.err IS NULL THEN j.errors
-                    ELSE (CASE WHEN jsonb_array_length(j.errors) >= 20 THEN j.errors - 0
-                               ELSE j.errors END)
-                         || jsonb_build_array(jsonb_build_object('attempt', j.attempt,
-                                              'at', now(), 'error', v.err)) END,
-      run_at = CASE WHEN v.o IN ('retry', 'fail') AND j.attempt < j.max_attempts
-                    THEN now() + skiplock.retry_delay_ms(j, v.asked, v.dfr, v.bs, v.bb, v.bc,
-                                                         v.r, (v.ord - 1 + v.r) / v_n)
-                         * interval '1 millisecond'
-                    ELSE j.run_at END,
-      last_delay_ms = CASE WHEN v.o IN ('retry', 'fail') AND j.attempt < j.max_attempts
-                           THEN skiplock.retry_delay_ms(j, v.asked, v.dfr, v.bs, v.bb, v.bc,
-                                                        v.r, (v.ord - 1 + v.r) / v_n)
-                           ELSE j.last_delay_ms END,
-      finished_at = CASE WHEN v.o IN ('ok', 'discard') OR j.attempt >= j.max_attempts
-                         THEN now() END,
-      lease_owner = NULL, lease_expires_at = NULL
-      FROM v
-     WHERE j.id = v.id AND j.fencing = v.fencing AND j.state = 'running' COLLATE "C"
-    RETURNING j.id, j.kind, j.state, j.run_at, v.o,
-              CASE WHEN j.state = 'available' THEN j.last_delay_ms END AS delay_ms),
-  tally AS (
-    SELECT kind, (count(*) FILTER (WHERE o = 'ok'))::int AS ok,
-           (count(*) FILTER (WHERE o IN ('retry', 'fail')))::int AS bad
-      FROM done GROUP BY kind),
-  brk AS (
-    UPDATE skiplock.breakers b
-       SET (state, prev_state, calls, failures, window_started_at, probe_ok, open_until,
-            changed_at) = (SELECT x.state, x.prev_state, x.calls, x.failures,
-                                  x.window_started_at, x.probe_ok, x.open_until, x.changed_at
-                             FROM skiplock.breaker_step(b, t.ok, t.bad) x)
-      FROM tally t WHERE b.kind = t.kind AND (t.ok > 0 OR t.bad > 0)
-    RETURNING b.kind, b.prev_state, b.state, b.calls, b.failures),
-  brk_ev AS (
-    INSERT INTO skiplock.breaker_events (kind, from_state, to_state, reason)
-    SELECT kind, prev_state, state, CASE WHEN state = 'closed' THEN 'probes succeeded'
-           WHEN prev_state = 'half_open' THEN 'a probe failed'
-           ELSE format('%s of %s calls failed', failures, calls) END
-      FROM brk WHERE prev_state <> state)
-  SELECT d.id, d.state, d.run_at, d.delay_ms FROM done d;
+    SELECT x.id, x.state, x.run_at, x.delay_ms
+      FROM skiplock.record_claim(ids, fencings, outcomes, results, errors, retry_after_ms,
+                                 deferred, backoffs, backoff_bases_ms, backoff_caps_ms,
+                                 NULL, NULL, NULL, 0, NULL) x;
 END
 $$;
 
@@ -1021,23 +982,93 @@ CREATE FUNCTION skiplock.record_claim(ids bigint[], fencings bigint[], outcomes 
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
+#variable_conflict use_column
+DECLARE
+  v_n int := cardinality(record_claim.ids);
+  v_ids bigint[];
 BEGIN
-  RETURN QUERY
-    SELECT 'recorded', r.id, r.state, r.run_at, r.delay_ms, NULL::text, NULL::text,
+  PERFORM skiplock.check_record_args(ids, fencings, outcomes, results, errors, retry_after_ms,
+                                     deferred, backoffs, backoff_bases_ms, backoff_caps_ms);
+  IF v_n > 0 THEN
+    RETURN QUERY
+    WITH v AS MATERIALIZED (
+      SELECT t.*, random() AS r
+        FROM unnest(record_claim.ids, record_claim.fencings, record_claim.outcomes,
+                    record_claim.results, record_claim.errors, record_claim.retry_after_ms,
+                    record_claim.deferred, record_claim.backoffs, record_claim.backoff_bases_ms,
+                    record_claim.backoff_caps_ms)
+             WITH ORDINALITY AS t(id, fencing, o, res, err, asked, dfr, bs, bb, bc, ord)),
+    done AS (
+      UPDATE skiplock.jobs j SET
+        state = CASE WHEN v.o = 'ok' THEN 'completed'
+                     WHEN v.o = 'discard' OR j.attempt >= j.max_attempts THEN 'discarded'
+                     ELSE 'available' END,
+        result = CASE WHEN v.o = 'ok' THEN v.res ELSE j.result END,
+        errors = CASE WHEN v.err IS NULL THEN j.errors
+                      ELSE (CASE WHEN jsonb_array_length(j.errors) >= 20 THEN j.errors - 0
+                                 ELSE j.errors END)
+                           || jsonb_build_array(jsonb_build_object('attempt', j.attempt,
+                                                'at', now(), 'error', v.err)) END,
+        run_at = CASE WHEN v.o IN ('retry', 'fail') AND j.attempt < j.max_attempts
+                      THEN now() + skiplock.retry_delay_ms(j.attempt, j.last_delay_ms,
+                             j.backoff, j.backoff_base_ms, j.backoff_cap_ms, v.asked, v.dfr,
+                             v.bs, v.bb, v.bc, v.r, (v.ord - 1 + v.r) / v_n)
+                           * interval '1 millisecond'
+                      ELSE j.run_at END,
+        last_delay_ms = CASE WHEN v.o IN ('retry', 'fail') AND j.attempt < j.max_attempts
+                             THEN skiplock.retry_delay_ms(j.attempt, j.last_delay_ms,
+                                    j.backoff, j.backoff_base_ms, j.backoff_cap_ms, v.asked,
+                                    v.dfr, v.bs, v.bb, v.bc, v.r, (v.ord - 1 + v.r) / v_n)
+                             ELSE j.last_delay_ms END,
+        finished_at = CASE WHEN v.o IN ('ok', 'discard') OR j.attempt >= j.max_attempts
+                           THEN now() END,
+        lease_owner = NULL, lease_expires_at = NULL
+        FROM v
+       WHERE j.id = v.id AND j.fencing = v.fencing AND j.state = 'running' COLLATE "C"
+      RETURNING j.id, j.kind, j.state, j.run_at, v.o,
+                CASE WHEN j.state = 'available' THEN j.last_delay_ms END AS delay_ms),
+    tally AS (
+      SELECT kind, (count(*) FILTER (WHERE o = 'ok'))::int AS ok,
+             (count(*) FILTER (WHERE o IN ('retry', 'fail')))::int AS bad
+        FROM done GROUP BY kind),
+    brk AS (
+      UPDATE skiplock.breakers b
+         SET (state, prev_state, calls, failures, window_started_at, probe_ok, open_until,
+              changed_at) = (SELECT x.state, x.prev_state, x.calls, x.failures,
+                                    x.window_started_at, x.probe_ok, x.open_until, x.changed_at
+                               FROM skiplock.breaker_step(b, t.ok, t.bad) x)
+        FROM tally t WHERE b.kind = t.kind AND (t.ok > 0 OR t.bad > 0)
+      RETURNING b.kind, b.prev_state, b.state, b.calls, b.failures),
+    brk_ev AS (
+      INSERT INTO skiplock.breaker_events (kind, from_state, to_state, reason)
+      SELECT kind, prev_state, state, CASE WHEN state = 'closed' THEN 'probes succeeded'
+             WHEN prev_state = 'half_open' THEN 'a probe failed'
+             ELSE format('%s of %s calls failed', failures, calls) END
+        FROM brk WHERE prev_state <> state)
+    SELECT 'recorded'::text, x.id, x.state, x.run_at, x.delay_ms, NULL::text, NULL::text,
            NULL::jsonb, NULL::int, NULL::int, NULL::bigint, NULL::timestamptz, NULL::int,
            NULL::int, NULL::bigint
-      FROM skiplock.record(ids, fencings, outcomes, results, errors, retry_after_ms, deferred,
-                           backoffs, backoff_bases_ms, backoff_caps_ms) r;
+      FROM done x;
+  END IF;
+  IF record_claim.n = 0 THEN
+    RETURN;
+  END IF;
+  v_ids := skiplock.claim_pick(owner, kinds, queues, n, lease, after_priority,
+                               after_run_at_us, after_id);
   RETURN QUERY
-    SELECT 'claimed', c.id, 'running', c.run_at, NULL::bigint, c.queue, c.kind, c.payload,
-           c.attempt, c.max_attempts, c.fencing, c.lease_expires_at, c.timeout_ms, c.priority,
-           c.run_at_us
-      FROM skiplock.claim(owner, kinds, queues, n, lease, after_priority, after_run_at_us,
-                          after_id) c;
+    UPDATE skiplock.jobs j
+       SET state = 'running', attempt = j.attempt + 1, fencing = j.fencing + 1,
+           lease_owner = record_claim.owner, lease_expires_at = now() + record_claim.lease,
+           attempted_at = now()
+     WHERE j.id = ANY (v_ids)
+    RETURNING 'claimed'::text, j.id, 'running'::text, j.run_at, NULL::bigint, j.queue, j.kind,
+              j.payload, j.attempt, j.max_attempts, j.fencing, j.lease_expires_at,
+              coalesce(j.timeout_ms, 0), j.priority,
+              (extract(epoch FROM j.run_at) * 1000000)::bigint;
 END
 $$;
 
-COMMENT ON FUNCTION skiplock.record_claim(ids bigint[], fencings bigint[], outcomes text[], results jsonb[], errors text[], retry_after_ms bigint[], deferred boolean[], backoffs text[], backoff_bases_ms bigint[], backoff_caps_ms bigint[], owner text, kinds text[], queues text[], n integer, lease interval, after_priority integer, after_run_at_us bigint, after_id bigint) IS 'record outcomes, then claim, in one call: rows tagged recorded / claimed';
+COMMENT ON FUNCTION skiplock.record_claim(ids bigint[], fencings bigint[], outcomes text[], results jsonb[], errors text[], retry_after_ms bigint[], deferred boolean[], backoffs text[], backoff_bases_ms bigint[], backoff_caps_ms bigint[], owner text, kinds text[], queues text[], n integer, lease interval, after_priority integer, after_run_at_us bigint, after_id bigint) IS 'record outcomes, then claim, in one call: rows tagged recorded / claimed; n = 0 records only';
 
 CREATE FUNCTION skiplock.rescue(n integer DEFAULT 1000) RETURNS SETOF skiplock.rescued_job
     LANGUAGE plpgsql SECURITY DEFINER
@@ -1068,58 +1099,22 @@ $$;
 
 COMMENT ON FUNCTION skiplock.rescue(n integer) IS 'give back up to n running jobs whose lease expired';
 
-CREATE TABLE skiplock.jobs (
-    id bigint NOT NULL,
-    queue text DEFAULT 'default'::text NOT NULL,
-    kind text NOT NULL,
-    payload jsonb DEFAULT '{}'::jsonb NOT NULL,
-    state text DEFAULT 'available'::text NOT NULL,
-    priority integer DEFAULT 0 NOT NULL,
-    run_at timestamp with time zone DEFAULT now() NOT NULL,
-    attempt integer DEFAULT 0 NOT NULL,
-    max_attempts integer DEFAULT 25 NOT NULL,
-    fencing bigint DEFAULT 0 NOT NULL,
-    lease_owner text,
-    lease_expires_at timestamp with time zone,
-    unique_key text,
-    timeout_ms integer,
-    backoff_base_ms integer,
-    backoff_cap_ms integer,
-    errors jsonb DEFAULT '[]'::jsonb NOT NULL,
-    result jsonb,
-    created_at timestamp with time zone DEFAULT now() NOT NULL,
-    attempted_at timestamp with time zone,
-    finished_at timestamp with time zone,
-    backoff text,
-    last_delay_ms bigint,
-    CONSTRAINT jobs_attempts_check CHECK (((max_attempts >= 1) AND (attempt >= 0))),
-    CONSTRAINT jobs_backoff_check CHECK ((backoff = ANY (ARRAY['full'::text, 'equal'::text, 'decorrelated'::text, 'exponential'::text, 'fixed'::text]))),
-    CONSTRAINT jobs_durations_check CHECK (((timeout_ms >= 0) AND (backoff_base_ms >= 0) AND (backoff_cap_ms >= 0))),
-    CONSTRAINT jobs_kind_check CHECK (((length(kind) >= 1) AND (length(kind) <= 128))),
-    CONSTRAINT jobs_lease_check CHECK (((state <> 'running'::text) OR (lease_expires_at IS NOT NULL))),
-    CONSTRAINT jobs_queue_check CHECK (((length(queue) >= 1) AND (length(queue) <= 128))),
-    CONSTRAINT jobs_run_at_check CHECK (((run_at >= '1970-01-01 00:00:00+00'::timestamp with time zone) AND (run_at < '2200-01-01 00:00:00+00'::timestamp with time zone))),
-    CONSTRAINT jobs_state_check CHECK ((state = ANY (ARRAY['available'::text, 'running'::text, 'completed'::text, 'discarded'::text, 'cancelled'::text]))),
-    CONSTRAINT jobs_unique_key_check CHECK (((length(unique_key) >= 1) AND (length(unique_key) <= 512)))
-)
-WITH (fillfactor='80', autovacuum_vacuum_scale_factor='0.01', autovacuum_vacuum_cost_delay='0', autovacuum_analyze_scale_factor='0.02');
-
-CREATE FUNCTION skiplock.retry_delay_ms(j skiplock.jobs, asked_ms bigint, deferred boolean, bs text, bb bigint, bc bigint, r double precision, slot double precision) RETURNS bigint
+CREATE FUNCTION skiplock.retry_delay_ms(attempt integer, last_delay_ms bigint, job_backoff text, job_base_ms bigint, job_cap_ms bigint, asked_ms bigint, deferred boolean, bs text, bb bigint, bc bigint, r double precision, slot double precision) RETURNS bigint
     LANGUAGE sql IMMUTABLE
     AS $$
-  WITH p AS (SELECT coalesce(j.backoff, bs, 'full') AS s,
-                    coalesce(nullif(j.backoff_base_ms, 0), nullif(bb, 0), 1000)::bigint AS base,
-                    coalesce(nullif(j.backoff_cap_ms, 0), nullif(bc, 0), 3600000)::bigint AS cap)
+  WITH p AS (SELECT coalesce(job_backoff, bs, 'full') AS s,
+                    coalesce(nullif(job_base_ms, 0), nullif(bb, 0), 1000)::bigint AS base,
+                    coalesce(nullif(job_cap_ms, 0), nullif(bc, 0), 3600000)::bigint AS cap)
   SELECT least(greatest(CASE
     WHEN coalesce(deferred, false)
       THEN greatest(coalesce(asked_ms, 0), p.cap / 2 + floor((p.cap - p.cap / 2) * slot)::bigint)
     WHEN asked_ms > 0
       THEN least(asked_ms, p.cap) + floor(r * (least(asked_ms, p.cap) / 10 + 1))::bigint
-    ELSE skiplock.backoff_delay(p.s, j.attempt - 1, p.base, p.cap, j.last_delay_ms, r)
+    ELSE skiplock.backoff_delay(p.s, attempt - 1, p.base, p.cap, last_delay_ms, r)
   END, 0), 31536000000) FROM p
 $$;
 
-COMMENT ON FUNCTION skiplock.retry_delay_ms(j skiplock.jobs, asked_ms bigint, deferred boolean, bs text, bb bigint, bc bigint, r double precision, slot double precision) IS 'the retry decision: delay in ms before the next attempt of a failed job';
+COMMENT ON FUNCTION skiplock.retry_delay_ms(attempt integer, last_delay_ms bigint, job_backoff text, job_base_ms bigint, job_cap_ms bigint, asked_ms bigint, deferred boolean, bs text, bb bigint, bc bigint, r double precision, slot double precision) IS 'the retry decision: delay in ms before the next attempt of a failed job';
 
 CREATE FUNCTION skiplock.schedule_fire(p_name text, p_created_at timestamp with time zone, p_expected_last timestamp with time zone, p_new_last timestamp with time zone, p_next timestamp with time zone, p_fires timestamp with time zone[], p_keys text[]) RETURNS bigint[]
     LANGUAGE plpgsql SECURITY DEFINER
@@ -1201,6 +1196,42 @@ CREATE TABLE skiplock.idempotency_keys (
     CONSTRAINT idempotency_keys_key_check CHECK (((octet_length(key) >= 1) AND (octet_length(key) <= 255))),
     CONSTRAINT idempotency_keys_state_check CHECK ((state = ANY (ARRAY['in_progress'::text, 'completed'::text])))
 );
+
+CREATE TABLE skiplock.jobs (
+    id bigint NOT NULL,
+    queue text DEFAULT 'default'::text NOT NULL,
+    kind text NOT NULL,
+    payload jsonb DEFAULT '{}'::jsonb NOT NULL,
+    state text DEFAULT 'available'::text NOT NULL,
+    priority integer DEFAULT 0 NOT NULL,
+    run_at timestamp with time zone DEFAULT now() NOT NULL,
+    attempt integer DEFAULT 0 NOT NULL,
+    max_attempts integer DEFAULT 25 NOT NULL,
+    fencing bigint DEFAULT 0 NOT NULL,
+    lease_owner text,
+    lease_expires_at timestamp with time zone,
+    unique_key text,
+    timeout_ms integer,
+    backoff_base_ms integer,
+    backoff_cap_ms integer,
+    errors jsonb DEFAULT '[]'::jsonb NOT NULL,
+    result jsonb,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    attempted_at timestamp with time zone,
+    finished_at timestamp with time zone,
+    backoff text,
+    last_delay_ms bigint,
+    CONSTRAINT jobs_attempts_check CHECK (((max_attempts >= 1) AND (attempt >= 0))),
+    CONSTRAINT jobs_backoff_check CHECK ((backoff = ANY (ARRAY['full'::text, 'equal'::text, 'decorrelated'::text, 'exponential'::text, 'fixed'::text]))),
+    CONSTRAINT jobs_durations_check CHECK (((timeout_ms >= 0) AND (backoff_base_ms >= 0) AND (backoff_cap_ms >= 0))),
+    CONSTRAINT jobs_kind_check CHECK (((length(kind) >= 1) AND (length(kind) <= 128))),
+    CONSTRAINT jobs_lease_check CHECK (((state <> 'running'::text) OR (lease_expires_at IS NOT NULL))),
+    CONSTRAINT jobs_queue_check CHECK (((length(queue) >= 1) AND (length(queue) <= 128))),
+    CONSTRAINT jobs_run_at_check CHECK (((run_at >= '1970-01-01 00:00:00+00'::timestamp with time zone) AND (run_at < '2200-01-01 00:00:00+00'::timestamp with time zone))),
+    CONSTRAINT jobs_state_check CHECK ((state = ANY (ARRAY['available'::text, 'running'::text, 'completed'::text, 'discarded'::text, 'cancelled'::text]))),
+    CONSTRAINT jobs_unique_key_check CHECK (((length(unique_key) >= 1) AND (length(unique_key) <= 512)))
+)
+WITH (fillfactor='80', autovacuum_vacuum_scale_factor='0.01', autovacuum_vacuum_cost_delay='0', autovacuum_analyze_scale_factor='0.02');
 
 CREATE SEQUENCE skiplock.jobs_id_seq
     START WITH 1

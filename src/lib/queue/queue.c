@@ -537,12 +537,29 @@ enum { OC_ID, OC_FENCING, OC_KIND, OC_RESULT, OC_ERROR, OC_ASKED, OC_DEFERRED, O
 
 typedef struct outcome_cols {
 	skl_buf col[OC_NCOLS];
+	bool set[OC_NCOLS];  /* some outcome has a value other than the default */
 } outcome_cols;
+
+/* Which optional columns outcome o sets (the others are sent as NULL
+ * arrays when no outcome of the batch sets them: less for the server to
+ * parse on a turn of completions). */
+static void outcome_marks(outcome_cols *oc, const skl_outcome *o)
+{
+	bool *m = oc->set;
+	m[OC_RESULT] |= o->kind == SKL_OUTCOME_COMPLETE && o->result != NULL;
+	m[OC_ERROR] |= o->error != NULL;
+	m[OC_ASKED] |= o->retry_delay_ms > 0;
+	m[OC_DEFERRED] |= o->deferred;
+	m[OC_BACKOFF] |= skl_backoff_name(o->backoff) != NULL;
+	m[OC_BASE] |= o->backoff_base_ms > 0;
+	m[OC_CAP] |= o->backoff_cap_ms > 0;
+}
 
 static void outcome_row(outcome_cols *oc, const skl_outcome *o, const char *sep)
 {
 	skl_buf *b = oc->col;
 	unsigned k = (unsigned)o->kind < SKL_ARRAY_LEN(outcome_names) ? (unsigned)o->kind : 1;
+	outcome_marks(oc, o);
 	skl_buf_printf(&b[OC_ID], "%s%" PRId64, sep, o->id);
 	skl_buf_printf(&b[OC_FENCING], "%s%" PRId64, sep, o->fencing);
 	skl_buf_printf(&b[OC_KIND], "%s%s", sep, outcome_names[k]);
@@ -565,6 +582,7 @@ static skl_rc outcome_columns(outcome_cols *oc, const skl_outcome *outs, size_t 
 	for (int k = 0; k < OC_NCOLS; k++) {
 		skl_buf_init(&oc->col[k], 0);
 		skl_buf_adds(&oc->col[k], "{");
+		oc->set[k] = k < OC_RESULT;  /* ids, fencings, outcomes: always */
 	}
 	for (size_t i = 0; i < n; i++)
 		outcome_row(oc, &outs[i], i ? "," : "");
@@ -572,7 +590,7 @@ static skl_rc outcome_columns(outcome_cols *oc, const skl_outcome *outs, size_t 
 	for (int k = 0; k < OC_NCOLS; k++) {
 		skl_buf_adds(&oc->col[k], "}");
 		failed |= skl_buf_failed(&oc->col[k]);
-		params[k] = skl_buf_str(&oc->col[k]);
+		params[k] = oc->set[k] ? skl_buf_str(&oc->col[k]) : NULL;
 	}
 	return failed ? skl__seterr(err, SKL_NOMEM, "out of memory building outcomes") : SKL_OK;
 }
