@@ -38,7 +38,7 @@ static char *fill_page(const dash_server *s, dash_role role, size_t *len)
 	snprintf(stuck, sizeof(stuck), "%" PRId64, s->stuck_after_ms);
 	const char *const subst[][2] = {
 		{"@CSRF_TOKEN@", s->csrf},
-		{"@READ_ONLY@", role == DASH_VIEWER ? "true" : "false"},
+		{"@READ_ONLY@", s->read_only ? "true" : "false"},
 		{"@ROLE@", role == DASH_VIEWER ? "viewer" : "operator"},
 		{"@HIDE_PAYLOADS@", s->hide_payloads ? "true" : "false"},
 		{"@STUCK_AFTER_MS@", stuck}};
