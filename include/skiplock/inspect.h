@@ -81,12 +81,29 @@ typedef struct skl_list_opts {
 	const char *kind;          /* NULL: every kind */
 	const char *state;         /* NULL: every state; else one skl_job_state_valid accepts */
 	int limit;                 /* at most this many jobs; 0: 50 */
+	/* Finding a job (every one NULL: no such filter). */
+	const char *payload_contains; /* JSON: the payload contains it (jsonb @>) */
+	const char *error_contains;   /* text in an entry of the error history,
+	                               * ignoring case */
+	const char *time_field;    /* the time that from and to bound: "created",
+	                            * "run", "attempted", "finished" or "lease"
+	                            * (lease_expires_at) */
+	const char *from;          /* time_field >= from; to: time_field < to.  Each
+	                            * an ISO 8601 timestamp ("2026-05-01T08:00:00Z",
+	                            * UTC when it names no zone) or a duration
+	                            * before the database's now() ("15m", as
+	                            * skl_duration_parse reads it) */
+	const char *to;
 } skl_list_opts;
 
 /* Lists jobs matching every filter in o (o may be NULL: no filter), newest
  * (highest id) first.  *jobs (free with skl_job_info_free) is NULL and *n 0
- * when none matches; that is SKL_OK, not SKL_EMPTY.  SKL_INVALID for an
- * unknown state or a negative limit.  Blocks up to the client's retry
+ * when none matches; that is SKL_OK, not SKL_EMPTY.  SKL_INVALID, before
+ * any statement, for an unknown state, a negative limit, a payload filter
+ * that is not JSON, an unknown time field, a bound that is neither a
+ * timestamp nor a duration, or a bound without a time field.  The jobs are
+ * read newest first along the primary key until limit match, so a filter
+ * that matches few jobs reads many.  Blocks up to the client's retry
  * bound. */
 SKL_API skl_rc skl_jobs_list(skl_client *c, const skl_list_opts *o, skl_job_info **jobs,
                              size_t *n, skl_error *err);

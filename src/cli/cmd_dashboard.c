@@ -1,7 +1,7 @@
 /*
  * cmd_dashboard.c — `skiplock dashboard`: a small web page over the
- * database (queues, jobs, one job, schedules, leases) with retry and
- * cancel buttons.  Options and the listen address are checked before
+ * database (what is wrong now, queues, jobs, one job, schedules, leases)
+ * with retry and cancel buttons, for operators and viewers.  Options and the listen address are checked before
  * anything starts; dashboard_http.c serves, dashboard_api.c answers.
  */
 #include <arpa/inet.h>
@@ -15,16 +15,22 @@
 #include "dashboard/dashboard.h"
 
 static const char usage[] =
-	"Usage: skiplock dashboard [--listen ADDR:PORT] [--read-only]\n"
-	"                          [--auth-token-file FILE] [--idle-for DUR]\n"
+	"Usage: skiplock dashboard [--listen ADDR:PORT] [--read-only] [--hide-payloads]\n"
+	"                          [--operator-token-file FILE] [--viewer-token-file FILE]\n"
+	"                          [--idle-for DUR] [--stuck-after DUR]\n"
 	"\n"
-	"Serve a web dashboard of the queue: jobs by state per queue and kind, jobs\n"
-	"finished per minute over the last hour (a sparkline per queue and kind),\n"
-	"the job list with state, queue and kind filters, each job with its\n"
-	"payload, attempts, errors, lease and fencing token, cron schedules with\n"
-	"their next fire time, leases, circuit breakers, and the findings of\n"
-	"`skiplock doctor locks`. Retry and cancel buttons act on one job (POST with\n"
-	"a per-process CSRF token). The page, script and style sheet are built\n"
+	"Serve a web dashboard of the queue. At the top, what is wrong now: jobs\n"
+	"whose lease expired, jobs stuck in running, the oldest due job's age and\n"
+	"the failure rate over 5 and 60 minutes per queue and kind, open circuit\n"
+	"breakers and lock-doctor findings, each linking to the list that explains\n"
+	"it (green when nothing is wrong). Then jobs by state per queue and kind,\n"
+	"jobs finished per minute over the last hour, the job list (state, queue,\n"
+	"kind, payload containing JSON, error text, and a window on the created,\n"
+	"run, attempted, finished or lease time; the filters and the open job are\n"
+	"in the page's URL), each job with its payload, attempts, errors, lease and\n"
+	"fencing token, cron schedules, leases, circuit breakers, and the findings\n"
+	"of `skiplock doctor locks`. Retry and cancel buttons act on one job (POST\n"
+	"with a per-process CSRF token). The page, script and style sheet are built\n"
 	"into the command; nothing is loaded from elsewhere. Prints \"listening on\n"
 	"http://ADDR:PORT/\" once ready, and serves until SIGINT or SIGTERM.\n"
 	"\n"
@@ -32,29 +38,54 @@ static const char usage[] =
 	"  --listen ADDR:PORT     address to listen on (default 127.0.0.1:8080);\n"
 	"                         an IPv4 address, [IPv6] or localhost; port 0\n"
 	"                         picks a free port. An address other than loopback\n"
-	"                         is refused without --auth-token-file\n"
-	"  --read-only            no retry or cancel: the buttons are hidden and\n"
-	"                         every POST is refused with 403\n"
-	"  --auth-token-file FILE every request must carry \"Authorization: Bearer\n"
-	"                         TOKEN\", TOKEN being the file's first line\n"
-	"                         (compared in constant time); else 401\n"
+	"                         is refused without a token file\n"
+	"  --read-only            no retry or cancel for anyone: the buttons are\n"
+	"                         hidden and every POST is refused with 403\n"
+	"  --operator-token-file FILE\n"
+	"                         a request carrying \"Authorization: Bearer TOKEN\",\n"
+	"                         TOKEN being the file's first line (compared in\n"
+	"                         constant time), may act. With a token file, a\n"
+	"                         request without a valid token gets 401\n"
+	"  --auth-token-file FILE the older name of --operator-token-file\n"
+	"  --viewer-token-file FILE\n"
+	"                         a request carrying this token may only read: the\n"
+	"                         page hides the actions and every POST gets 403\n"
+	"  --hide-payloads        job payloads and results are not sent unless an\n"
+	"                         operator asks for one (never to a viewer)\n"
 	"  --idle-for DUR         the age that makes an advisory-lock holder a\n"
 	"                         finding, as in doctor locks (default 60s)\n"
+	"  --stuck-after DUR      a running attempt older than this is stuck\n"
+	"                         (default 15m)\n"
 	"\n";
 
 static const char exit_help[] =
 	"\nExit status: 0 stopped by a signal, 1 could not listen, 2 bad usage or bad\n"
 	"input, 3 database unreachable within --retry-for.\n";
 
-enum { O_LISTEN = OPT_COMMON_LAST + 1, O_READ_ONLY, O_TOKEN_FILE, O_IDLE_FOR };
+enum { O_LISTEN = OPT_COMMON_LAST + 1, O_READ_ONLY, O_TOKEN_FILE, O_VIEWER_FILE, O_HIDE,
+       O_IDLE_FOR, O_STUCK_AFTER };
 
 typedef struct dash_args {
 	cli_common *cc;
 	const char *listen;
 	const char *token_file;
+	const char *viewer_file;
 	int64_t idle_for_ms;
+	int64_t stuck_after_ms;
 	bool read_only;
+	bool hide_payloads;
 } dash_args;
+
+/* A duration longer than 0 into *ms. */
+static int positive_duration(dash_args *a, const char *name, const char *arg, int64_t *ms)
+{
+	if (!cli_duration(a->cc, name, arg, ms))
+		return CLI_USAGE;
+	if (*ms > 0)
+		return CLI_OK;
+	cli_error(a->cc, "%s must be longer than 0", name);
+	return CLI_USAGE;
+}
 
 static int own_option(int code, const char *arg, void *ctx)
 {
@@ -63,13 +94,10 @@ static int own_option(int code, const char *arg, void *ctx)
 	case O_LISTEN: a->listen = arg; return CLI_OK;
 	case O_READ_ONLY: a->read_only = true; return CLI_OK;
 	case O_TOKEN_FILE: a->token_file = arg; return CLI_OK;
-	case O_IDLE_FOR:
-		if (!cli_duration(a->cc, "--idle-for", arg, &a->idle_for_ms))
-			return CLI_USAGE;
-		if (a->idle_for_ms > 0)
-			return CLI_OK;
-		cli_error(a->cc, "--idle-for must be longer than 0");
-		return CLI_USAGE;
+	case O_VIEWER_FILE: a->viewer_file = arg; return CLI_OK;
+	case O_HIDE: a->hide_payloads = true; return CLI_OK;
+	case O_IDLE_FOR: return positive_duration(a, "--idle-for", arg, &a->idle_for_ms);
+	case O_STUCK_AFTER: return positive_duration(a, "--stuck-after", arg, &a->stuck_after_ms);
 	default: return CLI_USAGE;
 	}
 }
@@ -117,11 +145,11 @@ static bool parse_listen(const cli_common *cc, const char *text, listen_addr *la
 }
 
 /* The token: the file's first line, 16 to 4096 printable characters. */
-static char *read_token(const cli_common *cc, const char *path)
+static char *read_token(const cli_common *cc, const char *opt, const char *path)
 {
 	FILE *f = fopen(path, "r");
 	if (f == NULL) {
-		cli_error(cc, "--auth-token-file: cannot read %s", path);
+		cli_error(cc, "%s: cannot read %s", opt, path);
 		return NULL;
 	}
 	char *tok = calloc(1, 4098);
@@ -136,8 +164,8 @@ static char *read_token(const cli_common *cc, const char *path)
 	for (size_t i = 0; i < n; i++)
 		printable = printable && tok[i] > ' ' && tok[i] < 127;
 	if (n < 16 || n > 4096 || !printable) {
-		cli_error(cc, "--auth-token-file: the first line of %s must be a token of 16 to "
-		              "4096 printable characters without spaces", path);
+		cli_error(cc, "%s: the first line of %s must be a token of 16 to 4096 printable "
+		              "characters without spaces", opt, path);
 		free(tok);
 		return NULL;
 	}
@@ -165,8 +193,8 @@ static int serve(const cli_common *cc, dash_server *s, const listen_addr *la, co
 	printf(la->is_v6 ? "listening on http://[%s]:%u/\n" : "listening on http://%s:%u/\n",
 	       host, port);
 	fflush(stdout);
-	cli_log(SKL_LOG_INFO, "dashboard: listening on port %u%s", port,
-	        s->read_only ? " (read-only)" : "");
+	cli_log(SKL_LOG_INFO, "dashboard: listening on port %u%s%s", port,
+	        s->read_only ? " (read-only)" : "", s->hide_payloads ? " (payloads hidden)" : "");
 	int sig = 0;
 	sigwait(&set, &sig);
 	cli_log(SKL_LOG_INFO, "dashboard: stopping on signal %d", sig);
@@ -174,16 +202,39 @@ static int serve(const cli_common *cc, dash_server *s, const listen_addr *la, co
 	return CLI_OK;
 }
 
+/* The token files into s; CLI_USAGE (one line said) when one is bad or
+ * both hold the same token (a request could not be given one role). */
+static int read_tokens(const cli_common *cc, const dash_args *a, dash_server *s)
+{
+	char *op = NULL, *viewer = NULL;
+	if (a->token_file && (op = read_token(cc, "--operator-token-file", a->token_file)) == NULL)
+		return CLI_USAGE;
+	if (a->viewer_file &&
+	    (viewer = read_token(cc, "--viewer-token-file", a->viewer_file)) == NULL) {
+		free(op);
+		return CLI_USAGE;
+	}
+	if (op && viewer && strcmp(op, viewer) == 0) {
+		cli_error(cc, "--viewer-token-file: the viewer token must differ from the operator's");
+		free(op);
+		free(viewer);
+		return CLI_USAGE;
+	}
+	s->token = op;
+	s->viewer_token = viewer;
+	return CLI_OK;
+}
+
 static int run(cli_common *cc, dash_args *a, const listen_addr *la)
 {
-	dash_server s = {.read_only = a->read_only, .idle_for_ms = a->idle_for_ms};
-	char *token = NULL;
-	if (a->token_file && (token = read_token(cc, a->token_file)) == NULL)
-		return CLI_USAGE;
-	s.token = token;
-	int rc = cli_open(cc, &s.client);
+	dash_server s = {.read_only = a->read_only, .hide_payloads = a->hide_payloads,
+	                 .idle_for_ms = a->idle_for_ms, .stuck_after_ms = a->stuck_after_ms};
+	int rc = read_tokens(cc, a, &s);
+	if (rc == CLI_OK)
+		rc = cli_open(cc, &s.client);
 	if (rc != CLI_OK) {
-		free(token);
+		free((char *)s.token);
+		free((char *)s.viewer_token);
 		return rc;
 	}
 	skl_error err;
@@ -198,8 +249,9 @@ static int run(cli_common *cc, dash_args *a, const listen_addr *la)
 	}
 	pthread_mutex_destroy(&s.lock);
 	skl_client_close(s.client);
-	free(s.index_html);
-	free(token);
+	dash_page_free(&s);
+	free((char *)s.token);
+	free((char *)s.viewer_token);
 	return rc;
 }
 
@@ -209,12 +261,18 @@ int cmd_dashboard(int argc, char **argv)
 		CLI_COMMON_LONGOPTS,
 		{"listen", required_argument, NULL, O_LISTEN},
 		{"read-only", no_argument, NULL, O_READ_ONLY},
+		{"operator-token-file", required_argument, NULL, O_TOKEN_FILE},
 		{"auth-token-file", required_argument, NULL, O_TOKEN_FILE},
+		{"viewer-token-file", required_argument, NULL, O_VIEWER_FILE},
+		{"hide-payloads", no_argument, NULL, O_HIDE},
 		{"idle-for", required_argument, NULL, O_IDLE_FOR},
+		{"stuck-after", required_argument, NULL, O_STUCK_AFTER},
 		{0}};
 	cli_common cc;
 	cli_common_init(&cc, "dashboard");
-	dash_args a = {.cc = &cc, .listen = "127.0.0.1:8080", .idle_for_ms = 60000};
+	cc.settings = true; /* SKIPLOCK_<OPTION> and --config FILE (settings.c) */
+	dash_args a = {.cc = &cc, .listen = "127.0.0.1:8080", .idle_for_ms = 60000,
+	               .stuck_after_ms = 15 * 60000};
 	bool done;
 	int rc = cli_start(&cc, argc, argv, opts, own_option, &a, usage, exit_help, 0, &done);
 	if (done)
@@ -222,9 +280,10 @@ int cmd_dashboard(int argc, char **argv)
 	listen_addr la;
 	if (!parse_listen(&cc, a.listen, &la))
 		return CLI_USAGE;
-	if (!la.loopback && a.token_file == NULL) {
+	if (!la.loopback && a.token_file == NULL && a.viewer_file == NULL) {
 		cli_error(&cc, "--listen %s is not a loopback address: refusing to serve it "
-		               "without --auth-token-file", a.listen);
+		               "without --operator-token-file (--auth-token-file) or "
+		               "--viewer-token-file", a.listen);
 		return CLI_USAGE;
 	}
 	return run(&cc, &a, &la);

@@ -1,11 +1,16 @@
 // Drives headless Chromium through the dashboard.  Usage:
-//   node dashboard.mjs URL RO_URL JOB_ID SCREENSHOT
+//   node dashboard.mjs URL RO_URL VIEWER_URL VIEWER_TOKEN JOB_ID STUCK_ID SHOT_DIR
 // Prints one observation per line for the calling script to check against
 // SQL: "row QUEUE KIND available running completed discarded cancelled",
 // "rate QUEUE KIND LAST COMPLETED DISCARDED POINTS" (the throughput table and
 // the number of points of its sparkline), "breaker KIND STATE", "finding
-// KIND PID", "retried ID STATE", "job-page STATE", "ro-buttons N"; exits
-// non-zero on any error (a missing element or a timeout included).
+// KIND PID", "retried ID STATE", "job-page STATE", "ro-buttons N", the
+// strip ("strip-state", "strip ITEM", "strip-link IDS"), a deep link
+// ("deep-link STATE QUEUE JOB ROWS"), the refresh control ("auto-refresh
+// WHEN STATE"), a viewer ("viewer-role", "viewer-buttons", "viewer-post
+// STATUS"), the phone's width ("phone-width PX") and the screenshots
+// ("screenshot PATH"); exits non-zero on any error (a missing element or a
+// timeout included).
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -13,7 +18,7 @@ import { createRequire } from 'node:module';
 
 const require = createRequire(process.env.SKL_NPM_DIR + '/');
 const { chromium } = require('playwright-core');
-const [url, roUrl, jobId, shot] = process.argv.slice(2);
+const [url, roUrl, viewerUrl, viewerToken, jobId, stuckId, shots] = process.argv.slice(2);
 const STATES = ['available', 'running', 'completed', 'discarded', 'cancelled'];
 
 async function rows(page) {
@@ -60,15 +65,75 @@ try {
   console.log(`retried ${jobId} ` + await page.textContent(cell));
   for (const r of await rows(page)) console.log('after ' + r);
 
-  await page.click(`#jobs a[href="#job/${jobId}"]`);
+  await page.click(`#jobs a[data-job="${jobId}"]`);
   await page.waitForSelector('#job:not([hidden]) dd[data-field="state"]');
   console.log('job-page ' + await page.textContent('#job dd[data-field="state"]'));
-  await page.screenshot({ path: shot, fullPage: true });
+
+  // The strip: the stuck job (its lease expired an hour into its attempt).
+  console.log('strip-state ' + await page.getAttribute('#now', 'data-state'));
+  for (const r of await page.$$eval('#problems li', lis => lis.map(li =>
+    li.dataset.problem + ' ' + li.textContent)))
+    console.log('strip ' + r);
+  await page.goto(url + '#');
+  await page.waitForSelector('body[data-loaded="true"]');
+  await page.click('#problems li[data-problem="lease-expired"] a');
+  await page.waitForFunction(id => [...document.querySelectorAll('#jobs tbody tr')]
+    .map(tr => tr.dataset.id).join(' ') === id, stuckId);
+  console.log('strip-link ' + (await page.$$eval('#jobs tbody tr', trs =>
+    trs.map(tr => tr.dataset.id))).join(' ') + ' ' + await page.evaluate(() => location.hash));
+  await page.screenshot({ path: shots + '/desktop.png', fullPage: true });
+  console.log('screenshot ' + shots + '/desktop.png');
+
+  // A deep link in a fresh page restores the filters and the open job.
+  const deep = await ctx.newPage();
+  await deep.goto(url + `#state=discarded&queue=mail&job=${jobId}`);
+  await deep.waitForSelector('body[data-loaded="true"]');
+  await deep.waitForSelector('#job:not([hidden])');
+  console.log('deep-link ' + await deep.inputValue('#filters [name=state]') + ' ' +
+    await deep.inputValue('#filters [name=queue]') + ' ' + await deep.textContent('#job-id') + ' ' +
+    (await deep.$$eval('#jobs tbody tr', trs => trs.map(tr => tr.dataset.id))).join(','));
+
+  // The refresh control: picking a row stops it, unpicking starts it.
+  console.log('auto-refresh start ' + await deep.getAttribute('body', 'data-auto-refresh'));
+  await deep.check('#jobs tbody input[type=checkbox]');
+  console.log('auto-refresh picked ' + await deep.getAttribute('body', 'data-auto-refresh'));
+  await deep.uncheck('#jobs tbody input[type=checkbox]');
+  console.log('auto-refresh unpicked ' + await deep.getAttribute('body', 'data-auto-refresh'));
+  await deep.selectOption('#refresh', '0');
+  console.log('auto-refresh paused ' + await deep.getAttribute('body', 'data-auto-refresh'));
+  await deep.close();
 
   await page.goto(roUrl);
   await page.waitForSelector('body[data-loaded="true"]');
   console.log('ro-buttons ' + await page.locator('#jobs button[data-action]').count());
   console.log('ro-mode ' + await page.textContent('#mode'));
+
+  // A phone, 390 px wide, in the dark: the strip and lists fit the width.
+  const pp = await ctx.newPage();
+  pp.setDefaultTimeout(20000);
+  await pp.setViewportSize({ width: 390, height: 844 });
+  await pp.emulateMedia({ colorScheme: 'dark' });
+  await pp.goto(url + '#state=running');
+  await pp.waitForSelector('body[data-loaded="true"]');
+  console.log('phone-width ' + await pp.evaluate(() => document.documentElement.scrollWidth));
+  await pp.screenshot({ path: shots + '/phone.png', fullPage: true });
+  console.log('screenshot ' + shots + '/phone.png');
+  await pp.close();
+
+  // A viewer's token: the page knows its role, draws no action, and the
+  // server refuses a POST even with the page's CSRF token.
+  const vp = await ctx.newPage();
+  vp.setDefaultTimeout(20000);
+  await vp.setExtraHTTPHeaders({ Authorization: 'Bearer ' + viewerToken });
+  await vp.goto(viewerUrl);
+  await vp.waitForSelector('body[data-loaded="true"]');
+  console.log('viewer-role ' + await vp.getAttribute('body', 'data-role') + ' ' +
+    await vp.textContent('#mode'));
+  console.log('viewer-buttons ' + await vp.locator('#jobs button[data-action]').count());
+  console.log('viewer-post ' + await vp.evaluate(async id => (await fetch(`/api/jobs/${id}/retry`,
+    { method: 'POST', headers: { 'X-CSRF-Token':
+      document.querySelector('meta[name="csrf-token"]').content } })).status, jobId));
+  await vp.close();
 } finally {
   await ctx.close();
   rmSync(profile, { recursive: true, force: true });

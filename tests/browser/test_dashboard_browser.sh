@@ -6,9 +6,14 @@
 # open, an idle session holding an advisory lock shows as a lock-doctor
 # finding, a click on retry makes a discarded job available (on the page
 # and in SQL), the job page shows it, and a --read-only dashboard shows no
-# action buttons.  A screenshot is saved
-# under the build directory.  Exits 77 (skipped) when Chromium, node or
-# playwright-core is not available.
+# action buttons.  The "what is wrong now" strip shows a stuck job (its
+# lease expired an hour into its attempt), the open breaker and the lock
+# finding, and its link lists the stuck job; a deep link restores filters
+# and the open job; picking a row stops the auto-refresh; a viewer's token
+# draws no button and its POST is refused.  Screenshots at desktop width
+# and at 390 px (dark) are saved under the build directory and their paths
+# printed.  Exits 77 (skipped) when Chromium, node or playwright-core is
+# not available.
 # shellcheck disable=SC2015  # A && pass || fail
 skip() { echo "SKIP: $*"; exit 77; }
 [ -x /usr/bin/chromium ] || skip "/usr/bin/chromium not installed (scripts/bootstrap chromium chromium-driver)"
@@ -67,6 +72,12 @@ for _ in $(seq 1 300); do
 	sleep 0.1
 done
 kill -TERM $W; wait $W
+# A stuck job: running for an hour, its lease expired a minute ago (its
+# worker gone), in a queue no worker serves.
+STUCK=$("$S" enqueue --url "$URL" --queue stuck hang) || fail "enqueue hang"
+q "UPDATE skiplock.jobs SET state = 'running', attempt = 1, fencing = fencing + 1,
+   lease_owner = 'gone', attempted_at = now() - interval '1 hour',
+   lease_expires_at = now() - interval '1 minute' WHERE id = $STUCK" >/dev/null
 "$S" breakers open bad --url "$URL" >/dev/null 2>&1 || fail "breakers open"
 wait_until "the lock holder" 10 test -s "$TMP/holder.out"
 HOLDER_PID=$(cut -d'|' -f1 "$TMP/holder.out")
@@ -80,19 +91,25 @@ before=$(q "$SQL_ROWS")
 start_dash rw
 RW=$PID RW_PORT=$PORT
 start_dash ro --read-only
-RO=$PID
-SHOT=$SKL_BUILD_DIR/dashboard-$MODE.png
-rm -f "$SHOT"
+RO=$PID RO_PORT=$PORT
+printf 'op-%s\n' "$(head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n')" >"$TMP/op"
+printf 'vw-%s\n' "$(head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n')" >"$TMP/vw"
+start_dash roles --operator-token-file "$TMP/op" --viewer-token-file "$TMP/vw"
+ROLES=$PID
+# Screenshots are kept for review in the build directory, never committed.
+SHOTS=$SKL_BUILD_DIR/dashboard-screenshots-$MODE
+rm -rf "$SHOTS"
+mkdir -p "$SHOTS"
 SKL_NPM_DIR=$NPM node "$(dirname "$0")/dashboard.mjs" "http://127.0.0.1:$RW_PORT/" \
-	"http://127.0.0.1:$PORT/" "$JOB" "$SHOT" >"$TMP/obs" 2>"$TMP/node.err" ||
-	fail "browser run: $(tail -n 20 "$TMP/node.err")"
-kill -TERM $RW $RO; wait $RW $RO
+	"http://127.0.0.1:$RO_PORT/" "http://127.0.0.1:$PORT/" "$(head -n1 "$TMP/vw")" "$JOB" "$STUCK" \
+	"$SHOTS" >"$TMP/obs" 2>"$TMP/node.err" || fail "browser run: $(tail -n 20 "$TMP/node.err")"
+kill -TERM $RW $RO $ROLES; wait $RW $RO $ROLES
 exec 7>&-
 wait $HOLDER
 cat "$TMP/obs"
 check_eq "page counts equal SQL (before)" "$(sed -n 's/^row //p' "$TMP/obs")" "$before"
 check_eq "page totals" "$(sed -n 's/^total //p' "$TMP/obs")" \
-	"available=1 running=0 completed=2 discarded=3 cancelled=0"
+	"available=1 running=1 completed=2 discarded=3 cancelled=0"
 check_eq "throughput: finished in the last hour" "$(sed -n 's/^rate //p' "$TMP/obs")" \
 	"$(printf 'default bad 0 0 2 60\ndefault ok 2 2 0 60\nmail bad 0 0 1 60')"
 check_eq "breakers: forced open" "$(sed -n 's/^breaker //p' "$TMP/obs")" "bad open"
@@ -104,6 +121,30 @@ check_eq "page counts equal SQL (after)" "$(sed -n 's/^after //p' "$TMP/obs")" "
 check_eq "job page state" "$(sed -n 's/^job-page //p' "$TMP/obs")" available
 check_eq "read-only: no action buttons" "$(sed -n 's/^ro-buttons //p' "$TMP/obs")" 0
 check_eq "read-only: marked" "$(sed -n 's/^ro-mode //p' "$TMP/obs")" read-only
-[ -s "$SHOT" ] && pass "screenshot saved: $SHOT ($(stat -c %s "$SHOT") bytes)" || fail "no screenshot"
+check_eq "strip: red" "$(sed -n 's/^strip-state //p' "$TMP/obs")" bad
+grep -q "^strip lease-expired 1 running job(s) whose lease expired" "$TMP/obs" &&
+	pass "strip: the expired lease" || fail "strip: no expired lease"
+grep -q "^strip stuck 1 job(s) running for more than 15 min" "$TMP/obs" &&
+	pass "strip: the stuck job" || fail "strip: no stuck job"
+grep -q "^strip breaker breaker bad is open" "$TMP/obs" && pass "strip: the open breaker" ||
+	fail "strip: no open breaker"
+grep -q "^strip locks 1 lock-doctor finding" "$TMP/obs" && pass "strip: the lock finding" ||
+	fail "strip: no lock finding"
+check_eq "strip: the expired lease links to the stuck job" "$(sed -n 's/^strip-link //p' "$TMP/obs")" \
+	"$STUCK #state=running&time=lease&to=0s"
+MAIL_DISCARDED=$(q "SELECT string_agg(id::text, ',' ORDER BY id DESC) FROM skiplock.jobs
+  WHERE state = 'discarded' AND queue = 'mail'")
+check_eq "deep link: filters, open job and list restored" "$(sed -n 's/^deep-link //p' "$TMP/obs")" \
+	"discarded mail $JOB $MAIL_DISCARDED"
+check_eq "refresh control: on, stops while a row is picked, paused" \
+	"$(sed -n 's/^auto-refresh //p' "$TMP/obs" | tr '\n' ' ')" "start on picked off unpicked on paused off "
+check_eq "viewer: role on the page" "$(sed -n 's/^viewer-role //p' "$TMP/obs")" "viewer viewer"
+check_eq "viewer: no action buttons" "$(sed -n 's/^viewer-buttons //p' "$TMP/obs")" 0
+check_eq "viewer: POST refused" "$(sed -n 's/^viewer-post //p' "$TMP/obs")" 403
+check_eq "phone: nothing wider than 390 px" "$(sed -n 's/^phone-width //p' "$TMP/obs")" 390
+for f in desktop phone; do
+	[ -s "$SHOTS/$f.png" ] && pass "screenshot: $SHOTS/$f.png ($(stat -c %s "$SHOTS/$f.png") bytes)" ||
+		fail "no $f screenshot"
+done
 no_leftovers
 finish

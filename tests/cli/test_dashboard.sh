@@ -5,7 +5,11 @@
 # refuses every action, the JSON counts equal SQL counts, and the
 # throughput, breakers and lock-doctor endpoints answer; 100 idle sockets
 # held open do not keep a request from answering at once, and an idle
-# connection is closed after a few seconds.
+# connection is closed after a few seconds.  Finding a job: payload
+# containment, error text and time windows (lease expired, stuck), bad
+# filters 400; /api/queues's oldest due age and failure rates; operator and
+# viewer tokens (a viewer's POST is 403), --hide-payloads, and the plans of
+# the job search.
 # shellcheck disable=SC2015  # A && pass || fail
 . "$(dirname "$0")/lib.sh"
 S=$SKL_BIN
@@ -36,15 +40,20 @@ http() {
 }
 
 # --- bad input: exit 2, one line, nothing served ---
-expect_exit "non-loopback without a token file" 2 "not a loopback address.*--auth-token-file" -- \
+expect_exit "non-loopback without a token file" 2 "not a loopback address.*--operator-token-file" -- \
 	"$S" dashboard --url "$URL" --listen 0.0.0.0:0
 expect_exit "listen without a port" 2 "--listen.*ADDR:PORT" -- \
 	"$S" dashboard --url "$URL" --listen 127.0.0.1
 printf 'short\n' >"$TMP/short"
-expect_exit "token too short" 2 "--auth-token-file.*16 to 4096" -- \
+expect_exit "token too short" 2 "--operator-token-file.*16 to 4096" -- \
 	"$S" dashboard --url "$URL" --listen 0.0.0.0:0 --auth-token-file "$TMP/short"
-expect_exit "token file missing" 2 "--auth-token-file: cannot read" -- \
+expect_exit "token file missing" 2 "--operator-token-file: cannot read" -- \
 	"$S" dashboard --url "$URL" --auth-token-file "$TMP/none"
+
+expect_exit "viewer token file missing" 2 "--viewer-token-file: cannot read" -- \
+	"$S" dashboard --url "$URL" --viewer-token-file "$TMP/none"
+expect_exit "--stuck-after 0" 2 "--stuck-after must be longer than 0" -- \
+	"$S" dashboard --url "$URL" --stuck-after 0s
 
 # --- jobs: two available in two queues, one delayed ---
 ids=$("$S" enqueue --url "$URL" --batch - <<'JOBS'
@@ -139,5 +148,128 @@ check_eq "read-only cancel: 403" "$(http POST "/api/jobs/$d2/cancel" -H "X-CSRF-
 check_eq "read-only: job still available" "$(q "SELECT state FROM skiplock.jobs WHERE id = $d2")" available
 check_eq "read-only reads: 200" "$(http GET /api/leases)" 200
 stop_dash ro
+
+# --- find the job: payload, error text, time window; bad filters are 400 ---
+q "UPDATE skiplock.jobs SET errors = jsonb_build_array(jsonb_build_object('attempt', 1,
+   'at', now(), 'error', 'smtp: Broken pipe')) WHERE id = $d1" >/dev/null
+# d2 stuck: running for an hour, its lease expired a minute ago.
+q "UPDATE skiplock.jobs SET state = 'running', attempt = 1, fencing = fencing + 1,
+   lease_owner = 'gone', attempted_at = now() - interval '1 hour',
+   lease_expires_at = now() - interval '1 minute' WHERE id = $d2" >/dev/null
+start_dash find --listen 127.0.0.1:0
+ids() { jq -r 'map(.id) | join(" ")' "$TMP/body"; }
+check_eq "payload contains: 200" "$(http GET '/api/jobs' -G --data-urlencode 'payload={"n": 1}')" 200
+check_eq "payload contains {\"n\": 1}: d1" "$(ids)" "$d1"
+check_eq "payload not JSON: 400" "$(http GET '/api/jobs' -G --data-urlencode 'payload={"n": ')" 400
+grep -q 'payload filter is not JSON' "$TMP/body" && pass "payload error names the filter" ||
+	fail "payload error: $(cat "$TMP/body")"
+check_eq "error text, any case: 200" "$(http GET '/api/jobs?error=BROKEN%20pipe')" 200
+check_eq "error text finds d1" "$(ids)" "$d1"
+check_eq "created in the last hour: 200" "$(http GET '/api/jobs?time=created&from=1h')" 200
+check_eq "created in the last hour: all three" "$(jq length "$TMP/body")" 3
+check_eq "created before an hour ago: 200" "$(http GET '/api/jobs?time=created&to=1h')" 200
+check_eq "created before an hour ago: none" "$(jq length "$TMP/body")" 0
+check_eq "created since a timestamp" "$(http GET '/api/jobs?time=created&from=2020-01-01T00:00:00Z&to=2199-12-31')" 200
+check_eq "created since a timestamp: all three" "$(jq length "$TMP/body")" 3
+check_eq "lease expired: 200" "$(http GET '/api/jobs?state=running&time=lease&to=0s')" 200
+check_eq "lease expired: d2" "$(ids)" "$d2"
+check_eq "running for over 15 min: 200" "$(http GET '/api/jobs?state=running&time=attempted&to=15m')" 200
+check_eq "running for over 15 min: d2" "$(ids)" "$d2"
+check_eq "month 13: 400" "$(http GET '/api/jobs?time=created&from=2026-13-01T00:00Z')" 400
+check_eq "February 30: 400" "$(http GET '/api/jobs?time=run&to=2026-02-30')" 400
+check_eq "a word for a time: 400" "$(http GET '/api/jobs?time=created&from=yesterday')" 400
+check_eq "a bound without a time field: 400" "$(http GET '/api/jobs?from=1h')" 400
+check_eq "unknown time field: 400" "$(http GET '/api/jobs?time=born&from=1h')" 400
+check_eq "filters keep the Host rule: 403" \
+	"$(http GET '/api/jobs?error=x' -H "Host: rebind.example:$PORT")" 403
+check_eq "queues: 200" "$(http GET /api/queues)" 200
+check_eq "queues: lease expired, oldest due age, failure rates (5 and 60 min)" \
+	"$(jq -c 'map(select(.kind == "k")) | map([.queue, .lease_expired, (.oldest_due_age_ms | type),
+	  .recent_errors_5m, .failure_rate_5m, .recent_errors_60m, .failure_rate_60m])' "$TMP/body")" \
+	'[["default",0,"number",1,1,1,1],["q2",1,"null",0,null,0,null]]'
+stop_dash find
+
+# --- roles: an operator token acts, a viewer token only reads ---
+printf 'op-%s\n' "$(head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n')" >"$TMP/op"
+printf 'vw-%s\n' "$(head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n')" >"$TMP/vw"
+OP=$(head -n1 "$TMP/op") VW=$(head -n1 "$TMP/vw")
+expect_exit "the same token for both roles" 2 "--viewer-token-file: the viewer token must differ" -- \
+	"$S" dashboard --url "$URL" --operator-token-file "$TMP/op" --viewer-token-file "$TMP/op"
+start_dash roles --listen 0.0.0.0:0 --operator-token-file "$TMP/op" --viewer-token-file "$TMP/vw" \
+	--hide-payloads
+check_eq "viewer page: 200" "$(http GET / -H "Authorization: Bearer $VW")" 200
+grep -q 'data-role="viewer"' "$TMP/body" && pass "viewer page knows its role" || fail "viewer role"
+CSRF=$(sed -n 's|.*name="csrf-token" content="\([0-9a-f]*\)".*|\1|p' "$TMP/body")
+check_eq "operator page: 200" "$(http GET / -H "Authorization: Bearer $OP")" 200
+grep -q 'data-role="operator"' "$TMP/body" && pass "operator page knows its role" || fail "operator role"
+check_eq "no token: 401" "$(http GET /api/queues)" 401
+check_eq "viewer reads: 200" "$(http GET /api/queues -H "Authorization: Bearer $VW")" 200
+check_eq "viewer cancel with CSRF: 403" "$(http POST "/api/jobs/$d1/cancel" -H "Authorization: Bearer $VW" \
+	-H "X-CSRF-Token: $CSRF")" 403
+grep -q 'a viewer cannot act' "$TMP/body" && pass "viewer refusal says why" || fail "viewer: $(cat "$TMP/body")"
+check_eq "viewer: job still available" "$(q "SELECT state FROM skiplock.jobs WHERE id = $d1")" available
+check_eq "operator without CSRF: 403" "$(http POST "/api/jobs/$d1/cancel" -H "Authorization: Bearer $OP")" 403
+check_eq "operator cancel: 200" "$(http POST "/api/jobs/$d1/cancel" -H "Authorization: Bearer $OP" \
+	-H "X-CSRF-Token: $CSRF")" 200
+check_eq "operator retry: 200" "$(http POST "/api/jobs/$d1/retry" -H "Authorization: Bearer $OP" \
+	-H "X-CSRF-Token: $CSRF")" 200
+# --- --hide-payloads: not sent unless an operator asks ---
+check_eq "hidden payload: 200" "$(http GET "/api/jobs/$d1" -H "Authorization: Bearer $OP")" 200
+check_eq "hidden payload: null and marked" "$(jq -c '[.payload, .payload_hidden]' "$TMP/body")" '[null,true]'
+check_eq "operator asks for it: 200" "$(http GET "/api/jobs/$d1?payload=show" -H "Authorization: Bearer $OP")" 200
+check_eq "operator sees it" "$(jq -c '[.payload, .payload_hidden]' "$TMP/body")" '[{"n":1},false]'
+check_eq "viewer asks for it: 403" "$(http GET "/api/jobs/$d1?payload=show" -H "Authorization: Bearer $VW")" 403
+check_eq "viewer filters on payloads: 403" "$(http GET '/api/jobs?payload=%7B%7D' -H "Authorization: Bearer $VW")" 403
+check_eq "payload=bogus: 400" "$(http GET "/api/jobs/$d1?payload=bogus" -H "Authorization: Bearer $OP")" 400
+stop_dash roles
+# A viewer token alone, from the environment (SKIPLOCK_<OPTION>): all read-only.
+SKIPLOCK_VIEWER_TOKEN_FILE=$TMP/vw start_dash viewer --listen 0.0.0.0:0
+check_eq "viewer only, from the environment: reads" "$(http GET /api/leases -H "Authorization: Bearer $VW")" 200
+check_eq "viewer only: the page's payload" "$(http GET "/api/jobs/$d1" -H "Authorization: Bearer $VW")" 200
+check_eq "viewer only, payloads not hidden: sent" "$(jq -c .payload "$TMP/body")" '{"n":1}'
+check_eq "viewer only: POST 403" "$(http POST "/api/jobs/$d1/cancel" -H "Authorization: Bearer $VW" \
+	-H "X-CSRF-Token: $CSRF")" 403
+stop_dash viewer
+
+# --- the plans of the job search on 20000 jobs (the shape of list_sql in
+# src/lib/queue/inspect.c, with the values the dashboard's links send) ---
+q "INSERT INTO skiplock.jobs (kind, state, payload, attempt, finished_at, errors, created_at)
+   SELECT 'p' || (i % 5), CASE WHEN i % 3 = 0 THEN 'discarded' ELSE 'completed' END,
+          jsonb_build_object('user', i % 100), 1, now() - (20000 - i) * interval '1 second',
+          CASE WHEN i % 3 = 0 THEN '[{\"attempt\": 1, \"error\": \"timeout\"}]'::jsonb ELSE '[]' END,
+          now() - (20000 - i) * interval '1 second'
+     FROM generate_series(1, 20000) i" >/dev/null
+q "ANALYZE skiplock.jobs" >/dev/null
+TIME_OF="CASE \$7::text WHEN 'created' THEN j.created_at WHEN 'run' THEN j.run_at
+  WHEN 'attempted' THEN j.attempted_at WHEN 'finished' THEN j.finished_at
+  WHEN 'lease' THEN j.lease_expires_at END"
+FIND="PREPARE find(text, text, text, int, text, text, text, text, bigint, text, bigint) AS
+SELECT j.id FROM skiplock.jobs j
+ WHERE (\$1::text IS NULL OR j.queue = \$1) AND (\$2::text IS NULL OR j.kind = \$2)
+   AND (\$3::text IS NULL OR j.state = \$3) AND (\$5::jsonb IS NULL OR j.payload @> \$5::jsonb)
+   AND (\$6::text IS NULL OR EXISTS (SELECT FROM jsonb_array_elements(j.errors) x(v)
+        WHERE strpos(lower(coalesce(x.v ->> 'error', x.v #>> '{}')), lower(\$6)) > 0))
+   AND (\$8::text IS NULL AND \$9::bigint IS NULL OR $TIME_OF >=
+        coalesce(\$8::timestamptz, now() - \$9::bigint * interval '1 millisecond'))
+   AND (\$10::text IS NULL AND \$11::bigint IS NULL OR $TIME_OF <
+        coalesce(\$10::timestamptz, now() - \$11::bigint * interval '1 millisecond'))
+ ORDER BY j.id DESC LIMIT \$4"
+plan_check() { # NAME INDEX ARGS
+	local plan
+	plan=$(printf '%s;\nEXPLAIN EXECUTE find(%s);\n' "$FIND" "$3" | psql -X -q -At "$DIRECT_URL")
+	if grep -q "$2" <<<"$plan" && ! grep -q "Seq Scan" <<<"$plan"; then
+		pass "plan: $1 reads $2"
+	else
+		fail "plan: $1 does not read $2 alone: $plan"
+	fi
+}
+plan_check "error text" jobs_pkey "NULL, NULL, NULL, 100, NULL, 'timeout', NULL, NULL, NULL, NULL, NULL"
+plan_check "created in the last hour" jobs_pkey \
+	"NULL, NULL, NULL, 100, NULL, NULL, 'created', NULL, 3600000, NULL, NULL"
+plan_check "a common payload" jobs_pkey "NULL, NULL, NULL, 100, '{}', NULL, NULL, NULL, NULL, NULL, NULL"
+plan_check "lease expired" jobs_rescue_idx \
+	"NULL, NULL, 'running', 100, NULL, NULL, 'lease', NULL, NULL, NULL, 0"
+plan_check "discarded in the last 5 minutes" jobs_finished_idx \
+	"NULL, NULL, 'discarded', 100, NULL, NULL, 'finished', NULL, 300000, NULL, NULL"
 no_leftovers
 finish

@@ -23,26 +23,34 @@ typedef struct dash_asset {
 extern const dash_asset dash_assets[];
 extern const int dash_nassets;
 
+/* Who a request comes from: an operator may act, a viewer only reads
+ * (and, with --hide-payloads, never sees a payload). */
+typedef enum dash_role { DASH_OPERATOR, DASH_VIEWER, DASH_NROLES } dash_role;
+
 /* The server's state, shared by every server thread.  The client is
  * used under `lock` only: an skl_client serves one thread at a time. */
 typedef struct dash_server {
 	skl_client *client;
 	pthread_mutex_t lock;
-	bool read_only;
+	bool read_only;            /* every request is a viewer's */
+	bool hide_payloads;        /* payloads only on an operator's request */
 	int64_t idle_for_ms;       /* doctor locks: the age that makes a finding */
-	const char *token;         /* bearer token; NULL: none required */
+	int64_t stuck_after_ms;    /* a running attempt this old is stuck */
+	const char *token;         /* the operator's bearer token; NULL: none */
+	const char *viewer_token;  /* the viewer's bearer token; NULL: none */
 	char csrf[65];             /* per-process random, hex */
-	char *index_html;          /* the page with the CSRF token filled in */
-	size_t index_len;
+	char *page[DASH_NROLES];   /* the page for each role, tokens filled in */
+	size_t page_len[DASH_NROLES];
 } dash_server;
 
 /* True when a and b are equal, compared in constant time (over SHA-256
  * digests, so the length of the secret does not leak either). */
 bool dash_secret_equal(const char *a, const char *b);
 
-/* Fills s->csrf with 32 random bytes in hex and builds s->index_html;
- * false when out of randomness or memory. */
+/* Fills s->csrf with 32 random bytes in hex and builds s->page (free
+ * with dash_page_free); false when out of randomness or memory. */
 bool dash_page_init(dash_server *s);
+void dash_page_free(dash_server *s);
 
 /* Starts the HTTP daemon, a few event-loop threads, on addr (a struct
  * sockaddr_in, or a sockaddr_in6 when v6); returns it (a struct
@@ -58,7 +66,8 @@ typedef struct dash_reply {
 
 /* GET endpoints; `arg` reads one query argument (NULL when absent). */
 typedef const char *(*dash_arg_fn)(void *ctx, const char *name);
-dash_reply dash_api_get(dash_server *s, const char *path, dash_arg_fn arg, void *ctx);
+dash_reply dash_api_get(dash_server *s, dash_role role, const char *path, dash_arg_fn arg,
+                        void *ctx);
 /* POST /api/jobs/ID/retry and /api/jobs/ID/cancel. */
 dash_reply dash_api_post(dash_server *s, const char *path);
 

@@ -3,9 +3,13 @@
  * library call on the shared client, made under the server's mutex (an
  * skl_client serves one thread at a time), then turned into JSON.
  *
- *   GET  /api/queues             counts by state per queue and kind
- *   GET  /api/jobs?state=&queue=&kind=&limit=   newest jobs first
- *   GET  /api/jobs/ID            one job: payload, attempts, errors, lease
+ *   GET  /api/queues             counts by state per queue and kind, the
+ *                                oldest due age, the next lease expiry and
+ *                                the failure rate over 5 and 60 minutes
+ *   GET  /api/jobs?state=&queue=&kind=&payload=&error=&time=&from=&to=&limit=
+ *                                newest jobs first (skl_list_opts)
+ *   GET  /api/jobs/ID[?payload=show]  one job: payload (unless hidden),
+ *                                attempts, errors, lease
  *   GET  /api/schedules          cron schedules with their next fire time
  *   GET  /api/leases             leases with their fencing token
  *   GET  /api/throughput         jobs finished per minute, last hour, per
@@ -15,6 +19,7 @@
  *   POST /api/jobs/ID/retry, /api/jobs/ID/cancel
  */
 #include <errno.h>
+#include <stdio.h>
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,43 +48,95 @@ static dash_reply lib_fail(skl_rc rc, const skl_error *err)
 	return fail(st, err->message[0] ? err->message : skl_strerror(rc));
 }
 
-static json_t *queue_json(const skl_queue_status *q)
+/* A failure rate as JSON: null when nothing ran in its window (-1). */
+static json_t *rate_json(double rate)
 {
-	return json_pack("{s:o, s:o, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}",
-	                 "queue", cli_json_str(q->queue), "kind", cli_json_str(q->kind),
-	                 "due", (json_int_t)q->due, "scheduled", (json_int_t)q->scheduled,
-	                 "available", (json_int_t)(q->due + q->scheduled),
-	                 "running", (json_int_t)q->running,
-	                 "lease_expired", (json_int_t)q->lease_expired,
-	                 "completed", (json_int_t)q->completed,
-	                 "discarded", (json_int_t)q->discarded,
-	                 "cancelled", (json_int_t)q->cancelled);
+	return rate < 0 ? json_null() : json_real(rate);
 }
+
+/* The failure numbers of one window into o, the names ending in sfx. */
+static void put_window(json_t *o, const char *sfx, const skl_queue_status *q)
+{
+	char name[40];
+	snprintf(name, sizeof(name), "recent_errors_%s", sfx);
+	json_object_set_new(o, name, json_integer(q ? q->recent_errors : 0));
+	snprintf(name, sizeof(name), "recent_completed_%s", sfx);
+	json_object_set_new(o, name, json_integer(q ? q->recent_completed : 0));
+	snprintf(name, sizeof(name), "failure_rate_%s", sfx);
+	json_object_set_new(o, name, rate_json(q ? q->failure_rate : -1));
+}
+
+/* q with the 5-minute window; h, the same pair read with the 60-minute
+ * window (NULL when it had gone by then). */
+static json_t *queue_json(const skl_queue_status *q, const skl_queue_status *h)
+{
+	json_t *o = json_pack(
+		"{s:o, s:o, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:o, s:o, s:I}",
+		"queue", cli_json_str(q->queue), "kind", cli_json_str(q->kind),
+		"due", (json_int_t)q->due, "scheduled", (json_int_t)q->scheduled,
+		"available", (json_int_t)(q->due + q->scheduled), "running", (json_int_t)q->running,
+		"lease_expired", (json_int_t)q->lease_expired, "completed", (json_int_t)q->completed,
+		"discarded", (json_int_t)q->discarded, "cancelled", (json_int_t)q->cancelled,
+		"oldest_due_age_ms",
+		q->oldest_due_age_ms < 0 ? json_null() : json_integer(q->oldest_due_age_ms),
+		"next_lease_expiry", cli_json_str(q->next_lease_expiry),
+		"next_lease_expiry_in_ms", (json_int_t)q->next_lease_expiry_in_ms);
+	if (o) {
+		put_window(o, "5m", q);
+		put_window(o, "60m", h);
+	}
+	return o;
+}
+
+static const skl_queue_status *find_pair(const skl_queue_status *rows, size_t n,
+                                         const skl_queue_status *q)
+{
+	for (size_t i = 0; i < n; i++)
+		if (strcmp(rows[i].queue, q->queue) == 0 && strcmp(rows[i].kind, q->kind) == 0)
+			return &rows[i];
+	return NULL;
+}
+
+enum { WINDOW_5M = 5 * 60000, WINDOW_60M = 60 * 60000 };
 
 static dash_reply get_queues(dash_server *s)
 {
-	skl_queue_status *rows;
-	size_t n;
+	skl_queue_status *rows, *hour = NULL;
+	size_t n, nh = 0;
 	skl_error err;
-	skl_rc rc = skl_queue_status_get(s->client, 0, &rows, &n, &err);
+	skl_rc rc = skl_queue_status_get(s->client, WINDOW_5M, &rows, &n, &err);
+	if (rc == SKL_OK && (rc = skl_queue_status_get(s->client, WINDOW_60M, &hour, &nh, &err)) != SKL_OK)
+		skl_queue_status_free(rows, n);
 	if (rc != SKL_OK)
 		return lib_fail(rc, &err);
 	json_t *arr = json_array();
 	for (size_t i = 0; arr && i < n; i++)
-		json_array_append_new(arr, queue_json(&rows[i]));
+		json_array_append_new(arr, queue_json(&rows[i], find_pair(hour, nh, &rows[i])));
 	skl_queue_status_free(rows, n);
+	skl_queue_status_free(hour, nh);
 	return reply(200, arr);
 }
 
-static dash_reply get_jobs(dash_server *s, dash_arg_fn arg, void *ctx)
+/* A query argument, NULL when absent or empty. */
+static const char *arg_of(dash_arg_fn arg, void *ctx, const char *name)
 {
-	skl_list_opts o = {.queue = arg(ctx, "queue"), .kind = arg(ctx, "kind"),
-	                   .state = arg(ctx, "state"), .limit = 100};
-	if (o.queue && !*o.queue) o.queue = NULL;
-	if (o.kind && !*o.kind) o.kind = NULL;
-	if (o.state && !*o.state) o.state = NULL;
+	const char *v = arg(ctx, name);
+	return v && *v ? v : NULL;
+}
+
+static dash_reply get_jobs(dash_server *s, dash_role role, dash_arg_fn arg, void *ctx)
+{
+	skl_list_opts o = {
+		.queue = arg_of(arg, ctx, "queue"), .kind = arg_of(arg, ctx, "kind"),
+		.state = arg_of(arg, ctx, "state"), .limit = 100,
+		.payload_contains = arg_of(arg, ctx, "payload"), .error_contains = arg_of(arg, ctx, "error"),
+		.time_field = arg_of(arg, ctx, "time"), .from = arg_of(arg, ctx, "from"),
+		.to = arg_of(arg, ctx, "to")};
 	if (o.state && !skl_job_state_valid(o.state))
 		return fail(400, "unknown job state");
+	/* Matching on what a viewer may not read would reveal it bit by bit. */
+	if (o.payload_contains && role == DASH_VIEWER && s->hide_payloads)
+		return fail(403, "payloads are hidden from viewers");
 	const char *limit = arg(ctx, "limit");
 	if (limit) {
 		char *end;
@@ -112,12 +169,32 @@ static bool parse_id(const char *p, int64_t *id, const char **rest)
 	return true;
 }
 
-static dash_reply get_job(dash_server *s, const char *idtext)
+/* With --hide-payloads a payload (and result) is sent only when an
+ * operator asks for it with ?payload=show. */
+static dash_reply payload_rule(const dash_server *s, dash_role role, const char *ask, bool *show)
+{
+	*show = !s->hide_payloads;
+	if (ask == NULL)
+		return (dash_reply){0, NULL};
+	if (strcmp(ask, "show") != 0)
+		return fail(400, "payload must be show");
+	if (role == DASH_VIEWER && s->hide_payloads)
+		return fail(403, "payloads are hidden from viewers");
+	*show = true;
+	return (dash_reply){0, NULL};
+}
+
+static dash_reply get_job(dash_server *s, dash_role role, const char *idtext, dash_arg_fn arg,
+                          void *ctx)
 {
 	int64_t id;
 	const char *rest;
 	if (!parse_id(idtext, &id, &rest) || *rest)
 		return fail(404, "no such page");
+	bool show;
+	dash_reply refused = payload_rule(s, role, arg_of(arg, ctx, "payload"), &show);
+	if (refused.body)
+		return refused;
 	skl_job_info *job;
 	skl_error err;
 	skl_rc rc = skl_job_get(s->client, id, &job, &err);
@@ -125,6 +202,12 @@ static dash_reply get_job(dash_server *s, const char *idtext)
 		return lib_fail(rc, &err);
 	json_t *o = jobs_json_one(job);
 	skl_job_info_free(job, 1);
+	if (o && !show) {
+		json_object_set_new(o, "payload", json_null());
+		json_object_set_new(o, "result", json_null());
+	}
+	if (o)
+		json_object_set_new(o, "payload_hidden", json_boolean(!show));
 	return reply(200, o);
 }
 
@@ -237,14 +320,15 @@ static dash_reply get_doctor_locks(dash_server *s)
 	return reply(200, doc);
 }
 
-static dash_reply route_get(dash_server *s, const char *path, dash_arg_fn arg, void *ctx)
+static dash_reply route_get(dash_server *s, dash_role role, const char *path, dash_arg_fn arg,
+                            void *ctx)
 {
 	if (strcmp(path, "/api/queues") == 0)
 		return get_queues(s);
 	if (strcmp(path, "/api/jobs") == 0)
-		return get_jobs(s, arg, ctx);
+		return get_jobs(s, role, arg, ctx);
 	if (strncmp(path, "/api/jobs/", 10) == 0)
-		return get_job(s, path + 10);
+		return get_job(s, role, path + 10, arg, ctx);
 	if (strcmp(path, "/api/schedules") == 0)
 		return get_schedules(s);
 	if (strcmp(path, "/api/leases") == 0)
@@ -258,10 +342,11 @@ static dash_reply route_get(dash_server *s, const char *path, dash_arg_fn arg, v
 	return fail(404, "no such page");
 }
 
-dash_reply dash_api_get(dash_server *s, const char *path, dash_arg_fn arg, void *ctx)
+dash_reply dash_api_get(dash_server *s, dash_role role, const char *path, dash_arg_fn arg,
+                        void *ctx)
 {
 	pthread_mutex_lock(&s->lock);
-	dash_reply r = route_get(s, path, arg, ctx);
+	dash_reply r = route_get(s, role, path, arg, ctx);
 	pthread_mutex_unlock(&s->lock);
 	return r;
 }

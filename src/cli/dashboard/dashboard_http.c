@@ -1,9 +1,10 @@
 /*
  * dashboard_http.c — the dashboard's HTTP layer on libmicrohttpd: the
- * bearer token (every request, when one is configured), the embedded page
- * and assets, the JSON endpoints, and the CSRF token and read-only switch
- * that guard every POST.
+ * bearer tokens (every request, when one is configured) that give a
+ * request its role, the embedded page (one per role) and assets, the JSON
+ * endpoints, and the CSRF token and the role that guard every POST.
  */
+#include <inttypes.h>
 #include <openssl/crypto.h>
 #include <openssl/rand.h>
 #include <openssl/sha.h>
@@ -30,7 +31,41 @@ static const dash_asset *find_asset(const char *path)
 	return NULL;
 }
 
-/* Replaces every "@CSRF_TOKEN@" and "@READ_ONLY@" in the page. */
+/* The page for one role: every "@NAME@" placeholder replaced. */
+static char *fill_page(const dash_server *s, dash_role role, size_t *len)
+{
+	char stuck[24];
+	snprintf(stuck, sizeof(stuck), "%" PRId64, s->stuck_after_ms);
+	const char *const subst[][2] = {
+		{"@CSRF_TOKEN@", s->csrf},
+		{"@READ_ONLY@", s->read_only ? "true" : "false"},
+		{"@ROLE@", role == DASH_VIEWER ? "viewer" : "operator"},
+		{"@HIDE_PAYLOADS@", s->hide_payloads ? "true" : "false"},
+		{"@STUCK_AFTER_MS@", stuck}};
+	const dash_asset *page = find_asset("/index.html");
+	size_t cap = page ? page->len + 1024 : 0, o = 0;
+	char *out = page ? malloc(cap) : NULL;
+	for (const char *p = page ? page->data : ""; out && *p; ) {
+		size_t i = 0, klen = 0;
+		while (i < sizeof(subst) / sizeof(subst[0]) &&
+		       strncmp(p, subst[i][0], klen = strlen(subst[i][0])) != 0)
+			i++;
+		const char *val = i < sizeof(subst) / sizeof(subst[0]) ? subst[i][1] : NULL;
+		if (val && o + strlen(val) < cap) {
+			memcpy(out + o, val, strlen(val));
+			o += strlen(val);
+			p += klen;
+		} else if (o < cap) {
+			out[o++] = *p++;
+		} else {
+			free(out);
+			return NULL;
+		}
+	}
+	*len = o;
+	return out;
+}
+
 bool dash_page_init(dash_server *s)
 {
 	unsigned char raw[32];
@@ -38,25 +73,16 @@ bool dash_page_init(dash_server *s)
 		return false;
 	for (size_t i = 0; i < sizeof(raw); i++)
 		snprintf(s->csrf + 2 * i, 3, "%02x", raw[i]);
-	const dash_asset *page = find_asset("/index.html");
-	if (page == NULL || (s->index_html = malloc(page->len + 1024)) == NULL)
-		return false;
-	size_t o = 0;
-	for (const char *p = page->data; *p; ) {
-		const char *val = NULL;
-		size_t skip = 0;
-		if (strncmp(p, "@CSRF_TOKEN@", 12) == 0) val = s->csrf, skip = 12;
-		else if (strncmp(p, "@READ_ONLY@", 11) == 0) val = s->read_only ? "true" : "false", skip = 11;
-		if (val && o + strlen(val) < page->len + 1024) {
-			memcpy(s->index_html + o, val, strlen(val));
-			o += strlen(val);
-			p += skip;
-		} else {
-			s->index_html[o++] = *p++;
-		}
-	}
-	s->index_len = o;
+	for (int r = 0; r < DASH_NROLES; r++)
+		if ((s->page[r] = fill_page(s, (dash_role)r, &s->page_len[r])) == NULL)
+			return false;
 	return true;
+}
+
+void dash_page_free(dash_server *s)
+{
+	for (int r = 0; r < DASH_NROLES; r++)
+		free(s->page[r]);
 }
 
 static enum MHD_Result respond(struct MHD_Connection *conn, unsigned status, const char *type,
@@ -94,14 +120,22 @@ static enum MHD_Result send_error(struct MHD_Connection *conn, unsigned status, 
 	return send_json(conn, (dash_reply){status, json_pack("{s:s}", "error", msg)});
 }
 
-static bool authorized(const dash_server *s, struct MHD_Connection *conn)
+/* The role of the request's bearer token: DASH_NROLES when no token
+ * matches.  Both tokens are compared every time, each in constant time, so
+ * the timing says nothing about which one (if any) matched.  Without
+ * tokens, everyone on loopback is an operator.  --read-only makes every
+ * role a viewer. */
+static dash_role role_of(const dash_server *s, struct MHD_Connection *conn)
 {
-	if (s->token == NULL)
-		return true;
+	dash_role ro = s->read_only ? DASH_VIEWER : DASH_OPERATOR;
+	if (s->token == NULL && s->viewer_token == NULL)
+		return ro;
 	const char *h = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Authorization");
 	if (h == NULL || strncmp(h, "Bearer ", 7) != 0)
-		return false;
-	return dash_secret_equal(h + 7, s->token);
+		return DASH_NROLES;
+	bool op = s->token && dash_secret_equal(h + 7, s->token);
+	bool viewer = s->viewer_token && dash_secret_equal(h + 7, s->viewer_token);
+	return op ? ro : viewer ? DASH_VIEWER : DASH_NROLES;
 }
 
 /* Without a token, only a loopback Host is served: a page from another
@@ -109,7 +143,7 @@ static bool authorized(const dash_server *s, struct MHD_Connection *conn)
  * its own name and is refused. */
 static bool host_allowed(const dash_server *s, struct MHD_Connection *conn)
 {
-	if (s->token != NULL)
+	if (s->token != NULL || s->viewer_token != NULL)
 		return true;
 	const char *h = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Host");
 	if (h == NULL)
@@ -125,23 +159,26 @@ static const char *query_arg(void *ctx, const char *name)
 	return MHD_lookup_connection_value(ctx, MHD_GET_ARGUMENT_KIND, name);
 }
 
-static enum MHD_Result do_get(dash_server *s, struct MHD_Connection *conn, const char *url)
+static enum MHD_Result do_get(dash_server *s, dash_role role, struct MHD_Connection *conn,
+                              const char *url)
 {
 	if (strcmp(url, "/") == 0 || strcmp(url, "/index.html") == 0)
-		return respond(conn, 200, "text/html; charset=utf-8", s->index_html, s->index_len,
-		            MHD_RESPMEM_PERSISTENT);
+		return respond(conn, 200, "text/html; charset=utf-8", s->page[role], s->page_len[role],
+		               MHD_RESPMEM_PERSISTENT);
 	if (strncmp(url, "/api/", 5) == 0)
-		return send_json(conn, dash_api_get(s, url, query_arg, conn));
+		return send_json(conn, dash_api_get(s, role, url, query_arg, conn));
 	const dash_asset *a = find_asset(url);
 	if (a == NULL)
 		return send_error(conn, 404, "no such page");
 	return respond(conn, 200, a->content_type, (void *)a->data, a->len, MHD_RESPMEM_PERSISTENT);
 }
 
-static enum MHD_Result do_post(dash_server *s, struct MHD_Connection *conn, const char *url)
+static enum MHD_Result do_post(dash_server *s, dash_role role, struct MHD_Connection *conn,
+                               const char *url)
 {
-	if (s->read_only)
-		return send_error(conn, 403, "the dashboard is read-only");
+	if (role == DASH_VIEWER)
+		return send_error(conn, 403, s->read_only ? "the dashboard is read-only"
+		                                          : "a viewer cannot act");
 	const char *t = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "X-CSRF-Token");
 	if (t == NULL || !dash_secret_equal(t, s->csrf))
 		return send_error(conn, 403, "missing or wrong CSRF token");
@@ -162,14 +199,15 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *conn, const char
 		return MHD_YES;
 	}
 	dash_server *s = cls;
-	if (!authorized(s, conn))
+	dash_role role = role_of(s, conn);
+	if (role == DASH_NROLES)
 		return send_error(conn, 401, "a valid bearer token is required");
 	if (!host_allowed(s, conn))
 		return send_error(conn, 403, "the Host header must name a loopback address");
 	if (strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0)
-		return do_get(s, conn, url);
+		return do_get(s, role, conn, url);
 	if (strcmp(method, "POST") == 0)
-		return do_post(s, conn, url);
+		return do_post(s, role, conn, url);
 	return send_error(conn, 405, "method not allowed");
 }
 

@@ -1,10 +1,25 @@
 // skiplock dashboard: reads the JSON endpoints under /api/ and renders the
 // tables.  Every value goes in through textContent, never as markup.
+//
+// The URL's hash holds the view: the job list's filters and the open job,
+// as a query string ("#state=discarded&kind=mail&job=12"), so a pasted link
+// opens the same view.  A hash without "=" ("#locks-section") only scrolls.
 'use strict';
 
 const csrf = document.querySelector('meta[name="csrf-token"]').content;
-const readOnly = document.body.dataset.readOnly === 'true';
+const body = document.body;
+const role = body.dataset.role;
+const canAct = role === 'operator';
+const hidePayloads = body.dataset.hidePayloads === 'true';
+const stuckAfterMs = Number(body.dataset.stuckAfterMs);
 const STATES = ['available', 'running', 'completed', 'discarded', 'cancelled'];
+const FILTERS = ['state', 'queue', 'kind', 'payload', 'error', 'time', 'from', 'to'];
+// What makes the strip red: a due job waiting this long, and a failure
+// rate this high over at least this many failed attempts.
+const DUE_BAD_MS = 5 * 60000;
+const RATE_BAD = 0.2;
+const RATE_MIN_ERRORS = 3;
+const STUCK_LIMIT = 100;
 
 function el(tag, text, attrs) {
   const e = document.createElement(tag);
@@ -20,18 +35,143 @@ function row(cells) {
 }
 
 function fill(id, rows, part) {
-  const body = document.querySelector('#' + id + ' ' + (part || 'tbody'));
-  body.replaceChildren(...rows);
+  const b = document.querySelector('#' + id + ' ' + (part || 'tbody'));
+  b.replaceChildren(...rows);
 }
 
 async function api(path, opts) {
   const r = await fetch(path, Object.assign({credentials: 'same-origin'}, opts));
-  const body = await r.json().catch(() => ({error: 'HTTP ' + r.status}));
-  if (!r.ok) throw new Error(body.error || 'HTTP ' + r.status);
-  return body;
+  const doc = await r.json().catch(() => ({error: 'HTTP ' + r.status}));
+  if (!r.ok) throw new Error(doc.error || 'HTTP ' + r.status);
+  return doc;
 }
 
 function say(text) { document.getElementById('status').textContent = text; }
+
+// ---- the view in the URL ----
+
+let view = new URLSearchParams();
+
+function readHash() {
+  const h = location.hash.slice(1);
+  const legacy = /^job\/(\d+)$/.exec(h);
+  if (legacy) view = new URLSearchParams({job: legacy[1]});
+  else if (h.includes('=') || h === '') view = new URLSearchParams(h);
+  else return false;             // an anchor: the view stays
+  const form = document.getElementById('filters');
+  for (const f of FILTERS) form.elements[f].value = view.get(f) || '';
+  return true;
+}
+
+function viewHash(changes) {
+  const q = new URLSearchParams(view);
+  for (const [k, v] of Object.entries(changes)) {
+    if (v === null || v === undefined || v === '') q.delete(k);
+    else q.set(k, v);
+  }
+  return '#' + q;
+}
+
+function jobsPath() {
+  const q = new URLSearchParams();
+  for (const f of FILTERS) if (view.get(f)) q.set(f, view.get(f));
+  return '/api/jobs?' + q;
+}
+
+function duration(ms) {
+  if (ms === null || ms === undefined) return '-';
+  if (ms < 60000) return Math.round(ms / 1000) + ' s';
+  if (ms < 3600000) return Math.round(ms / 60000) + ' min';
+  return (ms / 3600000).toFixed(1) + ' h';
+}
+
+// A duration as the API reads it: "15m", else milliseconds.
+function apiDuration(ms) {
+  return ms % 60000 === 0 ? ms / 60000 + 'm' : ms + 'ms';
+}
+
+function percent(rate) {
+  return rate === null || rate === undefined ? '-' : Math.round(rate * 100) + ' %';
+}
+
+// ---- what is wrong now ----
+
+function link(text, hash, attrs) {
+  return el('a', text, Object.assign({href: hash}, attrs || {}));
+}
+
+function problem(key, text, hash) {
+  const li = el('li', null, {'data-problem': key});
+  li.appendChild(link(text, hash));
+  return li;
+}
+
+function rateBad(q, w) {
+  return q['failure_rate_' + w] !== null && q['failure_rate_' + w] >= RATE_BAD &&
+    q['recent_errors_' + w] >= RATE_MIN_ERRORS;
+}
+
+function queueProblems(qs) {
+  const out = [];
+  const expired = qs.reduce((a, q) => a + q.lease_expired, 0);
+  if (expired) out.push(problem('lease-expired', expired + ' running job(s) whose lease expired',
+    '#state=running&time=lease&to=0s'));
+  for (const q of qs) {
+    const sel = 'queue=' + encodeURIComponent(q.queue) + '&kind=' + encodeURIComponent(q.kind);
+    if (q.oldest_due_age_ms !== null && q.oldest_due_age_ms >= DUE_BAD_MS)
+      out.push(problem('due', q.queue + '/' + q.kind + ': the oldest due job has waited ' +
+        duration(q.oldest_due_age_ms), '#' + sel + '&state=available&time=run&to=0s'));
+    for (const w of ['5m', '60m'])
+      if (rateBad(q, w))
+        out.push(problem('failures', q.queue + '/' + q.kind + ': ' + percent(q['failure_rate_' + w]) +
+          ' of attempts failed in the last ' + (w === '5m' ? '5' : '60') + ' minutes',
+          '#' + sel + '&time=attempted&from=' + (w === '5m' ? '5m' : '60m')));
+  }
+  return out;
+}
+
+function stuckPath() {
+  return 'state=running&time=attempted&to=' + apiDuration(stuckAfterMs);
+}
+
+function renderStrip(qs, stuck, breakers, locks) {
+  const items = queueProblems(qs);
+  if (stuck.length)
+    items.push(problem('stuck', (stuck.length > STUCK_LIMIT ? STUCK_LIMIT + '+' : stuck.length) +
+      ' job(s) running for more than ' + duration(stuckAfterMs), '#' + stuckPath()));
+  for (const b of breakers.filter(b => b.state !== 'closed'))
+    items.push(problem('breaker', 'breaker ' + b.kind + ' is ' + b.state.replace('_', '-') +
+      ': its jobs wait', '#kind=' + encodeURIComponent(b.kind) + '&state=available'));
+  if (locks.findings.length)
+    items.push(problem('locks', locks.findings.length + ' lock-doctor finding(s)', '#locks-section'));
+  document.getElementById('problems').replaceChildren(...items);
+  const verdict = document.getElementById('verdict');
+  verdict.textContent = items.length ? items.length + ' thing(s) need attention'
+    : 'Nothing is wrong: no expired leases, no stuck jobs, no old due jobs, no failures, ' +
+      'breakers closed, no lock findings.';
+  document.getElementById('now').dataset.state = items.length ? 'bad' : 'ok';
+  fill('health', qs.map(q => {
+    const sel = '#queue=' + encodeURIComponent(q.queue) + '&kind=' + encodeURIComponent(q.kind);
+    const cell = (text, bad, hash, field) => {
+      const td = el('td', null, {class: 'num' + (bad ? ' bad' : ''), 'data-field': field});
+      td.appendChild(hash ? link(text, hash) : document.createTextNode(text));
+      return td;
+    };
+    const tr = row([q.queue, q.kind,
+      cell(duration(q.oldest_due_age_ms), q.oldest_due_age_ms >= DUE_BAD_MS,
+        q.oldest_due_age_ms === null ? null : sel + '&state=available&time=run&to=0s', 'due'),
+      cell(q.lease_expired, q.lease_expired > 0,
+        q.lease_expired ? sel + '&state=running&time=lease&to=0s' : null, 'expired'),
+      cell(percent(q.failure_rate_5m), rateBad(q, '5m'), sel + '&time=attempted&from=5m', 'rate5'),
+      cell(percent(q.failure_rate_60m), rateBad(q, '60m'), sel + '&time=attempted&from=60m',
+        'rate60')]);
+    tr.dataset.queue = q.queue;
+    tr.dataset.kind = q.kind;
+    return tr;
+  }));
+}
+
+// ---- the tables ----
 
 function count(n, state, queue, kind) {
   const attrs = {class: 'num', 'data-state': state};
@@ -91,27 +231,46 @@ function actionButton(job, action) {
   return b;
 }
 
+// Rows picked with their check box, by job id; auto-refresh stops while
+// any is picked, so the list does not move under the operator's hand.
+const selected = new Set();
+
+function pickBox(j) {
+  const box = el('input', null, {type: 'checkbox', 'aria-label': 'select job ' + j.id,
+    'data-id': j.id});
+  box.checked = selected.has(String(j.id));
+  box.addEventListener('change', () => {
+    if (box.checked) selected.add(String(j.id)); else selected.delete(String(j.id));
+    showSelection();
+  });
+  const td = el('td', null, {class: 'pick'});
+  td.appendChild(box);
+  return td;
+}
+
 function jobRow(j) {
-  const link = el('a', j.id, {href: '#job/' + j.id});
+  const idCell = el('td');
+  idCell.appendChild(link(j.id, viewHash({job: j.id}), {'data-job': j.id}));
   const actions = el('td', null, {class: 'actions'});
-  if (!readOnly) {
+  if (canAct) {
     if (['discarded', 'cancelled', 'available'].includes(j.state))
       actions.appendChild(actionButton(j, 'retry'));
     if (['available', 'running'].includes(j.state))
       actions.appendChild(actionButton(j, 'cancel'));
   }
-  const tr = row([el('td').appendChild(link).parentNode, j.queue, j.kind,
+  const tr = row([pickBox(j), idCell, j.queue, j.kind,
     el('td', j.state, {class: 'state-' + j.state, 'data-field': 'state'}),
-    j.attempt + '/' + j.max_attempts, j.run_at,
+    el('td', j.attempt + '/' + j.max_attempts, {class: 'opt'}), el('td', j.run_at, {class: 'opt'}),
     el('td', j.last_error || '', {class: 'error', title: j.last_error || ''}), actions]);
   tr.dataset.id = j.id;
   return tr;
 }
 
-function jobsPath() {
-  const q = new URLSearchParams(new FormData(document.getElementById('filters')));
-  for (const [k, v] of [...q]) if (!v) q.delete(k);
-  return '/api/jobs?' + q;
+function renderJobs(jobs) {
+  const shown = new Set(jobs.map(j => String(j.id)));
+  for (const id of [...selected]) if (!shown.has(id)) selected.delete(id);
+  fill('jobs', jobs.map(jobRow));
+  showSelection();
 }
 
 function renderSchedules(list) {
@@ -161,10 +320,13 @@ const JOB_FIELDS = ['queue', 'kind', 'state', 'priority', 'attempt', 'max_attemp
   'run_at', 'created_at', 'attempted_at', 'finished_at', 'lease_owner', 'lease_expires_at',
   'unique_key', 'result'];
 
-// The job of the page's #job/ID hash, or null when there is none.
+// The open job (the hash's job=ID), or null; its payload when asked for.
+let showPayloadOf = null;
+
 async function fetchJob() {
-  const m = /^#job\/(\d+)$/.exec(location.hash);
-  return m ? api('/api/jobs/' + m[1]) : null;
+  const id = view.get('job');
+  if (!/^\d+$/.test(id || '')) return null;
+  return api('/api/jobs/' + id + (showPayloadOf === id ? '?payload=show' : ''));
 }
 
 function renderJob(j) {
@@ -172,6 +334,7 @@ function renderJob(j) {
   box.hidden = !j;
   if (!j) return;
   document.getElementById('job-id').textContent = j.id;
+  document.getElementById('job-close').setAttribute('href', viewHash({job: null}));
   const dl = document.getElementById('job-fields');
   dl.replaceChildren();
   for (const f of JOB_FIELDS) {
@@ -180,10 +343,14 @@ function renderJob(j) {
     if (typeof v === 'object') v = JSON.stringify(v);
     dl.append(el('dt', f), el('dd', v, {'data-field': f}));
   }
-  document.getElementById('job-payload').textContent = JSON.stringify(j.payload, null, 2);
+  document.getElementById('job-payload').textContent = j.payload_hidden
+    ? '(hidden: the dashboard runs with --hide-payloads)' : JSON.stringify(j.payload, null, 2);
+  document.getElementById('job-show-payload').hidden = !(j.payload_hidden && canAct);
   document.getElementById('job-errors').replaceChildren(...(j.errors || []).map(e =>
     el('li', 'attempt ' + e.attempt + ' at ' + e.at + ': ' + e.error)));
 }
+
+// ---- refreshing ----
 
 // Every refresh reads all endpoints, then renders them together, so the
 // tables on the page always come from one moment.  Only the newest refresh
@@ -194,21 +361,23 @@ let generation = 0;
 async function refresh() {
   const gen = ++generation;
   try {
-    const [queues, rate, jobs, schedules, leases, breakers, locks, job] = await Promise.all([
+    const [queues, rate, jobs, schedules, leases, breakers, locks, job, stuck] = await Promise.all([
       api('/api/queues'), api('/api/throughput'), api(jobsPath()), api('/api/schedules'),
-      api('/api/leases'), api('/api/breakers'), api('/api/doctor/locks'), fetchJob()]);
+      api('/api/leases'), api('/api/breakers'), api('/api/doctor/locks'), fetchJob(),
+      api('/api/jobs?' + stuckPath() + '&limit=' + (STUCK_LIMIT + 1))]);
     if (gen !== generation) return;
+    renderStrip(queues, stuck, breakers, locks);
     renderQueues(queues);
     renderThroughput(rate);
-    fill('jobs', jobs.map(jobRow));
+    renderJobs(jobs);
     renderSchedules(schedules);
     renderLeases(leases);
     renderBreakers(breakers);
     renderLocks(locks);
     renderJob(job);
     say('updated ' + new Date().toLocaleTimeString());
-    document.body.dataset.generation = gen;
-    document.body.dataset.loaded = 'true';
+    body.dataset.generation = gen;
+    body.dataset.loaded = 'true';
   } catch (e) {
     if (gen === generation) say('error: ' + e.message);
   }
@@ -225,11 +394,60 @@ async function act(id, action) {
   await refresh();
 }
 
-document.getElementById('mode').textContent = readOnly ? 'read-only' : '';
+let timer = null;
+
+// Auto-refresh runs at the chosen period unless paused or rows are picked.
+function schedule() {
+  clearTimeout(timer);
+  const period = Number(document.getElementById('refresh').value);
+  const on = period > 0 && selected.size === 0;
+  body.dataset.autoRefresh = on ? 'on' : 'off';
+  if (on) timer = setTimeout(() => refresh().then(schedule), period * 1000);
+}
+
+function showSelection() {
+  document.getElementById('selection').hidden = selected.size === 0;
+  document.getElementById('selected-count').textContent = selected.size;
+  schedule();
+}
+
+function mode() {
+  if (body.dataset.readOnly === 'true') return 'read-only';
+  return role === 'viewer' ? 'viewer' : '';
+}
+
+document.getElementById('mode').textContent = mode();
+if (hidePayloads && !canAct) document.querySelector('#filters [name=payload]').disabled = true;
 document.getElementById('filters').addEventListener('submit', ev => {
   ev.preventDefault();
+  const form = new FormData(ev.target);
+  const changes = {};
+  for (const f of FILTERS) changes[f] = form.get(f);
+  const hash = viewHash(Object.assign(changes, {job: view.get('job')}));
+  if (hash === location.hash) refresh(); else location.hash = hash;
+});
+document.getElementById('clear-filters').addEventListener('click', ev => {
+  ev.preventDefault();
+  location.hash = viewHash(Object.fromEntries(FILTERS.map(f => [f, null])));
+});
+document.getElementById('job-show-payload').addEventListener('click', () => {
+  showPayloadOf = view.get('job');
   refresh();
 });
-window.addEventListener('hashchange', refresh);
-refresh();
-setInterval(refresh, 5000);
+document.getElementById('clear-selection').addEventListener('click', () => {
+  selected.clear();
+  document.querySelectorAll('#jobs input[type=checkbox]').forEach(b => { b.checked = false; });
+  showSelection();
+});
+document.getElementById('refresh').addEventListener('change', schedule);
+document.getElementById('refresh-now').addEventListener('click', refresh);
+window.addEventListener('hashchange', () => {
+  if (!readHash()) {
+    document.getElementById(location.hash.slice(1))?.scrollIntoView();
+    return;
+  }
+  showPayloadOf = null;
+  refresh();
+});
+readHash();
+refresh().then(schedule);
