@@ -36,7 +36,7 @@ refused() { # ROLE WHAT SQL
 }
 
 for R in $OP $RD; do
-	allowed "$R" "read jobs" "SELECT count(*) FROM skiplock.jobs"
+	allowed "$R" "read jobs" "SELECT count(*) FROM skiplock.all_jobs"
 	allowed "$R" "read breakers, events and schedules" \
 		"SELECT (SELECT count(*) FROM skiplock.breakers) + (SELECT count(*) FROM skiplock.breaker_events) + (SELECT count(*) FROM skiplock.schedules)"
 	allowed "$R" "read leases and schema_version" \
@@ -78,5 +78,5 @@ refused "$RD" "update jobs" "UPDATE skiplock.jobs SET fencing = 99"
 refused "$RD" "edit schedules" "DELETE FROM skiplock.schedules"
 refused "$RD" "lock jobs exclusively" "LOCK TABLE skiplock.jobs IN ACCESS EXCLUSIVE MODE"
 
-check_eq "nothing changed by the checks" "$(q "SELECT count(*) || ' ' || min(state) FROM skiplock.jobs")" "1 available"
+check_eq "nothing changed by the checks" "$(q "SELECT count(*) || ' ' || min(state) FROM skiplock.all_jobs")" "1 available"
 finish

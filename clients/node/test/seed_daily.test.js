@@ -36,7 +36,7 @@ async function stop(n) {
   assert.equal(code, 0, `replica ${n} exits 0 after SIGTERM`);
 }
 
-const jobs = () => q(`SELECT unique_key, state, attempt, id FROM skiplock.jobs
+const jobs = () => q(`SELECT unique_key, state, attempt, id FROM skiplock.all_jobs
                       WHERE kind = 'daily.report' ORDER BY unique_key, id`);
 
 test('four replicas, one job per day, a replica killed mid-job does not block the retry', async () => {
