@@ -22,7 +22,7 @@ static const check checks[] = {
 	  " AND NOT EXISTS (SELECT 1 FROM chaos_enq e WHERE e.tag = h.tag)"},
 	{"not-terminal", "a committed enqueue's job did not reach a terminal state",
 	 "SELECT e.tag || ' job ' || e.job_id || ' ' || coalesce(j.state, 'missing')"
-	  " FROM chaos_enq e LEFT JOIN skiplock.jobs j ON j.id = e.job_id"
+	  " FROM chaos_enq e LEFT JOIN skiplock.all_jobs j ON j.id = e.job_id"
 	  " WHERE j.state IS NULL OR j.state NOT IN ('completed', 'discarded')"},
 	{"wrong-end", "a job ended in the wrong state (poison: discarded; others: completed)",
 	 "SELECT id || ' ' || kind || ' ' || state FROM skiplock.all_jobs"
@@ -52,7 +52,7 @@ static const check checks[] = {
 	 "SELECT j.id || ' ' || j.kind FROM skiplock.all_jobs j WHERE j.kind <> 'cron'"
 	  " AND NOT EXISTS (SELECT 1 FROM chaos_enq e WHERE e.job_id = j.id)"},
 	{"wrong-job-returned", "an enqueue returned a job of another kind",
-	 "SELECT e.tag || ' -> ' || e.job_id FROM chaos_enq e JOIN skiplock.jobs j"
+	 "SELECT e.tag || ' -> ' || e.job_id FROM chaos_enq e JOIN skiplock.all_jobs j"
 	  " ON j.id = e.job_id WHERE j.kind <> e.kind"
 	  " OR (e.kind = 'dup' AND j.unique_key NOT LIKE 'dup:%')"},
 	{"effect-not-once", "a job's handler effect is not in the ledger exactly once",
@@ -63,7 +63,7 @@ static const check checks[] = {
 	  " OR (j.kind <> 'poison' AND j.state = 'completed' AND count(l.job_id) <> 1)"},
 	{"effect-unfenced", "a ledger row carries a token its job never issued",
 	 "SELECT l.job_id || ' fencing ' || l.fencing FROM chaos_ledger l"
-	  " LEFT JOIN skiplock.jobs j ON j.id = l.job_id"
+	  " LEFT JOIN skiplock.all_jobs j ON j.id = l.job_id"
 	  " WHERE j.id IS NULL OR l.fencing < 1 OR l.fencing > j.fencing"},
 	{"poison-history", "a poison job is not discarded with its error in the history",
 	 "SELECT id || ' ' || state FROM skiplock.all_jobs WHERE kind = 'poison'"

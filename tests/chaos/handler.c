@@ -19,7 +19,7 @@
  * insert commits, so a rescue or a new claim waits for it or fences it out;
  * and no earlier claim of the job may have written already. */
 static const char *const effect_sql =
-	"WITH j AS (SELECT id, fencing FROM skiplock.all_jobs WHERE id = $1 AND fencing = $2"
+	"WITH j AS (SELECT id, fencing FROM skiplock.jobs WHERE id = $1 AND fencing = $2"
 	"             AND state = 'running' FOR SHARE),"
 	" ins AS (INSERT INTO chaos_ledger (job_id, fencing, kind, worker, client_at)"
 	"         SELECT id, fencing, $3, $4, to_timestamp($5::double precision) FROM j"

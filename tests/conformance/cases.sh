@@ -141,7 +141,7 @@ case_stop() {
 changes_since_before() {
 	q "SELECT concat_ws('; ',
 	     (SELECT string_agg(format('job %s %s: %s -> %s', b.id, k, to_jsonb(b)->k, to_jsonb(j)->k), '; ')
-	        FROM conformance.jobs_before b JOIN skiplock.jobs j USING (id), jsonb_object_keys(to_jsonb(b)) k
+	        FROM conformance.jobs_before b JOIN skiplock.all_jobs j USING (id), jsonb_object_keys(to_jsonb(b)) k
 	       WHERE to_jsonb(b)->k IS DISTINCT FROM to_jsonb(j)->k),
 	     (SELECT string_agg(format('new ledger row: job %s fencing %s by %s', job_id, fencing, owner), '; ')
 	        FROM (TABLE conformance.ledger EXCEPT ALL TABLE conformance.ledger_before) n),

@@ -48,7 +48,7 @@ SELECT :'scope' = 'all' AS full_check \gset
 
 SELECT pg_temp.verdict('none lost: every enqueued job is still there',
   (SELECT string_agg(format('job %s (%s)', e.job_id, e.kind), '; ')
-     FROM conformance.enqueued e LEFT JOIN skiplock.jobs j ON j.id = e.job_id
+     FROM conformance.enqueued e LEFT JOIN skiplock.all_jobs j ON j.id = e.job_id
     WHERE j.id IS NULL));
 
 SELECT pg_temp.verdict('none stuck running',
@@ -75,12 +75,12 @@ SELECT pg_temp.verdict('every completed job took effect exactly once, under its 
 SELECT pg_temp.verdict('no effect from a fenced-out owner or an unfinished job',
   (SELECT string_agg(format('ledger row of job %s fencing %s by %s; job is %s with fencing %s',
                             l.job_id, l.fencing, l.owner, coalesce(j.state, 'missing'), j.fencing), '; ')
-     FROM conformance.ledger l LEFT JOIN skiplock.jobs j ON j.id = l.job_id
+     FROM conformance.ledger l LEFT JOIN skiplock.all_jobs j ON j.id = l.job_id
     WHERE j.id IS NULL OR j.state <> 'completed' OR j.fencing <> l.fencing));
 
 SELECT pg_temp.verdict('handlers received the payload intact',
   (SELECT string_agg(format('job %s: enqueued %s, handler saw %s', j.id, j.payload, l.payload), '; ')
-     FROM conformance.ledger l JOIN skiplock.jobs j ON j.id = l.job_id
+     FROM conformance.ledger l JOIN skiplock.all_jobs j ON j.id = l.job_id
     WHERE l.payload IS DISTINCT FROM j.payload));
 
 SELECT pg_temp.verdict('completed jobs keep their final attempt''s result',

@@ -32,7 +32,7 @@ BEGIN
   IF to_regprocedure('skiplock.job_fence(bigint, bigint)') IS NOT NULL THEN
     EXECUTE 'SELECT skiplock.job_fence($1, $2)' USING effect.job_id, effect.fencing;
   ELSE
-    PERFORM 1 FROM skiplock.all_jobs j
+    PERFORM 1 FROM skiplock.jobs j
      WHERE j.id = effect.job_id AND j.fencing = effect.fencing AND j.state = 'running'
        FOR SHARE;
     IF NOT FOUND THEN

@@ -345,7 +345,7 @@ static void claim_plan_uses_partial_index(itest_ctx *t)
 	                  " CASE WHEN g %% 100 = 0 THEN NULL ELSE now() END "
 	                  "FROM generate_series(1, 200000) g; ANALYZE skiplock.jobs"));
 	itest_plan_uses(t->admin, "jobs_claim_idx",
-	                "SELECT id FROM skiplock.all_jobs WHERE state = 'available' "
+	                "SELECT id FROM skiplock.jobs WHERE state = 'available' "
 	                "AND run_at <= now() AND kind = ANY ('{k}'::text[]) ORDER BY "
 	                "priority DESC, run_at, id LIMIT 100 FOR UPDATE SKIP LOCKED");
 	/* The calls the library sends, planned with its parameters: the
@@ -601,7 +601,7 @@ static void many_workers_fenced_ledger(itest_ctx *t)
 	ledger_check(t, JOBS);
 	long long rescued = itest_int(t->admin, "SELECT count(*) FROM skiplock.all_jobs WHERE errors::text "
 	                                        "LIKE '%%lease expired%%'");
-	long long stale = itest_int(t->admin, "SELECT count(*) FROM ledger l JOIN skiplock.jobs j ON "
+	long long stale = itest_int(t->admin, "SELECT count(*) FROM ledger l JOIN skiplock.all_jobs j ON "
 	                                      "j.id = l.job_id WHERE l.fencing <> j.fencing");
 	printf("  %d jobs, %d workers (one SIGKILLed: %lld jobs rescued, %lld stale executions): "
 	       "%lld ms, %.0f jobs/s\n", JOBS, WORKERS, rescued, stale, (long long)took,
