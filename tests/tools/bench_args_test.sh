@@ -44,6 +44,7 @@ bad fleet "--pool needs a value" --pool
 bad fleet "--sleep-ms needs a whole number" --sleep-ms -1
 bad backlog "--sizes needs a comma-separated list" --sizes 10,,20
 bad backlog "--txns must be at least --clients" --clients 8 --txns 4
+bad backlog "smallest size \\(2000\\) must hold the jobs of every run" --sizes 2000,5000 --reps 3
 bad soak "--minutes needs a whole number" --minutes 0
 bad soak "--retain needs a duration" --retain 5
 bad soak "--live-table needs schema.table" --live-table jobs
