@@ -17,6 +17,8 @@
 #                   skiplock-worker@.service systemd unit template
 #   make uninstall  remove what the last make install wrote
 #   make fuzz       every libFuzzer target for FUZZ_TIME seconds (default 60)
+#   make soak       the steady-state benchmark (MINUTES=n, default 30;
+#                   QUICK=1: 1 minute): bench/soak on a private Postgres
 
 PREFIX ?= /usr/local
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
@@ -109,3 +111,13 @@ bench: bootstrap
 	@cmake -S . -B build/bench -DCMAKE_BUILD_TYPE=Release -DSKL_TESTS=OFF >/dev/null
 	@cmake --build build/bench -j $(JOBS) >&2
 	@bench/run $(if $(QUICK),--quick) --baseline $(BASELINE)
+
+# make soak [MINUTES=30] [QUICK=1]: the best drain for MINUTES with an
+# enqueuer keeping up and retention on (bench/soak, through bench/run;
+# docs/performance.md).  Writes bench/results/<date>-<commit>-soak.*.
+MINUTES ?= $(if $(QUICK),1,30)
+.PHONY: soak
+soak: bootstrap
+	@cmake -S . -B build/bench -DCMAKE_BUILD_TYPE=Release -DSKL_TESTS=OFF >/dev/null
+	@cmake --build build/bench -j $(JOBS) >&2
+	@bench/soak $(if $(QUICK),--quick) --minutes $(MINUTES)

@@ -2,12 +2,14 @@
  * worker.c — skl-bench-worker: one skiplock worker process for the
  * benchmarks, run until SIGTERM.
  *
- *   skl-bench-worker --url URL [--pooled] --mode noop|cmd|stamp|stream
+ *   skl-bench-worker --url URL [--pooled] --mode noop|sleep|cmd|stamp|stream
  *                    [--concurrency N] [--counter FILE] [--app NAME]
- *                    [--poll-ms MS] [--stream CMD] [--inflight N]
+ *                    [--poll-ms MS] [--stream CMD] [--inflight N] [--sleep-ms MS]
  *
  * Modes (the kinds it claims):
  *   noop   kind "noop": a C handler that only counts (skl_worker_handle)
+ *   sleep  kind "sleep": a C handler that counts, then sleeps --sleep-ms
+ *          (default 5) on its handler thread, a stand-in for short real work
  *   cmd    kind "cmd": the command handler `true` (fork/exec per job)
  *   stamp  kind "lat": a C handler that first reads CLOCK_REALTIME and keeps
  *          it as the job's result {"t": seconds}, for enqueue->start latency
@@ -35,6 +37,14 @@ static int noop_handler(const skl_job *job, void *ctx)
 	(void)job;
 	(void)ctx;
 	atomic_fetch_add(&counter[0], 1);
+	return SKL_JOB_OK;
+}
+
+static int sleep_handler(const skl_job *job, void *ctx)
+{
+	(void)job;
+	atomic_fetch_add(&counter[0], 1);
+	bench_sleep(*(const double *)ctx);
 	return SKL_JOB_OK;
 }
 
@@ -110,8 +120,12 @@ int main(int argc, char **argv)
 	if (skl_worker_new(&co, &wo, &the_worker, &err) != SKL_OK)
 		bench_die("worker: %s", err.message);
 	skl_rc rc;
+	static double sleep_s;
+	sleep_s = atof(bench_opt(argc, argv, "--sleep-ms", "5")) / 1000.0;
 	if (strcmp(mode, "noop") == 0)
 		rc = skl_worker_handle(the_worker, "noop", noop_handler, NULL, &err);
+	else if (strcmp(mode, "sleep") == 0)
+		rc = skl_worker_handle(the_worker, "sleep", sleep_handler, &sleep_s, &err);
 	else if (strcmp(mode, "stamp") == 0)
 		rc = skl_worker_handle(the_worker, "lat", stamp_handler, NULL, &err);
 	else if (strcmp(mode, "cmd") == 0)

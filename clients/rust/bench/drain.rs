@@ -1,9 +1,10 @@
 //! The Rust client's benchmark.
 //!
-//!   DATABASE_URL=... N=100000 CONCURRENCY=64 cargo.sh bench --bench drain
+//!   DATABASE_URL=... N=100000 CONCURRENCY=64 PREFETCH=448 cargo.sh bench --bench drain
 //!       enqueues N no-op jobs (batches of 5,000 in one statement each),
-//!       drains them with one Worker, and prints one JSON line:
-//!       {"jobs_per_s":..., "rss_kib":..., "concurrency":...}
+//!       drains them with one Worker (prefetch: PREFETCH, default 448, as
+//!       the C worker's best drain), and prints one JSON line:
+//!       {"jobs_per_s":..., "rss_kib":..., "concurrency":..., "prefetch":...}
 //!       jobs_per_s: N over the time from the worker's start until its
 //!       graceful stop has recorded the last outcome; rss_kib: peak RSS.
 //!   LATENCY=1: enqueues one job at a time at a steady 500 jobs/s for 10 s
@@ -32,7 +33,8 @@ fn peak_rss_kib() -> u64 {
         .and_then(|l| l.split_whitespace().nth(1)).and_then(|v| v.parse().ok()).unwrap_or(0)
 }
 
-async fn drain(url: &str, n: usize, conc: usize) -> Result<(), Box<dyn std::error::Error>> {
+async fn drain(url: &str, n: usize, conc: usize, prefetch: usize)
+               -> Result<(), Box<dyn std::error::Error>> {
     let (c, conn) = tokio_postgres::connect(url, NoTls).await?;
     tokio::spawn(conn);
     let kind = format!("bench.noop.{}", std::process::id());
@@ -47,7 +49,7 @@ async fn drain(url: &str, n: usize, conc: usize) -> Result<(), Box<dyn std::erro
     let all = Arc::new(Notify::new());
     let (d, a) = (done.clone(), all.clone());
     let t = Instant::now();
-    let w = Worker::builder(url).concurrency(conc)
+    let w = Worker::builder(url).concurrency(conc).prefetch(prefetch)
         .handler(kind.as_str(), move |_, _| {
             let (d, a) = (d.clone(), a.clone());
             async move {
@@ -69,7 +71,7 @@ async fn drain(url: &str, n: usize, conc: usize) -> Result<(), Box<dyn std::erro
         return Err("not every job was completed".into());
     }
     println!("{}", json!({"jobs_per_s": (n as f64 / secs).round(), "rss_kib": peak_rss_kib(),
-                          "concurrency": conc}));
+                          "concurrency": conc, "prefetch": prefetch}));
     Ok(())
 }
 
@@ -114,6 +116,6 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     if std::env::var("LATENCY").map_or(false, |v| v == "1") {
         latency(&url, conc).await
     } else {
-        drain(&url, env_num("N", 100_000), conc).await
+        drain(&url, env_num("N", 100_000), conc, env_num("PREFETCH", 448)).await
     }
 }

@@ -1,6 +1,7 @@
 //! The conformance suite's worker (tests/conformance/README.md): handlers
 //! for the six conf.* kinds, configured from the suite's environment; stops
-//! gracefully on SIGTERM and exits 0.
+//! gracefully on SIGTERM and exits 0.  PREFETCH (default 0) sets the
+//! worker's prefetch, to run the suite with prefetched jobs.
 
 use serde_json::{json, Value};
 use skiplock::{CancellationToken, HandlerError, HandlerResult, Job, Worker};
@@ -100,6 +101,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut b = Worker::builder(&url)
         .owner(owner)
         .concurrency(env("CONFORMANCE_CONCURRENCY", "4").parse()?)
+        .prefetch(env("PREFETCH", "0").parse()?)
         .lease(duration(&env("CONFORMANCE_LEASE", "2s")))
         .poll_interval(Duration::from_millis(200))
         .rescue_every(Duration::from_millis(250))

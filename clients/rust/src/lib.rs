@@ -34,6 +34,7 @@ mod pooler;
 pub mod protocol;
 mod run_job;
 mod runloop;
+mod runners;
 pub mod sql;
 mod worker;
 

@@ -45,20 +45,20 @@ fn outcome_arrays(done: &[Finished]) -> Result<String, Error> {
         ids.push(f.id);
         fencings.push(f.fencing);
         let (o, res, err, ms) = match &f.outcome {
-            Outcome::Ok(v) => ("'ok'", sql::jsonb(v)?, "NULL".into(), 0),
+            Outcome::Ok(v) => ("ok", Some(v.to_string()), None, 0),
             Outcome::Retry { error, after } => {
-                ("'retry'", "NULL".into(), sql::text(error)?, after.map_or(0, |d| d.as_millis()))
+                ("retry", None, Some(error.as_str()), after.map_or(0, |d| d.as_millis()))
             }
-            Outcome::Discard { error } => ("'discard'", "NULL".into(), sql::text(error)?, 0),
+            Outcome::Discard { error } => ("discard", None, Some(error.as_str()), 0),
         };
-        outcomes.push(o.to_string());
+        outcomes.push(Some(o));
         results.push(res);
         errors.push(err);
         after.push(ms.min(i64::MAX as u128) as i64);
     }
     Ok(format!("{}, {}, {}, {}, {}, {}, NULL, NULL, NULL, NULL", sql::bigint_array(&ids),
-               sql::bigint_array(&fencings), sql::array(&outcomes, "text"),
-               sql::array(&results, "jsonb"), sql::array(&errors, "text"),
+               sql::bigint_array(&fencings), sql::literal_array(&outcomes, "text")?,
+               sql::literal_array(&results, "jsonb")?, sql::literal_array(&errors, "text")?,
                sql::bigint_array(&after)))
 }
 

@@ -1,20 +1,28 @@
 //! The worker loop (docs/protocol.md, "The loop"): one task that owns the
 //! claims connection.  Each turn records the finished outcomes and claims
 //! for the free slots in one round trip (`record_claim`), heartbeats the
-//! running claims every third of the lease, rescues expired leases now and
+//! held claims every third of the lease, rescues expired leases now and
 //! then, and waits for a finished handler, a notification, a timer or the
 //! stop token.  Handlers run in their own tasks, outside any transaction.
+//!
+//! A claim is held from its claim until its outcome is recorded; the loop
+//! hands claimed jobs to the runners (runners.rs) through their queue.
+//! With `prefetch`, up to concurrency + prefetch claims are held: jobs no
+//! runner has taken yet wait in the queue (heartbeated like running ones)
+//! and start as handlers end, so handlers have work while the loop waits
+//! for the database.  Stopping runs them too; past the shutdown timeout,
+//! the ones never started are given back at once (a retry due in 1 ms).
 
 use crate::db::Db;
 use crate::error::Error;
-use crate::job::{Finished, Job};
+use crate::job::{Finished, Job, Outcome};
 use crate::jitter::jittered;
 use crate::protocol::{exchange, heartbeat, rescue, ClaimArgs};
-use crate::run_job;
+use crate::runners::{self, Queue};
 use crate::worker::{Config, Event};
 use std::collections::HashMap;
 use std::sync::Arc;
-use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
+use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 use tokio::time::{sleep_until, Duration, Instant};
@@ -24,7 +32,15 @@ use tokio_util::sync::CancellationToken;
 /// outcomes may take before the loop gives up on them.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 
-struct Running {
+/// How long finished outcomes may wait for more to share their round
+/// trip, while fewer than half of the held claims have finished.
+const BATCH_WAIT: Duration = Duration::from_millis(2);
+
+/// The error a prefetched job that never started is given back with.
+const NOT_STARTED: &str = "the worker stopped before starting it";
+
+/// A held claim, running or waiting in the queue.
+struct Held {
     token: CancellationToken,
     lost: bool,
 }
@@ -35,10 +51,11 @@ struct Loop {
     wake: Arc<Notify>,
     stop: CancellationToken,
     kinds: Vec<String>,
-    running: HashMap<(i64, i64), Running>,
-    tx: UnboundedSender<Finished>,
+    held: HashMap<(i64, i64), Held>,
+    queue: Arc<Queue>,
     rx: UnboundedReceiver<Finished>,
     pending: Vec<Finished>,
+    pending_since: Option<Instant>,
     claim_due: bool,
     next_poll: Instant,
     next_heartbeat: Instant,
@@ -54,9 +71,10 @@ pub(crate) async fn start(cfg: Arc<Config>, stop: CancellationToken)
     let now = Instant::now();
     let mut kinds: Vec<String> = cfg.handlers.keys().cloned().collect();
     kinds.sort();
-    let mut l = Loop { cfg, db, wake, stop, kinds, running: HashMap::new(), tx, rx,
-                       pending: vec![], claim_due: true, next_poll: now, next_heartbeat: now,
-                       next_rescue: now, stopping_since: None };
+    let queue = runners::start(cfg.clone(), tx);
+    let mut l = Loop { cfg, db, wake, stop, kinds, held: HashMap::new(), queue, rx,
+                       pending: vec![], pending_since: None, claim_due: true, next_poll: now,
+                       next_heartbeat: now, next_rescue: now, stopping_since: None };
     Ok(tokio::spawn(async move { l.run().await }))
 }
 
@@ -67,7 +85,7 @@ impl Loop {
                 self.finish(f);
             }
             if self.stop_step() {
-                return Ok(());
+                return Ok(()); /* Drop closes the runners' queue */
             }
             self.exchange().await;
             self.heartbeat().await;
@@ -76,8 +94,9 @@ impl Loop {
         }
     }
 
-    /// Stopping: past the shutdown timeout, cancels what still runs (those
-    /// jobs are retried); true when the loop is done.
+    /// Stopping: past the shutdown timeout, gives back the jobs never
+    /// started and cancels what still runs (those jobs are retried); true
+    /// when the loop is done.
     fn stop_step(&mut self) -> bool {
         if self.stop.is_cancelled() && self.stopping_since.is_none() {
             self.stopping_since = Some(Instant::now());
@@ -87,32 +106,67 @@ impl Loop {
             None => return false,
         };
         if since >= self.cfg.shutdown_timeout {
-            self.running.values().for_each(|r| r.token.cancel());
+            self.give_back();
+            self.held.values().for_each(|h| h.token.cancel());
         }
-        let idle = self.running.values().all(|r| r.lost) && self.pending.is_empty();
+        let idle = self.held.values().all(|h| h.lost) && self.pending.is_empty();
         idle || since >= self.cfg.shutdown_timeout + SHUTDOWN_GRACE
     }
 
     fn finish(&mut self, f: Finished) {
-        match self.running.remove(&(f.id, f.fencing)) {
-            Some(r) if !r.lost => self.pending.push(f),
+        match self.held.remove(&(f.id, f.fencing)) {
+            Some(h) if !h.lost => self.push_pending(f),
             _ => {} /* lost: its outcome would be fenced out anyway */
         }
     }
 
+    /// Claims that may be taken: handlers plus prefetch, less those held.
     fn free(&self) -> usize {
-        self.cfg.concurrency.saturating_sub(self.running.len())
+        (self.cfg.concurrency + self.cfg.prefetch).saturating_sub(self.held.len())
+    }
+
+    /// Past the shutdown timeout: the waiting jobs, never started, go back
+    /// with the next record, due again at once for any worker.
+    fn give_back(&mut self) {
+        for job in self.queue.drain() {
+            if self.held.remove(&(job.id, job.fencing)).is_some() {
+                let outcome = Outcome::Retry { error: NOT_STARTED.into(),
+                                               after: Some(Duration::from_millis(1)) };
+                self.push_pending(Finished { id: job.id, fencing: job.fencing, outcome });
+            }
+        }
+    }
+
+    fn push_pending(&mut self, f: Finished) {
+        self.pending_since.get_or_insert_with(Instant::now);
+        self.pending.push(f);
+    }
+
+    /// Outcomes are sent when half the held claims have finished, when
+    /// the first has waited BATCH_WAIT, or when stopping: a round trip for
+    /// one outcome, while the rest are moments away, costs as much as one
+    /// for all of them.
+    fn outcomes_due(&self) -> bool {
+        match self.pending_since {
+            Some(t) => self.held.len() <= self.pending.len() || self.stopping_since.is_some()
+                       || t.elapsed() >= BATCH_WAIT,
+            None => false,
+        }
     }
 
     fn wants_claim(&self) -> bool {
         self.stopping_since.is_none() && self.free() > 0
-            && (self.claim_due || !self.pending.is_empty() || Instant::now() >= self.next_poll)
+            && if self.pending.is_empty() {
+                self.claim_due || Instant::now() >= self.next_poll
+            } else {
+                self.outcomes_due()
+            }
     }
 
     /// Records the finished outcomes and claims, one round trip.
     async fn exchange(&mut self) {
         let claim = self.wants_claim();
-        if !claim && self.pending.is_empty() {
+        if !claim && !self.outcomes_due() {
             return;
         }
         let cfg = self.cfg.clone();
@@ -124,6 +178,7 @@ impl Loop {
             None => return,
         };
         let done = std::mem::take(&mut self.pending);
+        let since = self.pending_since.take();
         match exchange(client, &done, if claim { Some(&args) } else { None }).await {
             Ok((recorded, jobs)) => {
                 self.report(&done, recorded);
@@ -131,10 +186,11 @@ impl Loop {
                     self.claim_due = jobs.len() == n;
                     self.next_poll = Instant::now() + jittered(cfg.poll);
                 }
-                jobs.into_iter().for_each(|j| self.spawn(j));
+                self.hold(jobs);
             }
             Err(e) if e.is_transient() => {
                 self.pending = done;
+                self.pending_since = since;
                 self.db.lost(e);
             }
             Err(e) => {
@@ -170,7 +226,7 @@ impl Loop {
             let r = match exchange(client, std::slice::from_ref(&f), None).await {
                 Err(e) if !e.is_transient() => {
                     let msg = format!("the outcome could not be recorded: {}", e);
-                    let g = Finished { outcome: crate::job::Outcome::retry(msg), ..f.clone() };
+                    let g = Finished { outcome: Outcome::retry(msg), ..f.clone() };
                     exchange(client, std::slice::from_ref(&g), None).await
                 }
                 r => r,
@@ -182,22 +238,20 @@ impl Loop {
         }
     }
 
-    fn spawn(&mut self, job: Job) {
-        let token = CancellationToken::new();
-        self.running.insert((job.id, job.fencing), Running { token: token.clone(), lost: false });
-        match self.cfg.handlers.get(&job.kind) {
-            Some(h) => {
-                tokio::spawn(run_job::run(h.clone(), job, token, self.tx.clone()));
-            }
-            None => {
-                let outcome = crate::job::Outcome::retry(format!("no handler for kind {}", job.kind));
-                let _ = self.tx.send(Finished { id: job.id, fencing: job.fencing, outcome });
-            }
+    /// Holds newly claimed jobs and queues them for the runners.
+    fn hold(&mut self, jobs: Vec<Job>) {
+        let mut queued = Vec::with_capacity(jobs.len());
+        for job in jobs {
+            let token = CancellationToken::new();
+            self.held.insert((job.id, job.fencing), Held { token: token.clone(), lost: false });
+            queued.push((job, token));
         }
+        self.queue.push(queued);
     }
 
-    /// Every third of the lease: renews the running claims; a claim that
-    /// was lost has its token cancelled and its outcome dropped.
+    /// Every third of the lease: renews the held claims, running or
+    /// waiting; a claim that was lost has its token cancelled and its
+    /// outcome dropped, or is never started.
     async fn heartbeat(&mut self) {
         let now = Instant::now();
         if now < self.next_heartbeat {
@@ -205,7 +259,7 @@ impl Loop {
         }
         self.next_heartbeat = now + self.cfg.lease / 3;
         let claims: Vec<(i64, i64)> =
-            self.running.iter().filter(|(_, r)| !r.lost).map(|(k, _)| *k).collect();
+            self.held.iter().filter(|(_, h)| !h.lost).map(|(k, _)| *k).collect();
         if claims.is_empty() {
             return;
         }
@@ -227,11 +281,15 @@ impl Loop {
     }
 
     fn lose(&mut self, id: i64, fencing: i64) {
-        if let Some(r) = self.running.get_mut(&(id, fencing)) {
-            r.lost = true;
-            r.token.cancel();
-            self.cfg.event(Event::LeaseLost { id, fencing });
+        if self.queue.remove(id, fencing) {
+            self.held.remove(&(id, fencing)); /* never started */
+        } else if let Some(h) = self.held.get_mut(&(id, fencing)) {
+            h.lost = true;
+            h.token.cancel();
+        } else {
+            return;
         }
+        self.cfg.event(Event::LeaseLost { id, fencing });
     }
 
     /// Now and then: gives back expired leases (any worker's).
@@ -254,12 +312,15 @@ impl Loop {
 
     /// Sleeps until something happens or a timer is due.
     async fn wait(&mut self) {
-        if self.wants_claim() && self.db.is_up() {
+        if (self.wants_claim() || self.outcomes_due()) && self.db.is_up() {
             return;
         }
         let mut due = self.next_rescue.min(self.next_poll);
-        if !self.running.is_empty() {
+        if !self.held.is_empty() {
             due = due.min(self.next_heartbeat);
+        }
+        if let (Some(t), true) = (self.pending_since, self.db.is_up()) {
+            due = due.min(t + BATCH_WAIT);
         }
         if let Some(s) = self.stopping_since {
             due = due.min(s + self.cfg.shutdown_timeout).max(Instant::now() + Duration::from_millis(50));
@@ -274,5 +335,11 @@ impl Loop {
             _ = self.stop.cancelled(), if !stopping => {}
             _ = sleep_until(due) => {}
         }
+    }
+}
+
+impl Drop for Loop {
+    fn drop(&mut self) {
+        self.queue.close();
     }
 }

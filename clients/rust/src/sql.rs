@@ -74,10 +74,46 @@ pub fn text_array<S: AsRef<str>>(items: &[S]) -> Result<String, Error> {
     Ok(array(&q, "text"))
 }
 
-/// An array of bigints.
+/// An array of bigints, as one array literal: `'{1,2}'::bigint[]`.
 pub fn bigint_array(items: &[i64]) -> String {
-    let q: Vec<String> = items.iter().map(|v| v.to_string()).collect();
-    array(&q, "bigint")
+    let mut out = String::from("'{");
+    for (i, v) in items.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        let _ = write!(out, "{}", v);
+    }
+    out.push_str("}'::bigint[]");
+    out
+}
+
+/// An array of strings (None: NULL) as one array literal,
+/// `E'{"a","b",NULL}'::ty[]`: the server parses one constant however many
+/// elements there are (an `ARRAY[...]` of 512 casts took it about 1 ms
+/// more per statement).  Each element is double-quoted with `"` and `\`
+/// escaped by a backslash, then the whole is quoted as [`text`].
+pub fn literal_array<S: AsRef<str>>(items: &[Option<S>], ty: &str) -> Result<String, Error> {
+    let mut body = String::from("{");
+    for (i, item) in items.iter().enumerate() {
+        if i > 0 {
+            body.push(',');
+        }
+        match item {
+            None => body.push_str("NULL"),
+            Some(v) => {
+                body.push('"');
+                for c in v.as_ref().chars() {
+                    if c == '"' || c == '\\' {
+                        body.push('\\');
+                    }
+                    body.push(c);
+                }
+                body.push('"');
+            }
+        }
+    }
+    body.push('}');
+    Ok(format!("{}::{}[]", text(&body)?, ty))
 }
 
 #[cfg(test)]
@@ -90,7 +126,10 @@ mod tests {
         assert_eq!(text("é").unwrap(), "E'é'");
         assert!(text("a\0b").is_err());
         assert_eq!(bigint_array(&[]), "'{}'::bigint[]");
-        assert_eq!(bigint_array(&[1, -2]), "ARRAY[1,-2]::bigint[]");
+        assert_eq!(bigint_array(&[1, -2]), "'{1,-2}'::bigint[]");
+        assert_eq!(literal_array(&[Some("a\"b\\c'"), None, Some("NULL")], "text").unwrap(),
+                   "E'{\"a\\\\\"b\\\\\\\\c''\",NULL,\"NULL\"}'::text[]");
+        assert_eq!(literal_array::<&str>(&[], "jsonb").unwrap(), "E'{}'::jsonb[]");
         assert_eq!(interval(Duration::from_millis(1500)), "'1500000 microseconds'::interval");
     }
 }
