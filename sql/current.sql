@@ -587,8 +587,12 @@ BEGIN
       EXECUTE format('ALTER TABLE skiplock.finished_jobs ATTACH PARTITION skiplock.%I '
                      'FOR VALUES FROM (%L) TO (%L)', v_name, v_lo, v_hi);
       INSERT INTO skiplock.finished_partitions (name, lo, hi) VALUES (v_name, v_lo, v_hi);
-    EXCEPTION WHEN lock_not_available THEN
-      EXIT;
+    EXCEPTION
+      WHEN lock_not_available THEN
+        EXIT;
+      WHEN check_violation THEN
+        EXIT;  -- an outcome put a row of this range in the default partition meanwhile:
+               -- the next round starts after it
     END;
     v_lo := v_hi;
     v_made := v_made + 1;

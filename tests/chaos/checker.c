@@ -58,7 +58,7 @@ static const check checks[] = {
 	{"effect-not-once", "a job's handler effect is not in the ledger exactly once",
 	 "SELECT j.id || ' ' || j.kind || ' ' || j.state || ': ' || count(l.job_id) || ' effects'"
 	  " FROM skiplock.all_jobs j LEFT JOIN chaos_ledger l ON l.job_id = j.id"
-	  " GROUP BY j.id HAVING count(l.job_id) > 1"
+	  " GROUP BY j.id, j.kind, j.state HAVING count(l.job_id) > 1"
 	  " OR (j.kind = 'poison' AND count(l.job_id) > 0)"
 	  " OR (j.kind <> 'poison' AND j.state = 'completed' AND count(l.job_id) <> 1)"},
 	{"effect-unfenced", "a ledger row carries a token its job never issued",

@@ -64,6 +64,9 @@ denied() { # name SQL
 	case $out in *"permission denied"* | *"must be owner"*) pass "worker cannot $1" ;; *) fail "worker can $1: $out" ;; esac
 }
 denied "DROP a table" "DROP TABLE skiplock.jobs"
+denied "set the retention" "SELECT skiplock.retention_set('*', NULL, '0')"
+denied "cancel a job through job_cancel" "SELECT skiplock.job_cancel(1)"
+denied "delete finished jobs" "DELETE FROM skiplock.finished_jobs"
 denied "ALTER a table" "ALTER TABLE skiplock.jobs ADD COLUMN x int"
 denied "TRUNCATE a table" "TRUNCATE skiplock.leases"
 denied "DROP a function" "DROP FUNCTION skiplock.installed_version()"
