@@ -32,6 +32,7 @@ void bench_die(const char *fmt, ...) __attribute__((noreturn, format(printf, 1, 
 /* A plain libpq connection for control statements (TRUNCATE, counts). */
 PGconn *bench_connect(const char *url, const char *appname);
 void bench_exec(PGconn *c, const char *sql);
+void bench_reset_jobs(PGconn *c);
 int64_t bench_int(PGconn *c, const char *sql);
 double bench_float(PGconn *c, const char *sql);
 /* Runs sql; returns false (with the message on stderr) instead of dying. */

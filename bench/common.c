@@ -85,6 +85,20 @@ void bench_exec(PGconn *c, const char *sql)
 	PQclear(run(c, sql, true));
 }
 
+/* Empties the job tables of either schema: skiplock.jobs alone (before
+ * step 0013, e.g. the baseline's) or with skiplock.finished_jobs; and
+ * gives a schema from before step 0013 a skiplock.all_jobs to count in. */
+void bench_reset_jobs(PGconn *c)
+{
+	bench_exec(c, "DO $$ BEGIN"
+	              " TRUNCATE skiplock.jobs, skiplock.enqueue_tokens;"
+	              " IF to_regclass('skiplock.finished_jobs') IS NOT NULL THEN"
+	              "   TRUNCATE skiplock.finished_jobs; END IF;"
+	              " IF to_regclass('skiplock.all_jobs') IS NULL THEN"
+	              "   CREATE VIEW skiplock.all_jobs AS SELECT * FROM skiplock.jobs; END IF;"
+	              " END $$");
+}
+
 bool bench_try(PGconn *c, const char *sql)
 {
 	PGresult *r = run(c, sql, false);

@@ -62,7 +62,7 @@ typedef struct run {
 
 static void prepare(run *r, PGconn *ctl, skl_client *c, long fill)
 {
-	bench_exec(ctl, "TRUNCATE skiplock.jobs, skiplock.enqueue_tokens");
+	bench_reset_jobs(ctl);
 	bench_enqueue(c, r->kind, fill, 5000);
 	bench_exec(ctl, "VACUUM ANALYZE skiplock.jobs");
 	bench_exec(ctl, "CHECKPOINT");
@@ -166,7 +166,7 @@ static void drain(run *r, PGconn *ctl)
 	stop_workers(r);
 	PGresult *res = PQexec(ctl,
 		"SELECT count(*) FILTER (WHERE state = 'completed'), count(*),"
-		" extract(epoch FROM max(finished_at))::float8 FROM skiplock.jobs");
+		" extract(epoch FROM max(finished_at))::float8 FROM skiplock.all_jobs");
 	if (PQresultStatus(res) != PGRES_TUPLES_OK)
 		bench_die("final count: %s", PQerrorMessage(ctl));
 	long completed = atol(PQgetvalue(res, 0, 0)), total = atol(PQgetvalue(res, 0, 1));
@@ -236,7 +236,7 @@ static void sustain(run *r, PGconn *ctl, skl_client *c)
 	stop_workers(r);
 	char sql[256];
 	snprintf(sql, sizeof(sql),
-	         "SELECT count(*) FROM skiplock.jobs WHERE state = 'completed'"
+	         "SELECT count(*) FROM skiplock.all_jobs WHERE state = 'completed'"
 	         " AND finished_at <= to_timestamp(%.6f)", t1);
 	int64_t done = bench_int(ctl, sql);
 	int64_t exact, stats;

@@ -25,7 +25,7 @@ int main(int argc, char **argv)
 		bench_die("usage: skl-bench-enqueue --url URL --jobs N [--batch B] [--kind K]");
 
 	PGconn *ctl = bench_connect(url, "skl-bench-control");
-	bench_exec(ctl, "TRUNCATE skiplock.jobs, skiplock.enqueue_tokens");
+	bench_reset_jobs(ctl);
 	bench_exec(ctl, "CHECKPOINT");
 	skl_client *c = bench_client(url, false, "skl-bench-enqueue");
 	skl_error err;

@@ -64,7 +64,7 @@ int main(int argc, char **argv)
 		          " [--rate R] [--seconds S]");
 
 	PGconn *ctl = bench_connect(ctl_url, "skl-bench-control");
-	bench_exec(ctl, "TRUNCATE skiplock.jobs, skiplock.enqueue_tokens");
+	bench_reset_jobs(ctl);
 	bench_exec(ctl, "CHECKPOINT");
 	const char *tmp = getenv("TMPDIR");
 	char counter_path[256];
@@ -110,7 +110,7 @@ int main(int argc, char **argv)
 	         " percentile_cont(0.95) WITHIN GROUP (ORDER BY ms),"
 	         " percentile_cont(0.99) WITHIN GROUP (ORDER BY ms), max(ms)"
 	         " FROM (SELECT ((result->>'t')::float8 - extract(epoch FROM created_at)::float8)"
-	         " * 1000 AS ms FROM skiplock.jobs WHERE id > %lld AND state = 'completed') s",
+	         " * 1000 AS ms FROM skiplock.all_jobs WHERE id > %lld AND state = 'completed') s",
 	         (long long)first_id);
 	PGresult *res = PQexec(ctl, sql);
 	if (PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) != 1)

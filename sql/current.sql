@@ -42,6 +42,20 @@ CREATE TYPE skiplock.heartbeat_result AS (
 	extended boolean
 );
 
+CREATE TYPE skiplock.job_action_result AS (
+	changed boolean,
+	state text
+);
+
+CREATE TYPE skiplock.maintenance_result AS (
+	created integer,
+	dropped integer,
+	deleted bigint,
+	moved bigint,
+	remaining bigint,
+	more boolean
+);
+
 CREATE TYPE skiplock.recorded_outcome AS (
 	id bigint,
 	state text,
@@ -344,7 +358,7 @@ BEGIN
   IF v_state IS NOT NULL THEN
     RETURN v_state;
   END IF;
-  IF EXISTS (SELECT 1 FROM skiplock.jobs j WHERE j.id = complete.id
+  IF EXISTS (SELECT 1 FROM skiplock.all_jobs j WHERE j.id = complete.id
                 AND j.fencing = complete.fencing AND j.state = 'completed') THEN
     RETURN 'completed';
   END IF;
@@ -504,6 +518,15 @@ BEGIN
 END
 $$;
 
+CREATE FUNCTION skiplock.errors_append(errors jsonb, attempt integer, err text, at timestamp with time zone) RETURNS jsonb
+    LANGUAGE sql IMMUTABLE
+    AS $$
+  SELECT CASE WHEN err IS NULL THEN errors
+              ELSE (CASE WHEN jsonb_array_length(errors) >= 20 THEN errors - 0 ELSE errors END)
+                   || jsonb_build_array(jsonb_build_object('attempt', attempt, 'at', at,
+                                                           'error', err)) END
+$$;
+
 CREATE FUNCTION skiplock.fail(id bigint, fencing bigint, error text, retryable boolean DEFAULT true, retry_after interval DEFAULT NULL::interval) RETURNS text
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -526,6 +549,106 @@ $$;
 
 COMMENT ON FUNCTION skiplock.fail(id bigint, fencing bigint, error text, retryable boolean, retry_after interval) IS 'fenced failed attempt: available (retry at run_at), discarded, or fenced_out';
 
+CREATE FUNCTION skiplock.finished_partitions_ahead(p_max integer) RETURNS integer
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+  v_w interval := (SELECT m.partition_width FROM skiplock.maintenance m);
+  v_until timestamptz;
+  v_lo timestamptz;
+  v_hi timestamptz;
+  v_name text;
+  v_made int := 0;
+BEGIN
+  -- At most 500 partitions ahead: a job expiring later waits in the
+  -- default partition (a narrow width with a long retention).
+  v_until := least(now() + coalesce((SELECT max(r.keep) FROM skiplock.retention r
+                                      WHERE r.keep > interval '0'), interval '0') + v_w,
+                   now() + 500 * v_w);
+  v_lo := greatest(date_bin(v_w, now(), timestamptz '2000-01-01 00:00+00'),
+                   date_bin(v_w, (SELECT max(d.expires_at) FROM skiplock.finished_jobs_default d
+                                   WHERE d.expires_at < timestamptz 'infinity'),
+                            timestamptz '2000-01-01 00:00+00') + v_w);
+  WHILE v_lo < v_until AND v_made < p_max LOOP
+    -- past an existing partition that covers v_lo; up to the next one
+    v_hi := (SELECT max(p.hi) FROM skiplock.finished_partitions p
+              WHERE p.lo <= v_lo AND p.hi > v_lo);
+    IF v_hi IS NOT NULL THEN
+      v_lo := v_hi;
+      CONTINUE;
+    END IF;
+    v_hi := least(v_lo + v_w, coalesce((SELECT min(p.lo) FROM skiplock.finished_partitions p
+                                         WHERE p.lo > v_lo), v_lo + v_w));
+    v_name := 'finished_jobs_' || to_char(v_lo AT TIME ZONE 'UTC', 'YYYYMMDD"_"HH24MISS');
+    BEGIN  -- attaching locks the default partition: not within lock_timeout, next round
+      EXECUTE format('CREATE TABLE skiplock.%I (LIKE skiplock.finished_jobs INCLUDING DEFAULTS '
+                     'INCLUDING CONSTRAINTS, CHECK (expires_at >= %L AND expires_at < %L))',
+                     v_name, v_lo, v_hi);
+      EXECUTE format('ALTER TABLE skiplock.finished_jobs ATTACH PARTITION skiplock.%I '
+                     'FOR VALUES FROM (%L) TO (%L)', v_name, v_lo, v_hi);
+      INSERT INTO skiplock.finished_partitions (name, lo, hi) VALUES (v_name, v_lo, v_hi);
+    EXCEPTION
+      WHEN lock_not_available THEN
+        EXIT;
+      WHEN check_violation THEN
+        EXIT;  -- an outcome put a row of this range in the default partition meanwhile:
+               -- the next round starts after it
+    END;
+    v_lo := v_hi;
+    v_made := v_made + 1;
+  END LOOP;
+  RETURN v_made;
+END
+$$;
+
+CREATE FUNCTION skiplock.finished_partitions_expire(p_max integer) RETURNS integer
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+  p record;
+  v_n int := 0;
+BEGIN
+  FOR p IN SELECT x.name FROM skiplock.finished_partitions x
+            WHERE x.hi <= now() ORDER BY x.lo LIMIT p_max LOOP
+    BEGIN  -- a partition whose lock is not had within lock_timeout waits for the next round
+      EXECUTE format('DROP TABLE skiplock.%I', p.name);
+      DELETE FROM skiplock.finished_partitions x WHERE x.name = p.name;
+      v_n := v_n + 1;
+    EXCEPTION WHEN lock_not_available THEN
+      EXIT;
+    END;
+  END LOOP;
+  RETURN v_n;
+END
+$$;
+
+CREATE FUNCTION skiplock.finished_partitions_reshape(p_max integer) RETURNS integer
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+  v_w interval := (SELECT m.partition_width FROM skiplock.maintenance m);
+  p record;
+  v_empty boolean;
+  v_n int := 0;
+BEGIN
+  FOR p IN SELECT x.name FROM skiplock.finished_partitions x
+            WHERE x.hi > now() AND x.hi - x.lo <> v_w ORDER BY x.lo DESC LIMIT p_max LOOP
+    BEGIN
+      LOCK TABLE skiplock.finished_jobs IN ACCESS EXCLUSIVE MODE;
+      EXECUTE format('SELECT NOT EXISTS (SELECT FROM skiplock.%I)', p.name) INTO v_empty;
+      IF v_empty THEN
+        EXECUTE format('DROP TABLE skiplock.%I', p.name);
+        DELETE FROM skiplock.finished_partitions x WHERE x.name = p.name;
+        v_n := v_n + 1;
+      END IF;
+    EXCEPTION WHEN lock_not_available THEN
+      EXIT;
+    END;
+  END LOOP;
+  RETURN v_n;
+END
+$$;
+
 CREATE FUNCTION skiplock.grant_role(p_role text, p_kind text) RETURNS void
     LANGUAGE plpgsql
     AS $$
@@ -536,14 +659,21 @@ BEGIN
   EXECUTE format('REVOKE ALL ON ALL SEQUENCES IN SCHEMA skiplock FROM %I', p_role);
   EXECUTE format('REVOKE ALL ON ALL FUNCTIONS IN SCHEMA skiplock FROM %I', p_role);
   EXECUTE format('GRANT USAGE ON SCHEMA skiplock TO %I', p_role);
-  EXECUTE format('GRANT SELECT ON skiplock.jobs, skiplock.breakers, skiplock.breaker_events, '
-                 'skiplock.schedules, skiplock.leases, skiplock.schema_version TO %I', p_role);
+  EXECUTE format('GRANT SELECT ON skiplock.jobs, skiplock.finished_jobs, skiplock.all_jobs, '
+                 'skiplock.retention, skiplock.maintenance, skiplock.finished_partitions, '
+                 'skiplock.breakers, skiplock.breaker_events, skiplock.schedules, '
+                 'skiplock.leases, skiplock.schema_version TO %I', p_role);
   FOR f IN SELECT p.oid::regprocedure FROM pg_proc p
             WHERE p.pronamespace = 'skiplock'::regnamespace AND p.prokind = 'f'
               AND (p.proname IN ('installed_version', 'backoff_delay', 'retry_delay_ms',
                                  'breaker_step', 'check_job_times', 'interval_ms',
-                                 'check_claim_args', 'lease_check_args', 'lease_check_reserved')
-                   OR (p_kind <> 'reader' AND p.prosecdef))
+                                 'check_claim_args', 'lease_check_args', 'lease_check_reserved',
+                                 'keep_until', 'errors_append')
+                   OR (p_kind = 'worker' AND p.prosecdef
+                       AND p.proname NOT IN ('job_cancel', 'job_retry', 'jobs_prune',
+                                             'retention_set', 'retention_reset',
+                                             'partition_width_set'))
+                   OR (p_kind = 'operator' AND p.prosecdef))
   LOOP
     EXECUTE format('GRANT EXECUTE ON FUNCTION %s TO %I', f, p_role);
   END LOOP;
@@ -784,6 +914,32 @@ BEGIN
 END
 $$;
 
+CREATE FUNCTION skiplock.job_cancel(id bigint) RETURNS skiplock.job_action_result
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+#variable_conflict use_column
+DECLARE
+  v_state text;
+BEGIN
+  IF job_cancel.id IS NULL THEN
+    RAISE EXCEPTION 'job_cancel: id must not be NULL' USING ERRCODE = '22004';
+  END IF;
+  UPDATE skiplock.jobs j SET state = 'cancelled', finished_at = now(), lease_owner = NULL,
+         lease_expires_at = NULL
+   WHERE j.id = job_cancel.id AND j.state IN ('available', 'running')
+  RETURNING j.state INTO v_state;
+  IF FOUND THEN
+    PERFORM skiplock.move_finished(ARRAY[job_cancel.id]);
+    RETURN (true, 'cancelled'::text);
+  END IF;
+  SELECT j.state INTO v_state FROM skiplock.all_jobs j WHERE j.id = job_cancel.id LIMIT 1;
+  RETURN (false, v_state);
+END
+$$;
+
+COMMENT ON FUNCTION skiplock.job_cancel(id bigint) IS 'cancel an unfinished job (operators)';
+
 CREATE FUNCTION skiplock.job_fence(id bigint, fencing bigint) RETURNS void
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -810,6 +966,90 @@ END
 $$;
 
 COMMENT ON FUNCTION skiplock.job_fence(id bigint, fencing bigint) IS 'in the caller''s transaction: lock the job FOR SHARE, raise SK001 unless the claim is current';
+
+CREATE FUNCTION skiplock.job_retry(id bigint, attempts integer DEFAULT NULL::integer) RETURNS skiplock.job_action_result
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+#variable_conflict use_column
+DECLARE
+  v_state text;
+BEGIN
+  IF job_retry.id IS NULL THEN
+    RAISE EXCEPTION 'job_retry: id must not be NULL' USING ERRCODE = '22004';
+  END IF;
+  IF job_retry.attempts < 0 THEN
+    RAISE EXCEPTION 'job_retry: attempts must not be negative, got %', job_retry.attempts
+      USING ERRCODE = '22023';
+  END IF;
+  WITH f AS (
+    DELETE FROM skiplock.finished_jobs j
+     WHERE j.id = job_retry.id AND j.state IN ('discarded', 'cancelled')
+    RETURNING j.*)
+  INSERT INTO skiplock.jobs (id, queue, kind, payload, state, priority, run_at, attempt,
+              max_attempts, fencing, unique_key, timeout_ms, backoff_base_ms, backoff_cap_ms,
+              errors, result, created_at, attempted_at, backoff, last_delay_ms)
+  SELECT f.id, f.queue, f.kind, f.payload, 'available', f.priority, now(), f.attempt,
+         least(f.attempt::bigint + coalesce(job_retry.attempts, f.max_attempts), 2147483647)::int,
+         f.fencing, f.unique_key, f.timeout_ms, f.backoff_base_ms, f.backoff_cap_ms, f.errors,
+         f.result, f.created_at, f.attempted_at, f.backoff, f.last_delay_ms
+    FROM f LIMIT 1;
+  IF NOT FOUND THEN
+    UPDATE skiplock.jobs j SET state = 'available', run_at = now(), finished_at = NULL,
+           max_attempts = CASE WHEN j.state = 'available' AND job_retry.attempts IS NULL
+                               THEN j.max_attempts
+                               ELSE least(j.attempt::bigint
+                                          + coalesce(job_retry.attempts, j.max_attempts),
+                                          2147483647)::int END
+     WHERE j.id = job_retry.id AND j.state IN ('available', 'discarded', 'cancelled');
+  END IF;
+  IF FOUND THEN
+    RETURN (true, 'available'::text);
+  END IF;
+  SELECT j.state INTO v_state FROM skiplock.all_jobs j WHERE j.id = job_retry.id LIMIT 1;
+  RETURN (false, v_state);
+END
+$$;
+
+COMMENT ON FUNCTION skiplock.job_retry(id bigint, attempts integer) IS 'retry a discarded, cancelled or waiting job now (operators)';
+
+CREATE FUNCTION skiplock.jobs_prune(older_than interval, n integer DEFAULT 10000) RETURNS bigint
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+  v_a bigint;
+  v_b bigint;
+BEGIN
+  IF older_than IS NULL OR older_than < interval '0' OR n IS NULL OR n NOT BETWEEN 1 AND 1000000 THEN
+    RAISE EXCEPTION 'jobs_prune: older_than must be >= 0 and n 1 to 1000000'
+      USING ERRCODE = '22023';
+  END IF;
+  DELETE FROM skiplock.finished_jobs f WHERE f.id IN (
+    SELECT x.id FROM skiplock.finished_jobs x WHERE x.finished_at < now() - older_than
+     ORDER BY x.finished_at LIMIT n);
+  GET DIAGNOSTICS v_a = ROW_COUNT;
+  DELETE FROM skiplock.jobs j WHERE j.id IN (
+    SELECT x.id FROM skiplock.jobs x
+     WHERE x.state IN ('completed', 'discarded', 'cancelled')
+       AND x.finished_at < now() - older_than
+     ORDER BY x.finished_at LIMIT greatest(n - v_a, 0) FOR UPDATE SKIP LOCKED);
+  GET DIAGNOSTICS v_b = ROW_COUNT;
+  RETURN v_a + v_b;
+END
+$$;
+
+COMMENT ON FUNCTION skiplock.jobs_prune(older_than interval, n integer) IS 'delete up to n finished jobs finished before now() - older_than (operators)';
+
+CREATE FUNCTION skiplock.keep_until(p_queue text, p_state text, p_finished timestamp with time zone) RETURNS timestamp with time zone
+    LANGUAGE sql STABLE
+    AS $$
+  SELECT CASE WHEN r.keep IS NULL THEN timestamptz 'infinity'
+              WHEN r.keep > interval '0' THEN p_finished + r.keep END
+    FROM skiplock.retention r
+   WHERE r.state = p_state AND r.queue IN (p_queue, '*')
+   ORDER BY r.queue = '*' LIMIT 1
+$$;
 
 CREATE FUNCTION skiplock.lease_acquire(name text, owner text, ttl interval) RETURNS bigint
     LANGUAGE plpgsql SECURITY DEFINER
@@ -952,6 +1192,60 @@ BEGIN
 END
 $$;
 
+CREATE FUNCTION skiplock.maintain(owner text, fencing bigint, batch integer DEFAULT 10000) RETURNS skiplock.maintenance_result
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+#variable_conflict use_column
+DECLARE
+  r skiplock.maintenance_result;
+BEGIN
+  IF maintain.batch IS NULL OR maintain.batch NOT BETWEEN 1 AND 1000000 THEN
+    RAISE EXCEPTION 'maintain: batch must be 1 to 1000000' USING ERRCODE = '22023';
+  END IF;
+  PERFORM skiplock.lease_fence('skiplock.maintenance', maintain.fencing);
+  PERFORM set_config('lock_timeout', '50ms', true);
+  r.dropped := skiplock.finished_partitions_reshape(48);
+  r.created := skiplock.finished_partitions_ahead(48);
+  r.moved := skiplock.move_finished(ARRAY(
+    SELECT j.id FROM skiplock.jobs j WHERE j.state IN ('completed', 'discarded', 'cancelled')
+     ORDER BY j.finished_at LIMIT maintain.batch FOR UPDATE SKIP LOCKED));
+  r.dropped := r.dropped + skiplock.finished_partitions_expire(48);
+  DELETE FROM skiplock.finished_jobs_default d WHERE d.id IN (
+    SELECT x.id FROM skiplock.finished_jobs_default x WHERE x.expires_at <= now()
+     LIMIT maintain.batch);
+  GET DIAGNOSTICS r.deleted = ROW_COUNT;
+  r.remaining := (SELECT count(*) FROM (SELECT 1 FROM skiplock.jobs j
+                   WHERE j.state IN ('completed', 'discarded', 'cancelled')
+                   LIMIT 1000000) x);
+  r.more := r.created = 48 OR r.dropped = 48 OR r.deleted = maintain.batch
+            OR r.remaining > 0;
+  UPDATE skiplock.maintenance m SET last_run_at = now(), last_owner = maintain.owner,
+         last_summary = format('%s created, %s dropped, %s deleted, %s moved, %s to move',
+                               r.created, r.dropped, r.deleted, r.moved, r.remaining);
+  RETURN r;
+END
+$$;
+
+COMMENT ON FUNCTION skiplock.maintain(owner text, fencing bigint, batch integer) IS 'one bounded round of maintenance under the lease skiplock.maintenance';
+
+CREATE FUNCTION skiplock.move_finished(p_ids bigint[]) RETURNS integer
+    LANGUAGE sql
+    AS $$
+  WITH m AS (
+    DELETE FROM skiplock.jobs j
+     WHERE j.id = ANY (p_ids) AND j.state IN ('completed', 'discarded', 'cancelled')
+    RETURNING j.*),
+  k AS (
+    INSERT INTO skiplock.finished_jobs
+    SELECT m.*, x.expires_at
+      FROM m CROSS JOIN LATERAL (SELECT skiplock.keep_until(m.queue, m.state,
+                                          coalesce(m.finished_at, now())) AS expires_at) x
+     WHERE x.expires_at > now()
+    RETURNING 1)
+  SELECT count(*)::int FROM m
+$$;
+
 CREATE FUNCTION skiplock.notify_jobs() RETURNS trigger
     LANGUAGE plpgsql
     AS $$
@@ -960,6 +1254,19 @@ BEGIN
     PERFORM pg_notify('skiplock_jobs', '');
   END IF;
   RETURN NULL;
+END
+$$;
+
+CREATE FUNCTION skiplock.partition_width_set(width interval) RETURNS void
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+BEGIN
+  IF width IS NULL OR width < interval '1 second' OR width > interval '1 day' THEN
+    RAISE EXCEPTION 'partition_width_set: width must be 1 second to 1 day, got %', width
+      USING ERRCODE = '22023';
+  END IF;
+  UPDATE skiplock.maintenance SET partition_width = width;
 END
 $$;
 
@@ -998,35 +1305,51 @@ BEGIN
                     record_claim.deferred, record_claim.backoffs, record_claim.backoff_bases_ms,
                     record_claim.backoff_caps_ms)
              WITH ORDINALITY AS t(id, fencing, o, res, err, asked, dfr, bs, bb, bc, ord)),
-    done AS (
+    fin AS (
+      DELETE FROM skiplock.jobs j USING v
+       WHERE j.id = v.id AND j.fencing = v.fencing AND j.state = 'running' COLLATE "C"
+         AND (v.o IN ('ok', 'discard') OR j.attempt >= j.max_attempts)
+      RETURNING j.id, j.queue, j.kind, j.payload, j.priority, j.run_at, j.attempt,
+                j.max_attempts, j.fencing, j.unique_key, j.timeout_ms, j.backoff_base_ms,
+                j.backoff_cap_ms, j.errors, j.created_at, j.attempted_at, j.backoff,
+                j.last_delay_ms, CASE WHEN v.o = 'ok' THEN 'completed' ELSE 'discarded' END AS state,
+                v.o, v.res, v.err),
+    kept AS (
+      INSERT INTO skiplock.finished_jobs (id, queue, kind, payload, state, priority, run_at,
+                  attempt, max_attempts, fencing, unique_key, timeout_ms, backoff_base_ms,
+                  backoff_cap_ms, errors, result, created_at, attempted_at, finished_at, backoff,
+                  last_delay_ms, expires_at)
+      SELECT f.id, f.queue, f.kind, f.payload, f.state, f.priority, f.run_at, f.attempt,
+             f.max_attempts, f.fencing, f.unique_key, f.timeout_ms, f.backoff_base_ms,
+             f.backoff_cap_ms, skiplock.errors_append(f.errors, f.attempt, f.err, now()),
+             CASE WHEN f.o = 'ok' THEN f.res END, f.created_at, f.attempted_at, now(), f.backoff,
+             f.last_delay_ms,
+             CASE WHEN k.keep IS NULL THEN timestamptz 'infinity' ELSE now() + k.keep END
+        FROM fin f
+        JOIN skiplock.retention rd ON rd.queue = '*' AND rd.state = f.state
+        LEFT JOIN skiplock.retention rq ON rq.queue = f.queue AND rq.state = f.state
+        CROSS JOIN LATERAL (SELECT CASE WHEN rq.queue IS NULL THEN rd.keep ELSE rq.keep END
+                                   AS keep) k
+       WHERE k.keep IS NULL OR k.keep > interval '0'),
+    retried AS (
       UPDATE skiplock.jobs j SET
-        state = CASE WHEN v.o = 'ok' THEN 'completed'
-                     WHEN v.o = 'discard' OR j.attempt >= j.max_attempts THEN 'discarded'
-                     ELSE 'available' END,
-        result = CASE WHEN v.o = 'ok' THEN v.res ELSE j.result END,
-        errors = CASE WHEN v.err IS NULL THEN j.errors
-                      ELSE (CASE WHEN jsonb_array_length(j.errors) >= 20 THEN j.errors - 0
-                                 ELSE j.errors END)
-                           || jsonb_build_array(jsonb_build_object('attempt', j.attempt,
-                                                'at', now(), 'error', v.err)) END,
-        run_at = CASE WHEN v.o IN ('retry', 'fail') AND j.attempt < j.max_attempts
-                      THEN now() + skiplock.retry_delay_ms(j.attempt, j.last_delay_ms,
-                             j.backoff, j.backoff_base_ms, j.backoff_cap_ms, v.asked, v.dfr,
-                             v.bs, v.bb, v.bc, v.r, (v.ord - 1 + v.r) / v_n)
-                           * interval '1 millisecond'
-                      ELSE j.run_at END,
-        last_delay_ms = CASE WHEN v.o IN ('retry', 'fail') AND j.attempt < j.max_attempts
-                             THEN skiplock.retry_delay_ms(j.attempt, j.last_delay_ms,
-                                    j.backoff, j.backoff_base_ms, j.backoff_cap_ms, v.asked,
-                                    v.dfr, v.bs, v.bb, v.bc, v.r, (v.ord - 1 + v.r) / v_n)
-                             ELSE j.last_delay_ms END,
-        finished_at = CASE WHEN v.o IN ('ok', 'discard') OR j.attempt >= j.max_attempts
-                           THEN now() END,
+        state = 'available',
+        errors = skiplock.errors_append(j.errors, j.attempt, v.err, now()),
+        run_at = now() + skiplock.retry_delay_ms(j.attempt, j.last_delay_ms, j.backoff,
+                   j.backoff_base_ms, j.backoff_cap_ms, v.asked, v.dfr, v.bs, v.bb, v.bc, v.r,
+                   (v.ord - 1 + v.r) / v_n) * interval '1 millisecond',
+        last_delay_ms = skiplock.retry_delay_ms(j.attempt, j.last_delay_ms, j.backoff,
+                          j.backoff_base_ms, j.backoff_cap_ms, v.asked, v.dfr, v.bs, v.bb, v.bc,
+                          v.r, (v.ord - 1 + v.r) / v_n),
         lease_owner = NULL, lease_expires_at = NULL
         FROM v
        WHERE j.id = v.id AND j.fencing = v.fencing AND j.state = 'running' COLLATE "C"
-      RETURNING j.id, j.kind, j.state, j.run_at, v.o,
-                CASE WHEN j.state = 'available' THEN j.last_delay_ms END AS delay_ms),
+         AND v.o IN ('retry', 'fail') AND j.attempt < j.max_attempts
+      RETURNING j.id, j.kind, j.state, j.run_at, v.o, j.last_delay_ms AS delay_ms),
+    done AS (
+      SELECT id, kind, state, run_at, o, delay_ms FROM retried
+      UNION ALL
+      SELECT id, kind, state, run_at, o, NULL::bigint FROM fin),
     tally AS (
       SELECT kind, (count(*) FILTER (WHERE o = 'ok'))::int AS ok,
              (count(*) FILTER (WHERE o IN ('retry', 'fail')))::int AS bad
@@ -1075,29 +1398,89 @@ CREATE FUNCTION skiplock.rescue(n integer DEFAULT 1000) RETURNS SETOF skiplock.r
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 #variable_conflict use_column
+DECLARE
+  v_ids bigint[];
+  v_states text[];
+  v_queues text[];
+  v_kinds text[];
 BEGIN
   IF rescue.n IS NULL OR rescue.n NOT BETWEEN 1 AND 100000 THEN
     RAISE EXCEPTION 'rescue: n must be 1 to 100000' USING ERRCODE = '22023';
   END IF;
-  RETURN QUERY
   WITH r AS (
     SELECT j.id FROM skiplock.jobs j
      WHERE j.state = 'running' AND j.lease_expires_at < now()
-     ORDER BY j.lease_expires_at LIMIT rescue.n FOR UPDATE SKIP LOCKED)
-  UPDATE skiplock.jobs j SET
-    state = CASE WHEN j.attempt >= j.max_attempts THEN 'discarded' ELSE 'available' END,
-    finished_at = CASE WHEN j.attempt >= j.max_attempts THEN now() END,
-    run_at = now(), lease_owner = NULL, lease_expires_at = NULL,
-    errors = (CASE WHEN jsonb_array_length(j.errors) >= 20 THEN j.errors - 0 ELSE j.errors END)
-             || jsonb_build_array(jsonb_build_object('attempt', j.attempt, 'at', now(),
-                'error', 'lease expired: ' || coalesce(j.lease_owner, '?')
-                         || ' stopped renewing it'))
-    FROM r WHERE j.id = r.id
-  RETURNING j.id, j.state, j.queue, j.kind;
+     ORDER BY j.lease_expires_at LIMIT rescue.n FOR UPDATE SKIP LOCKED),
+  u AS (
+    UPDATE skiplock.jobs j SET
+      state = CASE WHEN j.attempt >= j.max_attempts THEN 'discarded' ELSE 'available' END,
+      finished_at = CASE WHEN j.attempt >= j.max_attempts THEN now() END,
+      run_at = now(), lease_owner = NULL, lease_expires_at = NULL,
+      errors = skiplock.errors_append(j.errors, j.attempt, 'lease expired: '
+                 || coalesce(j.lease_owner, '?') || ' stopped renewing it', now())
+      FROM r WHERE j.id = r.id
+    RETURNING j.id, j.state, j.queue, j.kind)
+  SELECT array_agg(u.id), array_agg(u.state), array_agg(u.queue), array_agg(u.kind)
+    INTO v_ids, v_states, v_queues, v_kinds FROM u;
+  PERFORM skiplock.move_finished(ARRAY(SELECT t.i FROM unnest(v_ids, v_states) AS t(i, s)
+                                        WHERE t.s = 'discarded'));
+  RETURN QUERY SELECT * FROM unnest(v_ids, v_states, v_queues, v_kinds);
 END
 $$;
 
 COMMENT ON FUNCTION skiplock.rescue(n integer) IS 'give back up to n running jobs whose lease expired';
+
+CREATE FUNCTION skiplock.retention_reset(queue text) RETURNS void
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+#variable_conflict use_column
+BEGIN
+  IF retention_reset.queue IS NULL THEN
+    RAISE EXCEPTION 'retention_reset: queue must not be NULL' USING ERRCODE = '22004';
+  END IF;
+  IF retention_reset.queue = '*' THEN
+    UPDATE skiplock.retention r SET keep = CASE WHEN r.state = 'completed'
+                                                THEN interval '24 hours' ELSE interval '7 days' END,
+                                    changed_at = now()
+     WHERE r.queue = '*';
+  ELSE
+    DELETE FROM skiplock.retention r WHERE r.queue = retention_reset.queue;
+  END IF;
+END
+$$;
+
+CREATE FUNCTION skiplock.retention_set(queue text, state text, keep interval, forever boolean DEFAULT false) RETURNS void
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+#variable_conflict use_column
+BEGIN
+  IF retention_set.queue IS NULL OR length(retention_set.queue) NOT BETWEEN 1 AND 128 THEN
+    RAISE EXCEPTION 'retention_set: queue must be 1 to 128 characters (''*'': every queue)'
+      USING ERRCODE = '22023';
+  END IF;
+  IF retention_set.state IS NOT NULL
+     AND retention_set.state NOT IN ('completed', 'discarded', 'cancelled') THEN
+    RAISE EXCEPTION 'retention_set: state is completed, discarded or cancelled, got %',
+      retention_set.state USING ERRCODE = '22023';
+  END IF;
+  IF forever IS DISTINCT FROM true AND (keep IS NULL OR keep < interval '0'
+                                        OR keep > interval '100 years') THEN
+    RAISE EXCEPTION 'retention_set: keep must be from 0 to 100 years, or forever'
+      USING ERRCODE = '22023';
+  END IF;
+  INSERT INTO skiplock.retention AS r (queue, state, keep, changed_at)
+  SELECT retention_set.queue, s, CASE WHEN forever THEN NULL ELSE keep END, now()
+    FROM unnest(CASE WHEN retention_set.state IS NULL
+                     THEN ARRAY['completed', 'discarded', 'cancelled']
+                     ELSE ARRAY[retention_set.state] END) AS s
+  ON CONFLICT ON CONSTRAINT retention_pkey
+  DO UPDATE SET keep = EXCLUDED.keep, changed_at = now();
+END
+$$;
+
+COMMENT ON FUNCTION skiplock.retention_set(queue text, state text, keep interval, forever boolean) IS 'how long finished jobs of a queue (''*'': default) and state are kept (operators)';
 
 CREATE FUNCTION skiplock.retry_delay_ms(attempt integer, last_delay_ms bigint, job_backoff text, job_base_ms bigint, job_cap_ms bigint, asked_ms bigint, deferred boolean, bs text, bb bigint, bc bigint, r double precision, slot double precision) RETURNS bigint
     LANGUAGE sql IMMUTABLE
@@ -1148,55 +1531,6 @@ BEGIN
 END
 $$;
 
-CREATE TABLE skiplock.breaker_events (
-    id bigint NOT NULL,
-    kind text NOT NULL,
-    at timestamp with time zone DEFAULT clock_timestamp() NOT NULL,
-    from_state text,
-    to_state text NOT NULL,
-    reason text NOT NULL
-);
-
-CREATE SEQUENCE skiplock.breaker_events_id_seq
-    START WITH 1
-    INCREMENT BY 1
-    NO MINVALUE
-    NO MAXVALUE
-    CACHE 1;
-
-ALTER SEQUENCE skiplock.breaker_events_id_seq OWNED BY skiplock.breaker_events.id;
-
-CREATE TABLE skiplock.enqueue_tokens (
-    token text NOT NULL,
-    ids bigint[] DEFAULT '{}'::bigint[] NOT NULL,
-    created_at timestamp with time zone DEFAULT now() NOT NULL
-);
-ALTER TABLE ONLY skiplock.enqueue_tokens ALTER COLUMN ids SET STORAGE EXTERNAL;
-
-CREATE TABLE skiplock.granted_roles (
-    role_name text NOT NULL,
-    kind text NOT NULL,
-    granted_at timestamp with time zone DEFAULT now() NOT NULL,
-    CONSTRAINT granted_roles_kind_check CHECK ((kind = ANY (ARRAY['worker'::text, 'operator'::text, 'reader'::text])))
-);
-
-CREATE TABLE skiplock.idempotency_keys (
-    key text NOT NULL,
-    request_hash text NOT NULL,
-    state text DEFAULT 'in_progress'::text NOT NULL,
-    response_code integer,
-    response_body jsonb,
-    claims integer DEFAULT 1 NOT NULL,
-    locked_until timestamp with time zone,
-    created_at timestamp with time zone DEFAULT clock_timestamp() NOT NULL,
-    completed_at timestamp with time zone,
-    expires_at timestamp with time zone NOT NULL,
-    CONSTRAINT idempotency_keys_completed_check CHECK (((state = 'completed'::text) = (response_code IS NOT NULL))),
-    CONSTRAINT idempotency_keys_hash_check CHECK (((octet_length(request_hash) >= 1) AND (octet_length(request_hash) <= 255))),
-    CONSTRAINT idempotency_keys_key_check CHECK (((octet_length(key) >= 1) AND (octet_length(key) <= 255))),
-    CONSTRAINT idempotency_keys_state_check CHECK ((state = ANY (ARRAY['in_progress'::text, 'completed'::text])))
-);
-
 CREATE TABLE skiplock.jobs (
     id bigint NOT NULL,
     queue text DEFAULT 'default'::text NOT NULL,
@@ -1242,6 +1576,204 @@ CREATE SEQUENCE skiplock.jobs_id_seq
 
 ALTER SEQUENCE skiplock.jobs_id_seq OWNED BY skiplock.jobs.id;
 
+CREATE TABLE skiplock.finished_jobs (
+    id bigint DEFAULT nextval('skiplock.jobs_id_seq'::regclass) NOT NULL,
+    queue text DEFAULT 'default'::text NOT NULL,
+    kind text NOT NULL,
+    payload jsonb DEFAULT '{}'::jsonb NOT NULL,
+    state text DEFAULT 'available'::text NOT NULL,
+    priority integer DEFAULT 0 NOT NULL,
+    run_at timestamp with time zone DEFAULT now() NOT NULL,
+    attempt integer DEFAULT 0 NOT NULL,
+    max_attempts integer DEFAULT 25 NOT NULL,
+    fencing bigint DEFAULT 0 NOT NULL,
+    lease_owner text,
+    lease_expires_at timestamp with time zone,
+    unique_key text,
+    timeout_ms integer,
+    backoff_base_ms integer,
+    backoff_cap_ms integer,
+    errors jsonb DEFAULT '[]'::jsonb NOT NULL,
+    result jsonb,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    attempted_at timestamp with time zone,
+    finished_at timestamp with time zone,
+    backoff text,
+    last_delay_ms bigint,
+    expires_at timestamp with time zone NOT NULL,
+    CONSTRAINT finished_jobs_state_check CHECK ((state = ANY (ARRAY['completed'::text, 'discarded'::text, 'cancelled'::text])))
+)
+PARTITION BY RANGE (expires_at);
+
+COMMENT ON TABLE skiplock.finished_jobs IS 'finished jobs (completed, discarded, cancelled), partitioned by expires_at; see skiplock.retention';
+
+CREATE VIEW skiplock.all_jobs AS
+ SELECT jobs.id,
+    jobs.queue,
+    jobs.kind,
+    jobs.payload,
+    jobs.state,
+    jobs.priority,
+    jobs.run_at,
+    jobs.attempt,
+    jobs.max_attempts,
+    jobs.fencing,
+    jobs.lease_owner,
+    jobs.lease_expires_at,
+    jobs.unique_key,
+    jobs.timeout_ms,
+    jobs.backoff_base_ms,
+    jobs.backoff_cap_ms,
+    jobs.errors,
+    jobs.result,
+    jobs.created_at,
+    jobs.attempted_at,
+    jobs.finished_at,
+    jobs.backoff,
+    jobs.last_delay_ms,
+    NULL::timestamp with time zone AS expires_at
+   FROM skiplock.jobs
+UNION ALL
+ SELECT finished_jobs.id,
+    finished_jobs.queue,
+    finished_jobs.kind,
+    finished_jobs.payload,
+    finished_jobs.state,
+    finished_jobs.priority,
+    finished_jobs.run_at,
+    finished_jobs.attempt,
+    finished_jobs.max_attempts,
+    finished_jobs.fencing,
+    finished_jobs.lease_owner,
+    finished_jobs.lease_expires_at,
+    finished_jobs.unique_key,
+    finished_jobs.timeout_ms,
+    finished_jobs.backoff_base_ms,
+    finished_jobs.backoff_cap_ms,
+    finished_jobs.errors,
+    finished_jobs.result,
+    finished_jobs.created_at,
+    finished_jobs.attempted_at,
+    finished_jobs.finished_at,
+    finished_jobs.backoff,
+    finished_jobs.last_delay_ms,
+    finished_jobs.expires_at
+   FROM skiplock.finished_jobs;
+
+COMMENT ON VIEW skiplock.all_jobs IS 'every job, live (skiplock.jobs) or finished (finished_jobs)';
+
+CREATE TABLE skiplock.breaker_events (
+    id bigint NOT NULL,
+    kind text NOT NULL,
+    at timestamp with time zone DEFAULT clock_timestamp() NOT NULL,
+    from_state text,
+    to_state text NOT NULL,
+    reason text NOT NULL
+);
+
+CREATE SEQUENCE skiplock.breaker_events_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1;
+
+ALTER SEQUENCE skiplock.breaker_events_id_seq OWNED BY skiplock.breaker_events.id;
+
+CREATE TABLE skiplock.enqueue_tokens (
+    token text NOT NULL,
+    ids bigint[] DEFAULT '{}'::bigint[] NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL
+);
+ALTER TABLE ONLY skiplock.enqueue_tokens ALTER COLUMN ids SET STORAGE EXTERNAL;
+
+CREATE TABLE skiplock.finished_jobs_default (
+    id bigint DEFAULT nextval('skiplock.jobs_id_seq'::regclass) NOT NULL,
+    queue text DEFAULT 'default'::text NOT NULL,
+    kind text NOT NULL,
+    payload jsonb DEFAULT '{}'::jsonb NOT NULL,
+    state text DEFAULT 'available'::text NOT NULL,
+    priority integer DEFAULT 0 NOT NULL,
+    run_at timestamp with time zone DEFAULT now() NOT NULL,
+    attempt integer DEFAULT 0 NOT NULL,
+    max_attempts integer DEFAULT 25 NOT NULL,
+    fencing bigint DEFAULT 0 NOT NULL,
+    lease_owner text,
+    lease_expires_at timestamp with time zone,
+    unique_key text,
+    timeout_ms integer,
+    backoff_base_ms integer,
+    backoff_cap_ms integer,
+    errors jsonb DEFAULT '[]'::jsonb NOT NULL,
+    result jsonb,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    attempted_at timestamp with time zone,
+    finished_at timestamp with time zone,
+    backoff text,
+    last_delay_ms bigint,
+    expires_at timestamp with time zone NOT NULL,
+    CONSTRAINT finished_jobs_state_check CHECK ((state = ANY (ARRAY['completed'::text, 'discarded'::text, 'cancelled'::text])))
+);
+
+CREATE TABLE skiplock.finished_jobs_forever (
+    id bigint DEFAULT nextval('skiplock.jobs_id_seq'::regclass) NOT NULL,
+    queue text DEFAULT 'default'::text NOT NULL,
+    kind text NOT NULL,
+    payload jsonb DEFAULT '{}'::jsonb NOT NULL,
+    state text DEFAULT 'available'::text NOT NULL,
+    priority integer DEFAULT 0 NOT NULL,
+    run_at timestamp with time zone DEFAULT now() NOT NULL,
+    attempt integer DEFAULT 0 NOT NULL,
+    max_attempts integer DEFAULT 25 NOT NULL,
+    fencing bigint DEFAULT 0 NOT NULL,
+    lease_owner text,
+    lease_expires_at timestamp with time zone,
+    unique_key text,
+    timeout_ms integer,
+    backoff_base_ms integer,
+    backoff_cap_ms integer,
+    errors jsonb DEFAULT '[]'::jsonb NOT NULL,
+    result jsonb,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    attempted_at timestamp with time zone,
+    finished_at timestamp with time zone,
+    backoff text,
+    last_delay_ms bigint,
+    expires_at timestamp with time zone NOT NULL,
+    CONSTRAINT finished_jobs_state_check CHECK ((state = ANY (ARRAY['completed'::text, 'discarded'::text, 'cancelled'::text])))
+);
+
+CREATE TABLE skiplock.finished_partitions (
+    name text NOT NULL,
+    lo timestamp with time zone NOT NULL,
+    hi timestamp with time zone NOT NULL,
+    CONSTRAINT finished_partitions_check CHECK ((lo < hi))
+);
+
+CREATE TABLE skiplock.granted_roles (
+    role_name text NOT NULL,
+    kind text NOT NULL,
+    granted_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT granted_roles_kind_check CHECK ((kind = ANY (ARRAY['worker'::text, 'operator'::text, 'reader'::text])))
+);
+
+CREATE TABLE skiplock.idempotency_keys (
+    key text NOT NULL,
+    request_hash text NOT NULL,
+    state text DEFAULT 'in_progress'::text NOT NULL,
+    response_code integer,
+    response_body jsonb,
+    claims integer DEFAULT 1 NOT NULL,
+    locked_until timestamp with time zone,
+    created_at timestamp with time zone DEFAULT clock_timestamp() NOT NULL,
+    completed_at timestamp with time zone,
+    expires_at timestamp with time zone NOT NULL,
+    CONSTRAINT idempotency_keys_completed_check CHECK (((state = 'completed'::text) = (response_code IS NOT NULL))),
+    CONSTRAINT idempotency_keys_hash_check CHECK (((octet_length(request_hash) >= 1) AND (octet_length(request_hash) <= 255))),
+    CONSTRAINT idempotency_keys_key_check CHECK (((octet_length(key) >= 1) AND (octet_length(key) <= 255))),
+    CONSTRAINT idempotency_keys_state_check CHECK ((state = ANY (ARRAY['in_progress'::text, 'completed'::text])))
+);
+
 CREATE TABLE skiplock.leases (
     name text NOT NULL,
     owner text NOT NULL,
@@ -1256,6 +1788,28 @@ CREATE TABLE skiplock.leases (
 WITH (fillfactor='50');
 
 COMMENT ON TABLE skiplock.leases IS 'named leases: one row per name, kept forever so fencing tokens never repeat';
+
+CREATE TABLE skiplock.maintenance (
+    one boolean DEFAULT true NOT NULL,
+    partition_width interval DEFAULT '06:00:00'::interval NOT NULL,
+    last_run_at timestamp with time zone,
+    last_owner text,
+    last_summary text,
+    CONSTRAINT maintenance_one_check CHECK (one),
+    CONSTRAINT maintenance_partition_width_check CHECK (((partition_width >= '00:00:01'::interval) AND (partition_width <= '1 day'::interval)))
+);
+
+CREATE TABLE skiplock.retention (
+    queue text NOT NULL,
+    state text NOT NULL,
+    keep interval,
+    changed_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT retention_keep_check CHECK (((keep >= '00:00:00'::interval) AND (keep <= '100 years'::interval))),
+    CONSTRAINT retention_queue_check CHECK (((length(queue) >= 1) AND (length(queue) <= 128))),
+    CONSTRAINT retention_state_check CHECK ((state = ANY (ARRAY['completed'::text, 'discarded'::text, 'cancelled'::text])))
+);
+
+COMMENT ON TABLE skiplock.retention IS 'how long finished jobs are kept, per queue (''*'': default) and state; keep NULL: forever';
 
 CREATE TABLE skiplock.schedules (
     name text NOT NULL,
@@ -1288,6 +1842,10 @@ CREATE TABLE skiplock.schema_version (
     applied_at timestamp with time zone DEFAULT now() NOT NULL
 );
 
+ALTER TABLE ONLY skiplock.finished_jobs ATTACH PARTITION skiplock.finished_jobs_default DEFAULT;
+
+ALTER TABLE ONLY skiplock.finished_jobs ATTACH PARTITION skiplock.finished_jobs_forever FOR VALUES FROM ('infinity') TO (MAXVALUE);
+
 ALTER TABLE ONLY skiplock.breaker_events ALTER COLUMN id SET DEFAULT nextval('skiplock.breaker_events_id_seq'::regclass);
 
 ALTER TABLE ONLY skiplock.jobs ALTER COLUMN id SET DEFAULT nextval('skiplock.jobs_id_seq'::regclass);
@@ -1301,6 +1859,9 @@ ALTER TABLE ONLY skiplock.breakers
 ALTER TABLE ONLY skiplock.enqueue_tokens
     ADD CONSTRAINT enqueue_tokens_pkey PRIMARY KEY (token);
 
+ALTER TABLE ONLY skiplock.finished_partitions
+    ADD CONSTRAINT finished_partitions_pkey PRIMARY KEY (name);
+
 ALTER TABLE ONLY skiplock.granted_roles
     ADD CONSTRAINT granted_roles_pkey PRIMARY KEY (role_name);
 
@@ -1313,6 +1874,12 @@ ALTER TABLE ONLY skiplock.jobs
 ALTER TABLE ONLY skiplock.leases
     ADD CONSTRAINT leases_pkey PRIMARY KEY (name);
 
+ALTER TABLE ONLY skiplock.maintenance
+    ADD CONSTRAINT maintenance_pkey PRIMARY KEY (one);
+
+ALTER TABLE ONLY skiplock.retention
+    ADD CONSTRAINT retention_pkey PRIMARY KEY (queue, state);
+
 ALTER TABLE ONLY skiplock.schedules
     ADD CONSTRAINT schedules_pkey PRIMARY KEY (name);
 
@@ -1322,6 +1889,20 @@ ALTER TABLE ONLY skiplock.schema_version
 CREATE INDEX breaker_events_kind_idx ON skiplock.breaker_events USING btree (kind, at);
 
 CREATE INDEX enqueue_tokens_created_idx ON skiplock.enqueue_tokens USING btree (created_at);
+
+CREATE INDEX finished_jobs_default_expires_idx ON skiplock.finished_jobs_default USING btree (expires_at);
+
+CREATE INDEX finished_jobs_finished_idx ON ONLY skiplock.finished_jobs USING btree (finished_at);
+
+CREATE INDEX finished_jobs_default_finished_at_idx ON skiplock.finished_jobs_default USING btree (finished_at);
+
+CREATE INDEX finished_jobs_id_idx ON ONLY skiplock.finished_jobs USING btree (id);
+
+CREATE INDEX finished_jobs_default_id_idx ON skiplock.finished_jobs_default USING btree (id);
+
+CREATE INDEX finished_jobs_forever_finished_at_idx ON skiplock.finished_jobs_forever USING btree (finished_at);
+
+CREATE INDEX finished_jobs_forever_id_idx ON skiplock.finished_jobs_forever USING btree (id);
 
 CREATE INDEX idempotency_keys_expires_idx ON skiplock.idempotency_keys USING btree (expires_at);
 
@@ -1336,6 +1917,14 @@ CREATE INDEX jobs_rescue_idx ON skiplock.jobs USING btree (lease_expires_at) WHE
 CREATE UNIQUE INDEX jobs_unique_key_idx ON skiplock.jobs USING btree (unique_key) WHERE ((unique_key IS NOT NULL) AND (state = ANY (ARRAY['available'::text, 'running'::text])));
 
 CREATE INDEX schedules_due_idx ON skiplock.schedules USING btree (next_fire) WHERE enabled;
+
+ALTER INDEX skiplock.finished_jobs_finished_idx ATTACH PARTITION skiplock.finished_jobs_default_finished_at_idx;
+
+ALTER INDEX skiplock.finished_jobs_id_idx ATTACH PARTITION skiplock.finished_jobs_default_id_idx;
+
+ALTER INDEX skiplock.finished_jobs_finished_idx ATTACH PARTITION skiplock.finished_jobs_forever_finished_at_idx;
+
+ALTER INDEX skiplock.finished_jobs_id_idx ATTACH PARTITION skiplock.finished_jobs_forever_id_idx;
 
 CREATE TRIGGER jobs_notify_available AFTER UPDATE OF state ON skiplock.jobs FOR EACH ROW WHEN (((new.state = 'available'::text) AND (new.run_at <= now()) AND ((old.state <> 'available'::text) OR (old.run_at > now())))) EXECUTE FUNCTION skiplock.notify_jobs();
 

@@ -53,7 +53,7 @@ SELECT p.id AS post_id, p.slug, c.channel, j.state, j.attempt, j.finished_at,
 FROM posts p
 CROSS JOIN unnest(outbox_channels()) AS c(channel)
 LEFT JOIN LATERAL (
-    SELECT state, attempt, finished_at, errors FROM skiplock.jobs
+    SELECT state, attempt, finished_at, errors FROM skiplock.all_jobs
     WHERE unique_key = format('post:%s:%s', p.id, c.channel)
     ORDER BY id DESC LIMIT 1
 ) j ON true;

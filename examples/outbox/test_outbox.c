@@ -160,7 +160,7 @@ static void install(itest_ctx *t)
 static void wait_all_done(itest_ctx *t, int timeout_s)
 {
 	int64_t end = itest_now_ms() + timeout_s * 1000LL;
-	while (itest_int(t->admin, "SELECT count(*) FROM skiplock.jobs WHERE state <> 'completed'")) {
+	while (itest_int(t->admin, "SELECT count(*) FROM skiplock.all_jobs WHERE state <> 'completed'")) {
 		if (itest_now_ms() > end)
 			itest_fail(__FILE__, __LINE__, "deliveries not done after %d s: %s", timeout_s,
 			           itest_text(t->admin, "SELECT string_agg(slug || '/' || channel || ':' || "
@@ -175,7 +175,7 @@ static void failing_channel_retries_alone(itest_ctx *t)
 	PGconn *app = itest_connect(t->url, "outbox-app"); /* pooled in pooled mode */
 	PQclear(itest_sql(app, "SELECT outbox_publish('2026-11-29-ru', 'Пост', 'текст')"));
 	PQclear(itest_sql(app, "SELECT outbox_publish('2026-11-29-en', 'Post', 'text')"));
-	CHECK_EQ(itest_int(t->admin, "SELECT count(*) FROM skiplock.jobs"), 8);
+	CHECK_EQ(itest_int(t->admin, "SELECT count(*) FROM skiplock.all_jobs"), 8);
 	pid_t server;
 	int port = start_channels(&server);
 	pid_t worker = start_worker(t, port);
@@ -191,7 +191,7 @@ static void failing_channel_retries_alone(itest_ctx *t)
 	/* vk: down for 3 requests, retried alone, then delivered */
 	CHECK_EQ(itest_int(t->admin, "SELECT sum(attempt) FROM outbox_status WHERE channel = "
 	                             "'vk' AND state = 'completed'"), 5);
-	CHECK_EQ(itest_int(t->admin, "SELECT count(*) FROM skiplock.jobs, jsonb_array_elements("
+	CHECK_EQ(itest_int(t->admin, "SELECT count(*) FROM skiplock.all_jobs, jsonb_array_elements("
 	                             "errors) e WHERE kind = 'outbox.vk' AND e->>'error' LIKE "
 	                             "'HTTP 503 (Retry-After: 1)%%'"), 3);
 	char stats[2048];
@@ -201,7 +201,7 @@ static void failing_channel_retries_alone(itest_ctx *t)
 	                 "\"tg_ru\": {\"delivered\": 2, \"refused\": 0, \"duplicates\": 0}, "
 	                 "\"tg_en\": {\"delivered\": 2, \"refused\": 0, \"duplicates\": 0}, "
 	                 "\"vk\": {\"delivered\": 2, \"refused\": 3, \"duplicates\": 0}}");
-	CHECK_STR(itest_text(t->admin, "SELECT result::text FROM skiplock.jobs WHERE kind = "
+	CHECK_STR(itest_text(t->admin, "SELECT result::text FROM skiplock.all_jobs WHERE kind = "
 	                               "'outbox.telegraph' ORDER BY id LIMIT 1"),
 	          "{\"channel\": \"telegraph\", \"delivery\": 1}");
 
@@ -210,7 +210,7 @@ static void failing_channel_retries_alone(itest_ctx *t)
 	PQclear(itest_sql(app, "BEGIN"));
 	PQclear(itest_sql(app, "SELECT outbox_publish('rolled-back', 'x', 'y')"));
 	PQclear(itest_sql(app, "ROLLBACK"));
-	CHECK_EQ(itest_int(t->admin, "SELECT count(*) FROM skiplock.jobs"), 8);
+	CHECK_EQ(itest_int(t->admin, "SELECT count(*) FROM skiplock.all_jobs"), 8);
 	CHECK_EQ(itest_int(t->admin, "SELECT count(*) FROM posts"), 2);
 	PQfinish(app);
 	CHECK_EQ(stop(server), 0);

@@ -132,7 +132,8 @@ static const char reset_sql[] =
 	"CREATE TABLE " DEMO_DB ".ledger (job_id bigint NOT NULL, fencing bigint NOT NULL,"
 	"  worker text NOT NULL, at timestamptz NOT NULL DEFAULT now());"
 	"CREATE INDEX ledger_job_id_idx ON " DEMO_DB ".ledger (job_id);"
-	"DELETE FROM skiplock.jobs WHERE queue = '" DEMO_QUEUE "'";
+	"DELETE FROM skiplock.jobs WHERE queue = '" DEMO_QUEUE "';"
+	"DELETE FROM skiplock.finished_jobs WHERE queue = '" DEMO_QUEUE "'";
 
 /* $1: an owner.  done, running, failed for good, running on $1, rescued. */
 static const char *const progress_sql =
@@ -142,11 +143,11 @@ static const char *const progress_sql =
 	"       count(*) FILTER (WHERE state = 'running' AND lease_owner = $1),"
 	"       count(*) FILTER (WHERE EXISTS (SELECT FROM jsonb_array_elements(errors) e"
 	"                                      WHERE e->>'error' LIKE 'lease expired%'))"
-	"  FROM skiplock.jobs WHERE queue = '" DEMO_QUEUE "'";
+	"  FROM skiplock.all_jobs WHERE queue = '" DEMO_QUEUE "'";
 
 /* $1: the killed worker's owner.  Every number of the summary. */
 static const char *const summary_sql =
-	"WITH j AS (SELECT id, state, attempt, result, errors FROM skiplock.jobs"
+	"WITH j AS (SELECT id, state, attempt, result, errors FROM skiplock.all_jobs"
 	"            WHERE queue = '" DEMO_QUEUE "'),"
 	" l AS (SELECT job_id, count(*) AS n FROM " DEMO_DB ".ledger GROUP BY job_id),"
 	" victim AS (SELECT 'lease expired: ' || $1 || ' ' AS prefix)"

@@ -1,9 +1,12 @@
 /*
  * cmd_init.c — `skiplock init`: install or upgrade skiplock's schema.
  */
+#include <inttypes.h>
 #include <stdio.h>
+#include <unistd.h>
 
 #include "cli.h"
+#include "skiplock/retention.h"
 
 static const char usage[] =
 	"Usage: skiplock init [OPTIONS]\n"
@@ -42,6 +45,13 @@ static const char usage[] =
 	"                         with --read-only)\n"
 	"  --repair               re-create the functions of steps installed from an\n"
 	"                         earlier text, then install what is missing\n"
+	"\n"
+	"Then init does the storage's maintenance (skiplock/retention.h) under the\n"
+	"lease skiplock.maintenance: partitions of skiplock.finished_jobs ahead of\n"
+	"need and, after an upgrade from before step 0013, the move of finished jobs\n"
+	"out of skiplock.jobs in bounded batches, with a progress line on stderr.\n"
+	"Workers may run meanwhile; a killed init is resumed by the next one, or by\n"
+	"the workers, which do the same now and then.\n"
 	"\n";
 
 static const char exit_help[] =
@@ -123,6 +133,37 @@ static int install(const cli_common *cc, skl_client *c, int *out)
 	return CLI_OK;
 }
 
+static bool progress_line(const skl_maintenance *m, void *ctx)
+{
+	(void)ctx;
+	if (m->moved > 0 || m->remaining > 0)
+		fprintf(stderr, "skiplock: info: moving finished jobs to skiplock.finished_jobs: %" PRId64
+		        " moved, %" PRId64 " to go\n", m->moved, m->remaining);
+	return true;
+}
+
+/* Rounds of maintenance until none is left; another holder of the lease
+ * (a worker) finishes it otherwise. */
+static int maintain(const cli_common *cc, skl_client *c)
+{
+	char owner[96];
+	char host[64] = "";
+	gethostname(host, sizeof(host) - 1);
+	snprintf(owner, sizeof(owner), "skiplock init %s:%ld", host, (long)getpid());
+	skl_maintenance m;
+	skl_error err;
+	bool ran;
+	if (skl_maintain(c, owner, 1000000, progress_line, NULL, &m, &ran, &err) != SKL_OK)
+		return cli_fail(cc, &err);
+	if (!ran)
+		fprintf(stderr, "skiplock: info: another holder of the lease skiplock.maintenance "
+		                "is maintaining the storage\n");
+	else if (m.moved > 0)
+		fprintf(stderr, "skiplock: info: moved %" PRId64 " finished job(s) out of skiplock.jobs\n",
+		        m.moved);
+	return CLI_OK;
+}
+
 int cmd_init(int argc, char **argv)
 {
 	static const struct option opts[] = {CLI_COMMON_LONGOPTS,
@@ -154,6 +195,8 @@ int cmd_init(int argc, char **argv)
 	/* an upgrade grants the roles granted before their new functions */
 	if (rc == CLI_OK && (any_role(&a.roles) || applied > 0))
 		rc = grant(&cc, c, &a.roles);
+	if (rc == CLI_OK)
+		rc = maintain(&cc, c);
 	skl_client_close(c);
 	return rc;
 }

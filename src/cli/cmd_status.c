@@ -6,9 +6,11 @@
  */
 #include <inttypes.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "print/breakers_print.h"
 #include "cli.h"
+#include "skiplock/retention.h"
 #include "print/output.h"
 
 static const char usage[] =
@@ -167,6 +169,29 @@ static json_t *status_json(const skl_queue_status *rows, size_t n, int64_t windo
 	                 "breakers", breakers);
 }
 
+/* "retention: QUEUE completed 24h, discarded 7d, …" a line per queue with
+ * settings ('*' first), after the table. */
+static bool print_retention(skl_client *c)
+{
+	skl_retention *r;
+	size_t n;
+	skl_error err;
+	if (skl_retention_list(c, &r, &n, NULL, &err) != SKL_OK)
+		return printf("\nretention: unknown (%s)\n", err.message) > 0;
+	bool ok = printf("\nretention of finished jobs:") > 0;
+	char b[32];
+	for (size_t i = 0; ok && i < n; i++) {
+		bool first = i == 0 || strcmp(r[i - 1].queue, r[i].queue) != 0;
+		const char *keep = r[i].keep_ms < 0 ? "forever" : r[i].keep_ms == 0 ? "not kept"
+		                   : cli_fmt_duration(r[i].keep_ms, b, sizeof(b));
+		if (first)
+			ok = printf("\n  %s: ", strcmp(r[i].queue, "*") ? r[i].queue : "every queue") > 0;
+		ok = ok && printf("%s%s %s", first ? "" : ", ", r[i].state, keep) > 0;
+	}
+	skl_retention_free(r, n, NULL);
+	return ok && printf("\n") > 0;
+}
+
 int cmd_status(int argc, char **argv)
 {
 	static const struct option opts[] = {
@@ -198,6 +223,8 @@ int cmd_status(int argc, char **argv)
 		                 : print_table(rows, n, a.window_ms);
 		if (ok && !a.json && nbrk > 0)
 			ok = printf("\n") > 0 && breakers_print_table(brk, nbrk);
+		if (ok && !a.json)
+			ok = print_retention(c);
 		skl_queue_status_free(rows, n);
 		skl_breakers_free(brk, nbrk);
 		if (!ok) {

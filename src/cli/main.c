@@ -16,6 +16,7 @@ static const cli_sub commands[] = {
 	{"idem", cmd_idem, .summary = "idempotency keys: prune the expired"},
 	{"status", cmd_status, .summary = "counts and ages per queue and kind"},
 	{"breakers", cmd_breakers, .summary = "fleet-wide circuit breakers: list, open, close"},
+	{"retention", cmd_retention, .summary = "how long finished jobs are kept; maintenance"},
 	{"lease", cmd_lease, .summary = "run a command only while holding a lease; list leases"},
 	{"migrate", cmd_migrate, .summary = "apply SQL migrations safely behind poolers; status, verify"},
 	{"doctor", cmd_doctor, .summary = "diagnose locks, poolers and indexes before they page you"},

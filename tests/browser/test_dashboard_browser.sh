@@ -68,7 +68,7 @@ echo "SELECT pg_backend_pid(), pg_advisory_lock(74205);" >&7
 	2>"$TMP/w.log" &
 W=$!
 for _ in $(seq 1 300); do
-	[ "$(q "SELECT count(*) FROM skiplock.jobs WHERE state IN ('discarded', 'completed')")" = 5 ] && break
+	[ "$(q "SELECT count(*) FROM skiplock.all_jobs WHERE state IN ('discarded', 'completed')")" = 5 ] && break
 	sleep 0.1
 done
 kill -TERM $W; wait $W
@@ -81,11 +81,11 @@ q "UPDATE skiplock.jobs SET state = 'running', attempt = 1, fencing = fencing + 
 "$S" breakers open bad --url "$URL" >/dev/null 2>&1 || fail "breakers open"
 wait_until "the lock holder" 10 test -s "$TMP/holder.out"
 HOLDER_PID=$(cut -d'|' -f1 "$TMP/holder.out")
-JOB=$(q "SELECT min(id) FROM skiplock.jobs WHERE state = 'discarded'")
+JOB=$(q "SELECT min(id) FROM skiplock.all_jobs WHERE state = 'discarded'")
 SQL_ROWS="SELECT queue || ' ' || kind || ' ' || count(*) FILTER (WHERE state = 'available') || ' ' ||
   count(*) FILTER (WHERE state = 'running') || ' ' || count(*) FILTER (WHERE state = 'completed') ||
   ' ' || count(*) FILTER (WHERE state = 'discarded') || ' ' ||
-  count(*) FILTER (WHERE state = 'cancelled') FROM skiplock.jobs GROUP BY queue, kind ORDER BY queue, kind"
+  count(*) FILTER (WHERE state = 'cancelled') FROM skiplock.all_jobs GROUP BY queue, kind ORDER BY queue, kind"
 before=$(q "$SQL_ROWS")
 
 start_dash rw
@@ -116,7 +116,7 @@ check_eq "breakers: forced open" "$(sed -n 's/^breaker //p' "$TMP/obs")" "bad op
 check_eq "lock doctor: the idle holder is a finding" "$(sed -n 's/^finding //p' "$TMP/obs")" \
 	"orphan_suspect $HOLDER_PID"
 check_eq "retried job available on the page" "$(sed -n "s/^retried $JOB //p" "$TMP/obs")" available
-check_eq "retried job available in SQL" "$(q "SELECT state FROM skiplock.jobs WHERE id = $JOB")" available
+check_eq "retried job available in SQL" "$(q "SELECT state FROM skiplock.all_jobs WHERE id = $JOB")" available
 check_eq "page counts equal SQL (after)" "$(sed -n 's/^after //p' "$TMP/obs")" "$(q "$SQL_ROWS")"
 check_eq "job page state" "$(sed -n 's/^job-page //p' "$TMP/obs")" available
 check_eq "read-only: no action buttons" "$(sed -n 's/^ro-buttons //p' "$TMP/obs")" 0
@@ -132,7 +132,7 @@ grep -q "^strip locks 1 lock-doctor finding" "$TMP/obs" && pass "strip: the lock
 	fail "strip: no lock finding"
 check_eq "strip: the expired lease links to the stuck job" "$(sed -n 's/^strip-link //p' "$TMP/obs")" \
 	"$STUCK #state=running&time=lease&to=0s"
-MAIL_DISCARDED=$(q "SELECT string_agg(id::text, ',' ORDER BY id DESC) FROM skiplock.jobs
+MAIL_DISCARDED=$(q "SELECT string_agg(id::text, ',' ORDER BY id DESC) FROM skiplock.all_jobs
   WHERE state = 'discarded' AND queue = 'mail'")
 check_eq "deep link: filters, open job and list restored" "$(sed -n 's/^deep-link //p' "$TMP/obs")" \
 	"discarded mail $JOB $MAIL_DISCARDED"

@@ -22,26 +22,26 @@ static const check checks[] = {
 	  " AND NOT EXISTS (SELECT 1 FROM chaos_enq e WHERE e.tag = h.tag)"},
 	{"not-terminal", "a committed enqueue's job did not reach a terminal state",
 	 "SELECT e.tag || ' job ' || e.job_id || ' ' || coalesce(j.state, 'missing')"
-	  " FROM chaos_enq e LEFT JOIN skiplock.jobs j ON j.id = e.job_id"
+	  " FROM chaos_enq e LEFT JOIN skiplock.all_jobs j ON j.id = e.job_id"
 	  " WHERE j.state IS NULL OR j.state NOT IN ('completed', 'discarded')"},
 	{"wrong-end", "a job ended in the wrong state (poison: discarded; others: completed)",
-	 "SELECT id || ' ' || kind || ' ' || state FROM skiplock.jobs"
+	 "SELECT id || ' ' || kind || ' ' || state FROM skiplock.all_jobs"
 	  " WHERE queue = '" CHAOS_QUEUE "' AND state IN ('completed', 'discarded')"
 	  " AND (kind = 'poison') <> (state = 'discarded')"},
 	{"still-running", "a job is still running",
 	 "SELECT id || ' ' || kind || ' owner ' || coalesce(lease_owner, '?')"
-	  " FROM skiplock.jobs WHERE state = 'running'"},
+	  " FROM skiplock.all_jobs WHERE state = 'running'"},
 	{"rolled-back-visible", "an enqueue rolled back on purpose left a job or an effect",
 	 "SELECT h.tag FROM chaos_history h WHERE h.intent = 'rollback' AND ("
 	  " EXISTS (SELECT 1 FROM chaos_enq e WHERE e.tag = h.tag)"
-	  " OR EXISTS (SELECT 1 FROM skiplock.jobs j WHERE j.payload->>'tag' = h.tag)"
+	  " OR EXISTS (SELECT 1 FROM skiplock.all_jobs j WHERE j.payload->>'tag' = h.tag)"
 	  " OR (h.kind <> 'dup' AND h.job_id IS NOT NULL AND ("
-	  "   EXISTS (SELECT 1 FROM skiplock.jobs j WHERE j.id = h.job_id)"
+	  "   EXISTS (SELECT 1 FROM skiplock.all_jobs j WHERE j.id = h.job_id)"
 	  "   OR EXISTS (SELECT 1 FROM chaos_ledger l WHERE l.job_id = h.job_id))))"},
 	{"enqueue-not-one-job",
 	 "an enqueue (retried after a lost COMMIT answer or not) made other than one job",
 	 "SELECT tag || ' (' || outcome || ', ' || infos || ' lost answers): ' || n || ' jobs'"
-	  " FROM (SELECT h.*, (SELECT count(*) FROM skiplock.jobs j"
+	  " FROM (SELECT h.*, (SELECT count(*) FROM skiplock.all_jobs j"
 	  "                     WHERE j.payload->>'tag' = h.tag) n,"
 	  "              EXISTS (SELECT 1 FROM chaos_enq e WHERE e.tag = h.tag) enq"
 	  "         FROM chaos_history h WHERE h.intent = 'commit') h"
@@ -49,27 +49,27 @@ static const check checks[] = {
 	  "    OR (kind <> 'dup' AND n <> enq::int)"
 	  "    OR (kind <> 'dup' AND outcome IN ('ok', 'recovered') AND n <> 1)"},
 	{"unexpected-job", "a job exists that no committed enqueue returned",
-	 "SELECT j.id || ' ' || j.kind FROM skiplock.jobs j WHERE j.kind <> 'cron'"
+	 "SELECT j.id || ' ' || j.kind FROM skiplock.all_jobs j WHERE j.kind <> 'cron'"
 	  " AND NOT EXISTS (SELECT 1 FROM chaos_enq e WHERE e.job_id = j.id)"},
 	{"wrong-job-returned", "an enqueue returned a job of another kind",
-	 "SELECT e.tag || ' -> ' || e.job_id FROM chaos_enq e JOIN skiplock.jobs j"
+	 "SELECT e.tag || ' -> ' || e.job_id FROM chaos_enq e JOIN skiplock.all_jobs j"
 	  " ON j.id = e.job_id WHERE j.kind <> e.kind"
 	  " OR (e.kind = 'dup' AND j.unique_key NOT LIKE 'dup:%')"},
 	{"effect-not-once", "a job's handler effect is not in the ledger exactly once",
 	 "SELECT j.id || ' ' || j.kind || ' ' || j.state || ': ' || count(l.job_id) || ' effects'"
-	  " FROM skiplock.jobs j LEFT JOIN chaos_ledger l ON l.job_id = j.id"
-	  " GROUP BY j.id HAVING count(l.job_id) > 1"
+	  " FROM skiplock.all_jobs j LEFT JOIN chaos_ledger l ON l.job_id = j.id"
+	  " GROUP BY j.id, j.kind, j.state HAVING count(l.job_id) > 1"
 	  " OR (j.kind = 'poison' AND count(l.job_id) > 0)"
 	  " OR (j.kind <> 'poison' AND j.state = 'completed' AND count(l.job_id) <> 1)"},
 	{"effect-unfenced", "a ledger row carries a token its job never issued",
 	 "SELECT l.job_id || ' fencing ' || l.fencing FROM chaos_ledger l"
-	  " LEFT JOIN skiplock.jobs j ON j.id = l.job_id"
+	  " LEFT JOIN skiplock.all_jobs j ON j.id = l.job_id"
 	  " WHERE j.id IS NULL OR l.fencing < 1 OR l.fencing > j.fencing"},
 	{"poison-history", "a poison job is not discarded with its error in the history",
-	 "SELECT id || ' ' || state FROM skiplock.jobs WHERE kind = 'poison'"
+	 "SELECT id || ' ' || state FROM skiplock.all_jobs WHERE kind = 'poison'"
 	  " AND (state <> 'discarded' OR errors::text NOT LIKE '%can never succeed%')"},
 	{"attempts-exceeded", "a job was attempted more than max_attempts times",
-	 "SELECT id || ': ' || attempt || ' > ' || max_attempts FROM skiplock.jobs"
+	 "SELECT id || ': ' || attempt || ' > ' || max_attempts FROM skiplock.all_jobs"
 	  " WHERE attempt > max_attempts"},
 	{"lease-overlap", "two holders of the lease had overlapping accepted writes",
 	 "SELECT 'token ' || fencing || ' wrote from ' || lo || ' while token ' || prev_f"
@@ -88,7 +88,7 @@ static const check checks[] = {
 	  "            'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"') AS key FROM s,"
 	  "            generate_series(s.created_at + interval '1 minute', s.last_fire,"
 	  "                            interval '1 minute') f),"
-	  " got AS (SELECT unique_key AS key, count(*) n FROM skiplock.jobs WHERE kind = 'cron'"
+	  " got AS (SELECT unique_key AS key, count(*) n FROM skiplock.all_jobs WHERE kind = 'cron'"
 	  "          GROUP BY unique_key)"
 	  " SELECT coalesce(w.key, g.key) || ': ' || coalesce(g.n, 0) || ' jobs'"
 	  "   FROM want w FULL JOIN got g ON g.key = w.key"
@@ -96,8 +96,8 @@ static const check checks[] = {
 	  " UNION ALL SELECT 'the schedule never fired' FROM s WHERE last_fire IS NULL"},
 	{"workload-missing", "a part of the workload never happened (the run proves nothing)",
 	 "SELECT k FROM unnest(ARRAY['fast', 'slow', 'flaky', 'dup', 'cron']) k"
-	  " WHERE NOT EXISTS (SELECT 1 FROM skiplock.jobs WHERE kind = k AND state = 'completed')"
-	  " UNION ALL SELECT 'poison' WHERE NOT EXISTS (SELECT 1 FROM skiplock.jobs"
+	  " WHERE NOT EXISTS (SELECT 1 FROM skiplock.all_jobs WHERE kind = k AND state = 'completed')"
+	  " UNION ALL SELECT 'poison' WHERE NOT EXISTS (SELECT 1 FROM skiplock.all_jobs"
 	  "   WHERE kind = 'poison' AND state = 'discarded')"
 	  " UNION ALL SELECT 'lease writes' WHERE NOT EXISTS (SELECT 1 FROM chaos_lease_writes)"
 	  " UNION ALL SELECT 'rollbacks' WHERE NOT EXISTS (SELECT 1 FROM chaos_history"
@@ -145,18 +145,18 @@ long long checker_run(chaos *c)
 }
 
 static const char *const summary_sql =
-	"SELECT (SELECT count(*) FROM skiplock.jobs),"
-	" (SELECT count(*) FROM skiplock.jobs WHERE state = 'completed'),"
-	" (SELECT count(*) FROM skiplock.jobs WHERE state = 'discarded'),"
-	" (SELECT count(*) FROM skiplock.jobs j, jsonb_array_elements(j.errors) e"
+	"SELECT (SELECT count(*) FROM skiplock.all_jobs),"
+	" (SELECT count(*) FROM skiplock.all_jobs WHERE state = 'completed'),"
+	" (SELECT count(*) FROM skiplock.all_jobs WHERE state = 'discarded'),"
+	" (SELECT count(*) FROM skiplock.all_jobs j, jsonb_array_elements(j.errors) e"
 	"   WHERE e->>'error' LIKE 'lease expired%'),"
 	" (SELECT count(*) FROM chaos_fenced WHERE what = 'job'),"
 	" (SELECT count(*) FROM chaos_fenced WHERE what = 'lease'),"
 	" (SELECT count(*) FROM chaos_ledger WHERE abs(extract(epoch FROM client_at - db_at)) > 60),"
 	" (SELECT coalesce(max(abs(extract(epoch FROM client_at - db_at))), 0)::int FROM chaos_ledger),"
 	" (SELECT fencing FROM skiplock.leases WHERE name = '" CHAOS_LEASE "'),"
-	" (SELECT count(*) FROM skiplock.jobs WHERE kind = 'cron'),"
-	" (SELECT count(*) FROM skiplock.jobs WHERE attempt > 1)";
+	" (SELECT count(*) FROM skiplock.all_jobs WHERE kind = 'cron'),"
+	" (SELECT count(*) FROM skiplock.all_jobs WHERE attempt > 1)";
 
 void checker_summary(chaos *c, char *buf, size_t cap)
 {

@@ -133,13 +133,13 @@ static void drain(chaos *c, fleet *f)
 		fleet_tick(c, f);
 		if (now_ms() >= next_note) {
 			PGresult *r = obs_query(c, "SELECT string_agg(state || ' ' || n, ', ') FROM "
-			                           "(SELECT state, count(*) n FROM skiplock.jobs WHERE "
+			                           "(SELECT state, count(*) n FROM skiplock.all_jobs WHERE "
 			                           "state IN ('available', 'running') GROUP BY state) s");
 			logf_("drain: %s", pq_ok(r) ? PQgetvalue(r, 0, 0) : "?");
 			PQclear(r);
 			next_note += 10000;
 		}
-		left = obs_int(c, "SELECT count(*) FROM skiplock.jobs WHERE state IN ('available', "
+		left = obs_int(c, "SELECT count(*) FROM skiplock.all_jobs WHERE state IN ('available', "
 		                  "'running')");
 		if (left == 0)
 			break;

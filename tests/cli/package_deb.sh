@@ -129,7 +129,7 @@ run_worker() { # URL KIND: one job through the installed worker
 	id=$(skiplock enqueue --url "$1" "$2" '{"n": 1}')
 	skiplock worker --url "$1" --handler "$2=cat > $TMP/$2.out" --poll 50ms 2>"$TMP/$2.log" &
 	w=$!
-	wait_for "SELECT state FROM skiplock.jobs WHERE id = ${id:-0}" completed 30
+	wait_for "SELECT state FROM skiplock.all_jobs WHERE id = ${id:-0}" completed 30
 	check_eq "installed worker ran a job ($2)" "$(cat "$TMP/$2.out" 2>/dev/null)" '{"n": 1}'
 	kill -TERM $w
 	wait_exit $w 30

@@ -11,7 +11,7 @@
 S=$SKL_BIN
 "$S" init --url "$URL" >/dev/null 2>&1 || fail "init"
 TIME=/usr/bin/time
-jobs_count() { q "SELECT count(*) FROM skiplock.jobs"; }
+jobs_count() { q "SELECT count(*) FROM skiplock.all_jobs"; }
 a_run() { head -c "$1" /dev/zero | tr '\0' a; }
 
 # rss_run NAME WANT_EXIT PATTERN INPUT_CMD -- CMD...: runs CMD with the
@@ -68,13 +68,13 @@ check_eq "nothing written by any refused input" "$(jobs_count)" 0
 "$S" cron add --url "$URL" behind '@every 1s' tick --catch-up all --at 2026-01-01T00:00:00Z >/dev/null
 "$S" cron tick --url "$URL" --at 2026-01-01T02:46:40Z >"$TMP/tick" 2>&1 || fail "cron tick: $(cat "$TMP/tick")"
 check_eq "catch-up enqueues the newest 100 of 10000 missed fire times" \
-	"$(q "SELECT count(*) || ' ' || min(unique_key) || ' ' || max(unique_key) FROM skiplock.jobs WHERE kind = 'tick'")" \
+	"$(q "SELECT count(*) || ' ' || min(unique_key) || ' ' || max(unique_key) FROM skiplock.all_jobs WHERE kind = 'tick'")" \
 	"100 cron:behind:2026-01-01T02:45:01Z cron:behind:2026-01-01T02:46:40Z"
 "$S" cron remove --url "$URL" behind >/dev/null
-q "DELETE FROM skiplock.jobs"
+q "DELETE FROM skiplock.jobs; DELETE FROM skiplock.finished_jobs"
 
 # --- handler output: 100x the 64 KiB of stdout and 4 KiB of stderr kept ---
-done_count() { q "SELECT count(*) FROM skiplock.jobs WHERE state IN ('completed', 'discarded')"; }
+done_count() { q "SELECT count(*) FROM skiplock.all_jobs WHERE state IN ('completed', 'discarded')"; }
 wait_done() { local i; for i in $(seq 1 300); do [ "$(done_count)" = "$1" ] && return 0; sleep 0.1; done; return 1; }
 "$S" enqueue --url "$URL" small >/dev/null
 "$S" worker --url "$URL" --poll 50ms --poll-max 200ms --no-cron --concurrency 1 \
@@ -91,9 +91,9 @@ wait_done 3 || fail "the loud jobs did not finish: $(cat "$TMP/worker.log")"
 h1=$(hwm)
 kill -TERM $WPID; wait $WPID
 check_eq "oversized stdout: job completed, 64 KiB kept at most, not JSON so no result" \
-	"$(q "SELECT state || ' ' || (result IS NULL)::text FROM skiplock.jobs WHERE kind = 'loud'")" "completed true"
+	"$(q "SELECT state || ' ' || (result IS NULL)::text FROM skiplock.all_jobs WHERE kind = 'loud'")" "completed true"
 check_eq "oversized stderr: job discarded with the last 4 KiB as its error" \
-	"$(q "SELECT state || ' ' || (length(errors->0->>'error') BETWEEN 4096 AND 4200)::text || ' ' || (errors->0->>'error' LIKE 'exit status 3; stderr: eee%')::text FROM skiplock.jobs WHERE kind = 'noisy'")" \
+	"$(q "SELECT state || ' ' || (length(errors->0->>'error') BETWEEN 4096 AND 4200)::text || ' ' || (errors->0->>'error' LIKE 'exit status 3; stderr: eee%')::text FROM skiplock.all_jobs WHERE kind = 'noisy'")" \
 	"discarded true true"
 flat "worker handler output (/proc VmHWM)" "${h0:-0}" "${h1:-999999}" $((6800 * 1024))
 no_leftovers

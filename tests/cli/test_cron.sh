@@ -6,7 +6,7 @@
 . "$(dirname "$0")/lib.sh"
 S=$SKL_BIN
 "$S" init --url "$URL" >/dev/null 2>&1 || fail "init"
-count() { q "SELECT (SELECT count(*) FROM skiplock.schedules) || ' ' || (SELECT count(*) FROM skiplock.jobs)"; }
+count() { q "SELECT (SELECT count(*) FROM skiplock.schedules) || ' ' || (SELECT count(*) FROM skiplock.all_jobs)"; }
 T0=2031-01-06T00:00:00Z
 
 # --- add and list ---
@@ -88,41 +88,41 @@ for m in $(seq 1 10); do
 	done
 	wait
 done
-check_eq "10 simulated minutes, 3 evaluators: 10 jobs" "$(q "SELECT count(*) || ' ' || count(DISTINCT unique_key) FROM skiplock.jobs")" "10 10"
+check_eq "10 simulated minutes, 3 evaluators: 10 jobs" "$(q "SELECT count(*) || ' ' || count(DISTINCT unique_key) FROM skiplock.all_jobs")" "10 10"
 check_eq "evaluations that fired" "$(cat "$TMP"/ticks.* | grep -c 'fired=1')" 10
-check_eq "keys name the fire times" "$(q "SELECT min(unique_key) || ' ' || max(unique_key) FROM skiplock.jobs")" \
+check_eq "keys name the fire times" "$(q "SELECT min(unique_key) || ' ' || max(unique_key) FROM skiplock.all_jobs")" \
 	"cron:minutely:2031-01-06T00:01:00Z cron:minutely:2031-01-06T00:10:00Z"
 out=$("$S" cron tick --url "$URL" --at 2031-01-06T02:10:30Z --catch-up-bound 5)
 check_eq "behind: catch-up latest enqueues the newest only" "$out" "due=1 fired=1 lost=0 behind=1 failed=0 enqueued=1"
 expect_exit "tick: bad --at" 2 'invalid input syntax for type timestamp' -- "$S" cron tick --url "$URL" --at 'the day after tomorrow'
 
 # --- real workers: @every 1s, two workers, no duplicate and no gap ---
-q "DELETE FROM skiplock.schedules; DELETE FROM skiplock.jobs"
+q "DELETE FROM skiplock.schedules; DELETE FROM skiplock.jobs; DELETE FROM skiplock.finished_jobs"
 "$S" cron add --url "$URL" beat '@every 1s' beat '{"n": 1}' >/dev/null
 for w in 1 2; do
 	"$S" worker --url "$URL" --poll 100ms --poll-max 300ms --handler 'beat=cat >/dev/null' 2>"$TMP/w$w.log" &
 	eval "W$w=\$!"
 done
 for i in $(seq 1 300); do
-	[ "$(q "SELECT count(*) >= 5 FROM skiplock.jobs WHERE state = 'completed'")" = t ] && break
+	[ "$(q "SELECT count(*) >= 5 FROM skiplock.all_jobs WHERE state = 'completed'")" = t ] && break
 	sleep 0.2
 done
 "$S" cron pause --url "$URL" beat >/dev/null
 kill -TERM "$W1" "$W2"; wait "$W1"; r1=$?; wait "$W2"; r2=$?
 check_eq "workers drain and exit 0" "$r1 $r2" "0 0"
-check_eq "jobs were enqueued by the workers and run" "$(q "SELECT count(*) >= 5 FROM skiplock.jobs WHERE state = 'completed'")" t
+check_eq "jobs were enqueued by the workers and run" "$(q "SELECT count(*) >= 5 FROM skiplock.all_jobs WHERE state = 'completed'")" t
 check_eq "one job per fire time, consecutive seconds, key = run_at" \
-	"$(q "SELECT count(*) = count(DISTINCT unique_key) AND count(*) = extract(epoch FROM max(run_at) - min(run_at)) + 1 AND bool_and(unique_key = 'cron:beat:' || to_char(run_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"')) FROM skiplock.jobs")" t
+	"$(q "SELECT count(*) = count(DISTINCT unique_key) AND count(*) = extract(epoch FROM max(run_at) - min(run_at)) + 1 AND bool_and(unique_key = 'cron:beat:' || to_char(run_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"')) FROM skiplock.all_jobs")" t
 no_leftovers
 
 # --- a worker with --no-cron never schedules ---
-q "DELETE FROM skiplock.jobs"
+q "DELETE FROM skiplock.jobs; DELETE FROM skiplock.finished_jobs"
 "$S" cron resume --url "$URL" beat >/dev/null
 "$S" worker --url "$URL" --no-cron --handler 'beat=cat >/dev/null' 2>"$TMP/w3.log" &
 W3=$!
 sleep 3
 kill -TERM "$W3"; wait "$W3"
-check_eq "--no-cron: no jobs in 3 s" "$(q "SELECT count(*) FROM skiplock.jobs")" 0
+check_eq "--no-cron: no jobs in 3 s" "$(q "SELECT count(*) FROM skiplock.all_jobs")" 0
 
 # --- cron apply: the schedules become equal to the file, from any state ---
 q "DELETE FROM skiplock.schedules"

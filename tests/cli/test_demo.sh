@@ -27,9 +27,9 @@ run_demo "demo --url" "$SKL_BIN" demo --url "$URL" --jobs 120
 check_eq "one ledger row per job" \
 	"$(q "SELECT count(*) || ' ' || count(DISTINCT job_id) FROM skiplock_demo.ledger")" "120 120"
 check_eq "every demo job completed" \
-	"$(q "SELECT count(*) FILTER (WHERE state = 'completed') FROM skiplock.jobs WHERE queue = 'skiplock_demo'")" 120
+	"$(q "SELECT count(*) FILTER (WHERE state = 'completed') FROM skiplock.all_jobs WHERE queue = 'skiplock_demo'")" 120
 check_eq "a killed worker's jobs were rescued" \
-	"$(q "SELECT count(*) > 0 FROM skiplock.jobs WHERE queue = 'skiplock_demo' AND errors::text LIKE '%lease expired%'")" t
+	"$(q "SELECT count(*) > 0 FROM skiplock.all_jobs WHERE queue = 'skiplock_demo' AND errors::text LIKE '%lease expired%'")" t
 no_leftovers
 
 expect_exit "--dir with --url" 2 'apply only to the private cluster' -- \

@@ -4,16 +4,16 @@
 . "$(dirname "$0")/lib.sh"
 S=$SKL_BIN
 "$S" init --url "$URL" >/dev/null 2>&1 || fail "init"
-count() { q "SELECT count(*) FROM skiplock.jobs"; }
+count() { q "SELECT count(*) FROM skiplock.all_jobs"; }
 
 id=$("$S" enqueue --url "$URL" email '{"to":"a@example.com"}' --queue mail --priority 5 \
 	--max-attempts 3 --delay 1h --timeout 30s --backoff-base 2s --backoff-cap 1m)
-check_eq "single enqueue prints the id" "$id" "$(q "SELECT max(id) FROM skiplock.jobs")"
+check_eq "single enqueue prints the id" "$id" "$(q "SELECT max(id) FROM skiplock.all_jobs")"
 check_eq "options are stored" \
-	"$(q "SELECT kind||' '||queue||' '||priority||' '||max_attempts||' '||timeout_ms||' '||backoff_base_ms||' '||backoff_cap_ms||' '||payload::text||' '||(run_at > now() + interval '59 minutes') FROM skiplock.jobs WHERE id = $id")" \
+	"$(q "SELECT kind||' '||queue||' '||priority||' '||max_attempts||' '||timeout_ms||' '||backoff_base_ms||' '||backoff_cap_ms||' '||payload::text||' '||(run_at > now() + interval '59 minutes') FROM skiplock.all_jobs WHERE id = $id")" \
 	'email mail 5 3 30000 2000 60000 {"to": "a@example.com"} true'
 id2=$("$S" enqueue --url "$URL" plain)
-check_eq "default payload and queue" "$(q "SELECT payload::text||' '||queue FROM skiplock.jobs WHERE id = $id2")" "{} default"
+check_eq "default payload and queue" "$(q "SELECT payload::text||' '||queue FROM skiplock.all_jobs WHERE id = $id2")" "{} default"
 
 # 16 processes, one unique key
 for i in $(seq 1 16); do
@@ -21,8 +21,8 @@ for i in $(seq 1 16); do
 done
 wait
 check_eq "16 concurrent enqueues print one id" "$(cat "$TMP"/u.* | sort -u | wc -l)" 1
-check_eq "exactly one job holds the key" "$(q "SELECT count(*) FROM skiplock.jobs WHERE unique_key = 'report:2026-11-29'")" 1
-check_eq "the printed id is that job" "$(cat "$TMP/u.1")" "$(q "SELECT id FROM skiplock.jobs WHERE unique_key = 'report:2026-11-29'")"
+check_eq "exactly one job holds the key" "$(q "SELECT count(*) FROM skiplock.all_jobs WHERE unique_key = 'report:2026-11-29'")" 1
+check_eq "the printed id is that job" "$(cat "$TMP/u.1")" "$(q "SELECT id FROM skiplock.all_jobs WHERE unique_key = 'report:2026-11-29'")"
 
 # batch: ids in input order
 before=$(count)
@@ -32,11 +32,11 @@ printf '%s\n' '{"kind":"a","payload":{"n":1}}' '' '{"kind":"b","payload":[1,2],"
 check_eq "batch exit status" "$?" 0
 check_eq "batch prints one id per job" "$(wc -l <"$TMP/ids")" 4
 check_eq "batch inserted 3 jobs (the 4th shares a unique key)" "$(($(count) - before))" 3
-check_eq "batch ids follow input order" "$(q "SELECT string_agg(kind||':'||queue, ',' ORDER BY array_position(ARRAY[$(paste -sd, "$TMP/ids")]::bigint[], id)) FROM skiplock.jobs WHERE id IN ($(paste -sd, "$TMP/ids"))")" "a:default,b:q2,a:default"
+check_eq "batch ids follow input order" "$(q "SELECT string_agg(kind||':'||queue, ',' ORDER BY array_position(ARRAY[$(paste -sd, "$TMP/ids")]::bigint[], id)) FROM skiplock.all_jobs WHERE id IN ($(paste -sd, "$TMP/ids"))")" "a:default,b:q2,a:default"
 check_eq "duplicate unique key in a batch gets the holder's id" "$(sed -n 3p "$TMP/ids")" "$(sed -n 4p "$TMP/ids")"
 big=$(for i in $(seq 1 2000); do printf '{"kind":"bulk","payload":{"i":%d}}\n' "$i"; done)
 printf '%s\n' "$big" | "$S" enqueue --url "$URL" --batch - >"$TMP/bulk.ids"
-check_eq "2000-job batch from stdin" "$(q "SELECT count(*) FROM skiplock.jobs WHERE kind = 'bulk'")" 2000
+check_eq "2000-job batch from stdin" "$(q "SELECT count(*) FROM skiplock.all_jobs WHERE kind = 'bulk'")" 2000
 
 # a batch over the library's chunk (5,000 jobs per statement), keyed and
 # plain lines mixed: one transaction, ids in input order
@@ -45,10 +45,10 @@ awk 'BEGIN { for (i = 1; i <= 12001; i++)
 	else printf "{\"kind\":\"chunked\",\"priority\":%d,\"payload\":{\"i\":%d}}\n", i % 3, i }' >"$TMP/chunked.ndjson"
 "$S" enqueue --url "$URL" --batch "$TMP/chunked.ndjson" >"$TMP/chunked.ids"
 check_eq "12001-line batch prints one id per line" "$(wc -l <"$TMP/chunked.ids")" 12001
-check_eq "12001-line batch: 11990 jobs, one per unique key" "$(q "SELECT count(*) FROM skiplock.jobs WHERE kind = 'chunked'")" 11990
+check_eq "12001-line batch: 11990 jobs, one per unique key" "$(q "SELECT count(*) FROM skiplock.all_jobs WHERE kind = 'chunked'")" 11990
 check_eq "every keyed line across chunks gets the holder's id" "$(awk 'NR % 1000 == 0' "$TMP/chunked.ids" | sort -u | wc -l)" 1
 check_eq "line 7777 is the job with payload 7777 and priority 1" \
-	"$(q "SELECT (payload->>'i')||' '||priority FROM skiplock.jobs WHERE id = $(sed -n 7777p "$TMP/chunked.ids")")" "7777 1"
+	"$(q "SELECT (payload->>'i')||' '||priority FROM skiplock.all_jobs WHERE id = $(sed -n 7777p "$TMP/chunked.ids")")" "7777 1"
 check_eq "ids rise in input order" "$(awk 'NR % 1000 != 0' "$TMP/chunked.ids" | sort -c -n && echo sorted)" sorted
 before=$(count)
 { cat "$TMP/chunked.ndjson"; echo '{"kind":"chunked","run_at":"not a time"}'; } >"$TMP/chunked-bad.ndjson"
@@ -57,7 +57,7 @@ expect_exit "a bad run_at in the last chunk fails the whole batch" 2 'invalid in
 check_eq "nothing of the failed batch was written" "$(count)" "$before"
 
 echo '{"from":"stdin"}' | "$S" enqueue --url "$URL" stdin-kind - >/dev/null
-check_eq "payload from stdin" "$(q "SELECT payload->>'from' FROM skiplock.jobs WHERE kind = 'stdin-kind'")" stdin
+check_eq "payload from stdin" "$(q "SELECT payload->>'from' FROM skiplock.all_jobs WHERE kind = 'stdin-kind'")" stdin
 
 # payloads reach the database as written (jsonb's own normalisation aside):
 # single, stdin and batch store the same text as the SQL cast of the input
@@ -73,16 +73,16 @@ for p in "${exact[@]}"; do
 	i=$((i + 1))
 	want=$(q "SELECT \$p\$$p\$p\$::jsonb::text")
 	id=$("$S" enqueue --url "$URL" exact "$p" 2>&1)
-	check_eq "single enqueue keeps $p" "$(q "SELECT payload::text FROM skiplock.jobs WHERE id = ${id:-0}")" "$want"
+	check_eq "single enqueue keeps $p" "$(q "SELECT payload::text FROM skiplock.all_jobs WHERE id = ${id:-0}")" "$want"
 	id=$(printf '%s' "$p" | "$S" enqueue --url "$URL" exact - 2>&1)
-	check_eq "stdin enqueue keeps $p" "$(q "SELECT payload::text FROM skiplock.jobs WHERE id = ${id:-0}")" "$want"
+	check_eq "stdin enqueue keeps $p" "$(q "SELECT payload::text FROM skiplock.all_jobs WHERE id = ${id:-0}")" "$want"
 	id=$(sed -n "${i}p" "$TMP/exact.ids")
-	check_eq "batch enqueue keeps $p" "$(q "SELECT payload::text FROM skiplock.jobs WHERE id = ${id:-0}")" "$want"
+	check_eq "batch enqueue keeps $p" "$(q "SELECT payload::text FROM skiplock.all_jobs WHERE id = ${id:-0}")" "$want"
 done
 
 # --json: whether a unique key found an existing job
 out=$("$S" enqueue --url "$URL" --json --unique-key j1 jkind)
-jid=$(q "SELECT id FROM skiplock.jobs WHERE unique_key = 'j1'")
+jid=$(q "SELECT id FROM skiplock.all_jobs WHERE unique_key = 'j1'")
 check_eq "--json: a new job is inserted" "$out" "{\"id\":$jid,\"inserted\":true}"
 check_eq "--json: a held unique key finds the job" "$("$S" enqueue --url "$URL" --json --unique-key j1 jkind)" \
 	"{\"id\":$jid,\"inserted\":false}"
@@ -105,7 +105,7 @@ awk 'BEGIN { for (i = 1; i <= 6001; i++)
 	"$S" enqueue --url "$URL" --json --batch - >"$TMP/jc.out"
 check_eq "--batch --json over a chunk: a key repeated across chunks is inserted once" \
 	"$(grep -c '"inserted":true' "$TMP/jc.out") $(sed -n 6000p "$TMP/jc.out" | grep -c false)" "6000 1"
-check_eq "--batch --json over a chunk: 6000 jobs" "$(q "SELECT count(*) FROM skiplock.jobs WHERE kind = 'jc'")" 6000
+check_eq "--batch --json over a chunk: 6000 jobs" "$(q "SELECT count(*) FROM skiplock.all_jobs WHERE kind = 'jc'")" 6000
 
 # bad input: one line, exit 2, nothing written
 before=$(count)

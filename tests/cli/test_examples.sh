@@ -9,14 +9,14 @@ EX=$SKL_SOURCE_DIR/examples
 "$S" init --url "$URL" >/dev/null 2>&1 || fail "init"
 q "CREATE TABLE orders (id bigint PRIMARY KEY, total_cents int NOT NULL)"
 export DATABASE_URL=$URL
-jobs_of() { q "SELECT count(*) FROM skiplock.jobs WHERE kind = 'email' AND payload->>'order' = '$1'"; }
+jobs_of() { q "SELECT count(*) FROM skiplock.all_jobs WHERE kind = 'email' AND payload->>'order' = '$1'"; }
 orders_of() { q "SELECT count(*) FROM orders WHERE id = $1"; }
 
 # --- psql ---
 out=$("$EX/psql/enqueue.sh" 101 2>&1)
 check_eq "psql: committed order prints its job" "$(sed 's/[0-9]*$/N/' <<<"$out")" "email job N"
 check_eq "psql: order and job both exist" "$(orders_of 101) $(jobs_of 101)" "1 1"
-check_eq "psql: the job is in queue mail" "$(q "SELECT queue || ' ' || (payload->>'template') FROM skiplock.jobs WHERE payload->>'order' = '101'")" "mail confirmation"
+check_eq "psql: the job is in queue mail" "$(q "SELECT queue || ' ' || (payload->>'template') FROM skiplock.all_jobs WHERE payload->>'order' = '101'")" "mail confirmation"
 "$EX/psql/enqueue.sh" 102 --fail >/dev/null 2>"$TMP/psql.err"
 check_eq "psql: failed transaction exits non-zero" "$?" 3
 check_eq "psql: rolled back: no order, no job" "$(orders_of 102) $(jobs_of 102)" "0 0"
@@ -64,18 +64,18 @@ W=$!
 want=4
 command -v node >/dev/null || want=1
 for i in $(seq 1 300); do
-	[ "$(q "SELECT count(*) FROM skiplock.jobs WHERE state IN ('completed', 'discarded')")" = "$want" ] && break
+	[ "$(q "SELECT count(*) FROM skiplock.all_jobs WHERE state IN ('completed', 'discarded')")" = "$want" ] && break
 	sleep 0.1
 done
 kill -TERM $W
 wait $W
 check_eq "worker drains and exits 0" "$?" 0
 check_eq "shell handler: payload archived from stdin" "$(cat "$TMP/archive/${ids[0]}.json")" '{"doc": "a"}'
-check_eq "shell handler: result kept" "$(q "SELECT state || ' ' || (result->>'archived' = id::text) || ' ' || (result->>'fencing') FROM skiplock.jobs WHERE id = ${ids[0]}")" "completed true 1"
+check_eq "shell handler: result kept" "$(q "SELECT state || ' ' || (result->>'archived' = id::text) || ' ' || (result->>'fencing') FROM skiplock.all_jobs WHERE id = ${ids[0]}")" "completed true 1"
 if command -v node >/dev/null; then
-	check_eq "node handler: result from stdout" "$(q "SELECT state || ' ' || (result->>'height') || ' ' || (result->>'attempt') FROM skiplock.jobs WHERE id = ${ids[1]}")" "completed 480 1"
-	check_eq "node handler: exit 75 retried, then completed" "$(q "SELECT state || ' ' || attempt || ' ' || (errors->0->>'error') FROM skiplock.jobs WHERE id = ${ids[2]}")" "completed 2 exit status 75; stderr: image store busy"
-	check_eq "node handler: exit 65 discarded at once" "$(q "SELECT state || ' ' || attempt FROM skiplock.jobs WHERE id = ${ids[3]}")" "discarded 1"
+	check_eq "node handler: result from stdout" "$(q "SELECT state || ' ' || (result->>'height') || ' ' || (result->>'attempt') FROM skiplock.all_jobs WHERE id = ${ids[1]}")" "completed 480 1"
+	check_eq "node handler: exit 75 retried, then completed" "$(q "SELECT state || ' ' || attempt || ' ' || (errors->0->>'error') FROM skiplock.all_jobs WHERE id = ${ids[2]}")" "completed 2 exit status 75; stderr: image store busy"
+	check_eq "node handler: exit 65 discarded at once" "$(q "SELECT state || ' ' || attempt FROM skiplock.all_jobs WHERE id = ${ids[3]}")" "discarded 1"
 fi
 no_leftovers
 finish

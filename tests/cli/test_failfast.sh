@@ -64,7 +64,7 @@ for c in "status" "enqueue k" "cron list"; do
 	fast "$c with an old schema" "schema is at version $OLD, older than version [0-9]+ this build needs: run \`skiplock init\`" -- \
 		"$S" $c --url "$URL"
 done
-check_eq "an old schema: nothing enqueued" "$(q "SELECT count(*) FROM skiplock.jobs")" 0
+check_eq "an old schema: nothing enqueued" "$(q "SELECT count(*) FROM skiplock.all_jobs")" 0
 "$S" worker --url "$URL" --handler 'k=cat >/dev/null' >"$TMP/wout" 2>"$TMP/werr"
 check_eq "worker with an old schema: exit 1" "$?" 1
 grep -q "run \`skiplock init\`" "$TMP/werr" && pass "worker with an old schema says run skiplock init" ||

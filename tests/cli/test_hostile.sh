@@ -17,7 +17,7 @@ K2='ünïcödé'
 K3='a-b.c'
 K4="q'); DROP TABLE t; -- {\"a\",NULL}\\"
 sqlq() { printf '$h$%s$h$' "$1"; }   # a dollar-quoted SQL literal for the checks
-count() { q "SELECT count(*) FROM skiplock.jobs WHERE kind = $(sqlq "$1") AND queue = $(sqlq "$2")"; }
+count() { q "SELECT count(*) FROM skiplock.all_jobs WHERE kind = $(sqlq "$1") AND queue = $(sqlq "$2")"; }
 export OUTDIR=$TMP
 
 # --- enqueue, single and batch ---
@@ -32,7 +32,7 @@ printf '{"kind":"%s","queue":"%s"}\n{"kind":"%s","queue":"%s","unique_key":"%s"}
 	"$S" enqueue --url "$URL" --batch - >"$TMP/batch.ids" 2>"$TMP/batch.err" &&
 	pass "batch with hostile names" || fail "batch with hostile names: $(cat "$TMP/batch.err")"
 check_eq "kinds and queues stored exactly" "$(count "$K1" "$K2") $(count "$K2" "$K3") $(count "$K4" "$K1")" "1 1 1"
-check_eq "unique key stored exactly" "$(q "SELECT count(*) FROM skiplock.jobs WHERE unique_key IN ($(sqlq "$K1"), $(sqlq "$K4"))")" 2
+check_eq "unique key stored exactly" "$(q "SELECT count(*) FROM skiplock.all_jobs WHERE unique_key IN ($(sqlq "$K1"), $(sqlq "$K4"))")" 2
 
 # --- the worker: queues as an array parameter, the kind in the handler's environment ---
 H='cat >/dev/null; printf "%s" "$SKIPLOCK_JOB_KIND" >"$OUTDIR/kind.$SKIPLOCK_JOB_ID"; echo "{}"'
@@ -40,13 +40,13 @@ H='cat >/dev/null; printf "%s" "$SKIPLOCK_JOB_KIND" >"$OUTDIR/kind.$SKIPLOCK_JOB
 	--handler "$K1=$H" --handler "$K2=$H" --handler "$K4=$H" 2>"$TMP/worker.log" &
 WPID=$!
 for i in $(seq 1 300); do
-	[ "$(q "SELECT count(*) FROM skiplock.jobs WHERE state = 'completed'")" = 3 ] && break
+	[ "$(q "SELECT count(*) FROM skiplock.all_jobs WHERE state = 'completed'")" = 3 ] && break
 	sleep 0.1
 done
 kill -TERM $WPID; wait $WPID
-check_eq "worker ran every hostile kind" "$(q "SELECT count(*) FROM skiplock.jobs WHERE state = 'completed'")" 3
+check_eq "worker ran every hostile kind" "$(q "SELECT count(*) FROM skiplock.all_jobs WHERE state = 'completed'")" 3
 check_eq "handler saw the exact kind" "$(cat "$TMP/kind.$id1" 2>/dev/null)" "$K1"
-k4id=$(q "SELECT id FROM skiplock.jobs WHERE kind = $(sqlq "$K4")")
+k4id=$(q "SELECT id FROM skiplock.all_jobs WHERE kind = $(sqlq "$K4")")
 check_eq "handler saw the exact kind (quotes, braces, backslash)" "$(cat "$TMP/kind.$k4id" 2>/dev/null)" "$K4"
 
 # --- inspecting ---

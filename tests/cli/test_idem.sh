@@ -37,11 +37,11 @@ q "UPDATE skiplock.idempotency_keys SET expires_at = now() - interval '1 minute'
 	--handler "idem-prune=cat >/dev/null; '$S' idem prune --url '$URL'" 2>"$TMP/w.log" &
 W=$!
 for _ in $(seq 1 200); do
-	[ "$(q "SELECT state FROM skiplock.jobs WHERE kind = 'idem-prune'")" = completed ] && break
+	[ "$(q "SELECT state FROM skiplock.all_jobs WHERE kind = 'idem-prune'")" = completed ] && break
 	sleep 0.1
 done
 kill -TERM $W 2>/dev/null; wait $W
-check_eq "the job ran prune" "$(q "SELECT state FROM skiplock.jobs WHERE kind = 'idem-prune'") $(q "SELECT string_agg(key, ',') FROM skiplock.idempotency_keys")" "completed live"
+check_eq "the job ran prune" "$(q "SELECT state FROM skiplock.all_jobs WHERE kind = 'idem-prune'") $(q "SELECT string_agg(key, ',') FROM skiplock.idempotency_keys")" "completed live"
 
 for cmd in "idem" "idem prune"; do
 	# shellcheck disable=SC2086

@@ -45,9 +45,9 @@ stop_worker() {
 is_idle() { grep -E 'idle: polling every|no longer idle' "$TMP/$1" | tail -n 1 | grep -q 'idle: polling'; }
 # ms_to_done ID: milliseconds from the job's creation to its completion
 ms_to_done() {
-	q "SELECT round(extract(epoch FROM finished_at - created_at) * 1000) FROM skiplock.jobs WHERE id = $1"
+	q "SELECT round(extract(epoch FROM finished_at - created_at) * 1000) FROM skiplock.all_jobs WHERE id = $1"
 }
-done_q() { [ "$(q "SELECT state FROM skiplock.jobs WHERE id = $1")" = completed ]; }
+done_q() { [ "$(q "SELECT state FROM skiplock.all_jobs WHERE id = $1")" = completed ]; }
 
 # --- an idle worker with a 60 s idle poll: statements over 6 s ---
 start_worker w1.log 60s
@@ -84,7 +84,7 @@ if [ "$MODE" = direct ]; then
 	wait_until "idle again" 20 is_idle w1.log
 	id=$("$S" enqueue --url "$URL" ping --delay 4s)
 	wait_until "delayed job $id done" 20 done_q "$id"
-	ms=$(q "SELECT round(extract(epoch FROM finished_at - run_at) * 1000) FROM skiplock.jobs WHERE id = $id")
+	ms=$(q "SELECT round(extract(epoch FROM finished_at - run_at) * 1000) FROM skiplock.all_jobs WHERE id = $id")
 	if [ "${ms:-99999}" -lt 2000 ]; then pass "direct: delayed job done $ms ms after run_at (idle poll 60 s)"; else fail "delayed job: $ms ms after run_at"; fi
 else
 	grep -q 'listening on channel' "$TMP/w1.log" && fail "pooled worker LISTENed" || pass "pooled: no LISTEN"
@@ -125,7 +125,7 @@ id=$(psql -X -q -At -v ON_ERROR_STOP=1 "$URL" -c "BEGIN" -c "SET LOCAL skiplock.
 	-c "SELECT skiplock.enqueue('ping')" -c "COMMIT")
 wait_until "job $id done by polling" 15 done_q "$id"
 ms=$(ms_to_done "$id")
-check_eq "polled job completed" "$(q "SELECT state FROM skiplock.jobs WHERE id = $id")" completed
+check_eq "polled job completed" "$(q "SELECT state FROM skiplock.all_jobs WHERE id = $id")" completed
 echo "     (without a notification: done in $ms ms, idle poll 2-2.5 s)"
 stop_worker w2
 

@@ -38,7 +38,7 @@ cc -std=c11 -Wall -Werror ${SKL_SANITIZE_FLAGS:-} $(pkg-config --cflags skiplock
 check_eq "hello.c compiles with pkg-config --cflags --libs skiplock" "$? $(head -c 300 "$TMP/cc.log")" "0 "
 out=$("$TMP/hello" "$URL" 2>&1)
 check_eq "hello runs against the database" "$(sed 's/job [0-9]*/job N/' <<<"$out")" "skiplock 0.1.0: job N completed"
-check_eq "hello's job is completed in SQL" "$(q "SELECT state || ' ' || (payload->>'from') FROM skiplock.jobs WHERE kind = 'hello'")" "completed C"
+check_eq "hello's job is completed in SQL" "$(q "SELECT state || ' ' || (payload->>'from') FROM skiplock.all_jobs WHERE kind = 'hello'")" "completed C"
 ldd "$TMP/hello" | grep -q "$libdir/libskiplock.so" && pass "hello uses the installed libskiplock.so" || fail "hello does not link the installed library: $(ldd "$TMP/hello" | grep skiplock)"
 
 # --- the systemd unit template ---
@@ -62,7 +62,7 @@ id2=$("$P/bin/skiplock" enqueue --url "$URL" other '{"n": 2}')
 (set -a; . "$TMP/unit.env"; exec $exec_line) 2>"$TMP/unit.log" &
 W=$!
 for i in $(seq 1 300); do
-	[ "$(q "SELECT count(*) FROM skiplock.jobs WHERE id IN ($id, $id2) AND state = 'completed'")" = 2 ] && break
+	[ "$(q "SELECT count(*) FROM skiplock.all_jobs WHERE id IN ($id, $id2) AND state = 'completed'")" = 2 ] && break
 	kill -0 $W 2>/dev/null || break
 	sleep 0.1
 done

@@ -27,7 +27,7 @@ a5=$("$S" enqueue --url "$URL" other --queue q2 --unique-key u5 --priority 4)
 	--handler 'k=echo "boom $SKIPLOCK_ATTEMPT" >&2; echo "second line" >&2; exit 75' \
 	--handler 'ok=cat >/dev/null; echo "{\"done\": true}"' 2>"$TMP/w1.log" &
 W=$!
-wait_for "SELECT string_agg(state, ' ' ORDER BY id) FROM skiplock.jobs WHERE id IN ($a1, $a2)" \
+wait_for "SELECT string_agg(state, ' ' ORDER BY id) FROM skiplock.all_jobs WHERE id IN ($a1, $a2)" \
 	"discarded completed" 20 || fail "worker did not finish: $(cat "$TMP/w1.log")"
 stop_worker $W
 
@@ -63,10 +63,10 @@ done
 doc=$("$S" jobs show "$a1" --url "$URL" --json)
 check_eq "show --json: history with attempt numbers, times and errors" \
 	"$(json_q "$doc" "SELECT string_agg((e->>'attempt') || ':' || ((e->>'at')::timestamptz <= now()) || ':' || (e->>'error'), '|') FROM json_array_elements(:'doc'::json -> 'errors') e")" \
-	"$(q "SELECT string_agg((e->>'attempt') || ':true:' || (e->>'error'), '|' ORDER BY o) FROM skiplock.jobs, jsonb_array_elements(errors) WITH ORDINALITY AS x(e, o) WHERE id = $a1")"
+	"$(q "SELECT string_agg((e->>'attempt') || ':true:' || (e->>'error'), '|' ORDER BY o) FROM skiplock.all_jobs, jsonb_array_elements(errors) WITH ORDINALITY AS x(e, o) WHERE id = $a1")"
 check_eq "show --json: columns match the row" \
 	"$(json_q "$doc" "SELECT concat_ws(' ', d->>'state', d->>'fencing', d->>'max_attempts', d->'payload'->>'n', d->'lease_owner', d->'result', (d->>'finished_at')::timestamptz) FROM (SELECT :'doc'::json AS d) s")" \
-	"$(q "SELECT concat_ws(' ', state, fencing, max_attempts, payload->>'n', 'null', 'null', date_trunc('milliseconds', finished_at)) FROM skiplock.jobs WHERE id = $a1")"
+	"$(q "SELECT concat_ws(' ', state, fencing, max_attempts, payload->>'n', 'null', 'null', date_trunc('milliseconds', finished_at)) FROM skiplock.all_jobs WHERE id = $a1")"
 doc=$("$S" jobs show "$a2" --url "$URL" --json)
 check_eq "show --json: result kept as JSON, no errors" \
 	"$(json_q "$doc" "SELECT (:'doc'::json -> 'result' ->> 'done') || ' ' || json_array_length(:'doc'::json -> 'errors')")" "true 0"
@@ -77,7 +77,7 @@ a6=$("$S" enqueue --url "$URL" slow)
 "$S" worker --url "$URL" "${FAST[@]}" --lease 3s --shutdown-timeout 3s --owner tester \
 	--handler 'slow=sleep 20' 2>"$TMP/w2.log" &
 W=$!
-wait_for "SELECT state FROM skiplock.jobs WHERE id = $a6" running 10 || fail "slow job did not start"
+wait_for "SELECT state FROM skiplock.all_jobs WHERE id = $a6" running 10 || fail "slow job did not start"
 grep -qE "^ *$a6 +default +slow +running +1/25 .* in [0-9.]+s +-$" <<<"$("$S" jobs list --url "$URL" --state running)" &&
 	pass "list: lease expiry of a running job" || fail "list: running row: $("$S" jobs list --url "$URL" --state running)"
 out=$("$S" jobs show "$a6" --url "$URL")
@@ -91,22 +91,22 @@ check_eq "cancel a running job" "$(act "$S" jobs cancel "$a6" --url "$URL")" "0 
 sleep 1.5 # a heartbeat (lease/3) finds the claim lost and stops the handler
 stop_worker $W
 check_eq "a cancelled job's handler outcome is refused" \
-	"$(q "SELECT state || ' ' || (result IS NULL) || ' ' || (lease_owner IS NULL) FROM skiplock.jobs WHERE id = $a6")" "cancelled true true"
+	"$(q "SELECT state || ' ' || (result IS NULL) || ' ' || (lease_owner IS NULL) FROM skiplock.all_jobs WHERE id = $a6")" "cancelled true true"
 
 # --- retry and cancel: allowed states, refusals exit 1 with one line ---
 check_eq "retry a discarded job" "$(act "$S" jobs retry "$a1" --url "$URL")" "0 job $a1 is available"
 check_eq "retried job is available now, with a fresh budget of 3 attempts" \
-	"$(q "SELECT state || ' ' || (run_at <= now()) || ' ' || attempt || '/' || max_attempts || ' ' || (finished_at IS NULL) FROM skiplock.jobs WHERE id = $a1")" \
+	"$(q "SELECT state || ' ' || (run_at <= now()) || ' ' || attempt || '/' || max_attempts || ' ' || (finished_at IS NULL) FROM skiplock.all_jobs WHERE id = $a1")" \
 	"available true 3/6 true"
 check_eq "cancel an available job" "$(act "$S" jobs cancel "$a4" --url "$URL")" "0 job $a4 cancelled"
-check_eq "cancelled job" "$(q "SELECT state || ' ' || (finished_at IS NOT NULL) FROM skiplock.jobs WHERE id = $a4")" "cancelled true"
+check_eq "cancelled job" "$(q "SELECT state || ' ' || (finished_at IS NOT NULL) FROM skiplock.all_jobs WHERE id = $a4")" "cancelled true"
 expect_exit "cancel a completed job" 1 "cannot cancel job $a2: it is completed" -- "$S" jobs cancel "$a2" --url "$URL"
 expect_exit "cancel a cancelled job" 1 "cannot cancel job $a4: it is cancelled" -- "$S" jobs cancel "$a4" --url "$URL"
 expect_exit "retry a completed job" 1 "cannot retry job $a2: it is completed" -- "$S" jobs retry "$a2" --url "$URL"
 expect_exit "cancel a missing job" 1 "no job 987654" -- "$S" jobs cancel 987654 --url "$URL"
 expect_exit "retry a missing job" 1 "no job 987654" -- "$S" jobs retry 987654 --url "$URL"
 expect_exit "show a missing job" 1 "no job 987654" -- "$S" jobs show 987654 --url "$URL"
-check_eq "refusals changed nothing" "$(q "SELECT string_agg(state, ' ' ORDER BY id) FROM skiplock.jobs WHERE id IN ($a2, $a4)")" "completed cancelled"
+check_eq "refusals changed nothing" "$(q "SELECT string_agg(state, ' ' ORDER BY id) FROM skiplock.all_jobs WHERE id IN ($a2, $a4)")" "completed cancelled"
 
 # --- status: counts by state match SQL; failure rate by its formula ---
 SQL_COUNTS="SELECT string_agg(format('%s/%s=%s,%s,%s,%s,%s,%s', queue, kind, due, sch, run, com, dis, can), ' ' ORDER BY queue, kind)
@@ -114,7 +114,7 @@ SQL_COUNTS="SELECT string_agg(format('%s/%s=%s,%s,%s,%s,%s,%s', queue, kind, due
                count(*) FILTER (WHERE state = 'available' AND run_at > now()) AS sch,
                count(*) FILTER (WHERE state = 'running') AS run, count(*) FILTER (WHERE state = 'completed') AS com,
                count(*) FILTER (WHERE state = 'discarded') AS dis, count(*) FILTER (WHERE state = 'cancelled') AS can
-          FROM skiplock.jobs GROUP BY queue, kind) s"
+          FROM skiplock.all_jobs GROUP BY queue, kind) s"
 JSON_COUNTS="SELECT string_agg(format('%s/%s=%s,%s,%s,%s,%s,%s', q->>'queue', q->>'kind', q->>'due', q->>'scheduled',
                q->>'running', q->>'completed', q->>'discarded', q->>'cancelled'), ' ' ORDER BY q->>'queue', q->>'kind')
   FROM jsonb_array_elements(:'doc'::jsonb -> 'queues') q"
@@ -142,17 +142,17 @@ check_eq "cancel the holder of a unique key" "$(act "$S" jobs cancel "$a5" --url
 a7=$("$S" enqueue --url "$URL" other --queue q2 --unique-key u5)
 expect_exit "retry refused while another job holds the unique key" 1 \
 	"cannot retry job $a5: another unfinished job holds its unique key" -- "$S" jobs retry "$a5" --url "$URL"
-check_eq "refused retry changed nothing" "$(q "SELECT string_agg(state, ' ' ORDER BY id) FROM skiplock.jobs WHERE id IN ($a5, $a7)")" "cancelled available"
+check_eq "refused retry changed nothing" "$(q "SELECT string_agg(state, ' ' ORDER BY id) FROM skiplock.all_jobs WHERE id IN ($a5, $a7)")" "cancelled available"
 
 # --- prune: only finished jobs older than the bound ---
-q "UPDATE skiplock.jobs SET finished_at = now() - interval '2 hours' WHERE id IN ($a2, $a4)"
+q "UPDATE skiplock.finished_jobs SET finished_at = now() - interval '2 hours' WHERE id IN ($a2, $a4)"
 q "UPDATE skiplock.jobs SET finished_at = now() - interval '2 hours' WHERE id = $a3" # available: never pruned
 check_eq "prune --older-than, in batches" "$(act "$S" jobs prune --url "$URL" --older-than 1h --batch 1)" "0 deleted 2 finished jobs"
-check_eq "prune deleted only old finished jobs" "$(q "SELECT string_agg(id::text, ' ' ORDER BY id DESC) FROM skiplock.jobs")" "$a7 $a6 $a5 $a3 $a1"
+check_eq "prune deleted only old finished jobs" "$(q "SELECT string_agg(id::text, ' ' ORDER BY id DESC) FROM skiplock.all_jobs")" "$a7 $a6 $a5 $a3 $a1"
 check_eq "prune again deletes nothing" "$(act "$S" jobs prune --url "$URL" --older-than 1h)" "0 deleted 0 finished jobs"
 
 # --- bad input: exit 2, one line naming the problem, nothing written ---
-before=$(q "SELECT string_agg(concat_ws(':', id, state, attempt, fencing, finished_at), ' ' ORDER BY id) FROM skiplock.jobs")
+before=$(q "SELECT string_agg(concat_ws(':', id, state, attempt, fencing, finished_at), ' ' ORDER BY id) FROM skiplock.all_jobs")
 bad() { expect_exit "$1" 2 "$2" -- "$S" "${@:3}" --url "$URL"; }
 bad "jobs without a subcommand" 'missing subcommand \(expected' jobs
 bad "unknown jobs subcommand" 'unknown subcommand "frob"' jobs frob
@@ -172,7 +172,7 @@ bad "bad batch" '--batch' jobs prune --older-than 1h --batch 0
 bad "status: bad window" '--window.*"never"' status --window never
 bad "status: stray argument" 'unexpected argument "extra"' status extra
 bad "status: unknown option" 'unknown option "--bogus"' status --bogus
-check_eq "bad input wrote nothing" "$(q "SELECT string_agg(concat_ws(':', id, state, attempt, fencing, finished_at), ' ' ORDER BY id) FROM skiplock.jobs")" "$before"
+check_eq "bad input wrote nothing" "$(q "SELECT string_agg(concat_ws(':', id, state, attempt, fencing, finished_at), ' ' ORDER BY id) FROM skiplock.all_jobs")" "$before"
 
 for cmd in "jobs list" "jobs show" "jobs retry" "jobs cancel" "jobs prune" "status"; do
 	# shellcheck disable=SC2086
@@ -187,29 +187,29 @@ run_fails() { # runs a worker until job $f is discarded at attempt $1
 	"$S" worker --url "$URL" "${FAST[@]}" --backoff-base 10ms --backoff-cap 20ms \
 		--handler 'fails=echo "no $SKIPLOCK_ATTEMPT" >&2; exit 1' 2>"$TMP/wf.log" &
 	local w=$!
-	wait_for "SELECT state || ' ' || attempt FROM skiplock.jobs WHERE id = $f" "discarded $1" 20 ||
-		fail "job $f not discarded at attempt $1: $(q "SELECT state || ' ' || attempt FROM skiplock.jobs WHERE id = $f")"
+	wait_for "SELECT state || ' ' || attempt FROM skiplock.all_jobs WHERE id = $f" "discarded $1" 20 ||
+		fail "job $f not discarded at attempt $1: $(q "SELECT state || ' ' || attempt FROM skiplock.all_jobs WHERE id = $f")"
 	stop_worker $w
 }
 run_fails 2
 check_eq "retry the discarded job" "$(act "$S" jobs retry "$f" --url "$URL")" "0 job $f is available"
-check_eq "as many attempts again as it had" "$(q "SELECT attempt || '/' || max_attempts FROM skiplock.jobs WHERE id = $f")" "2/4"
+check_eq "as many attempts again as it had" "$(q "SELECT attempt || '/' || max_attempts FROM skiplock.all_jobs WHERE id = $f")" "2/4"
 run_fails 4
 check_eq "it ran attempts 3 and 4, errors and fencing kept" \
-	"$(q "SELECT string_agg(e->>'attempt', ',') || ' ' || max(fencing) FROM skiplock.jobs, jsonb_array_elements(errors) e WHERE id = $f")" \
+	"$(q "SELECT string_agg(e->>'attempt', ',') || ' ' || max(fencing) FROM skiplock.all_jobs, jsonb_array_elements(errors) e WHERE id = $f")" \
 	"1,2,3,4 4"
 check_eq "retry --attempts 1" "$(act "$S" jobs retry "$f" --attempts 1 --url "$URL")" "0 job $f is available"
 run_fails 5
-check_eq "--attempts 1: one more attempt only" "$(q "SELECT attempt || '/' || max_attempts || ' ' || jsonb_array_length(errors) FROM skiplock.jobs WHERE id = $f")" "5/5 5"
+check_eq "--attempts 1: one more attempt only" "$(q "SELECT attempt || '/' || max_attempts || ' ' || jsonb_array_length(errors) FROM skiplock.all_jobs WHERE id = $f")" "5/5 5"
 check_eq "retry --attempts on an available job sets its budget" \
-	"$(act "$S" jobs retry "$a1" --attempts 10 --url "$URL"; q "SELECT attempt || '/' || max_attempts FROM skiplock.jobs WHERE id = $a1")" \
+	"$(act "$S" jobs retry "$a1" --attempts 10 --url "$URL"; q "SELECT attempt || '/' || max_attempts FROM skiplock.all_jobs WHERE id = $a1")" \
 	"0 job $a1 is available
 3/13"
-before=$(q "SELECT string_agg(concat_ws(':', id, state, max_attempts), ' ' ORDER BY id) FROM skiplock.jobs")
+before=$(q "SELECT string_agg(concat_ws(':', id, state, max_attempts), ' ' ORDER BY id) FROM skiplock.all_jobs")
 bad "retry --attempts 0" '--attempts: "0" is not an integer from 1' jobs retry "$f" --attempts 0
 bad "retry --attempts not a number" '--attempts: "many" is not an integer' jobs retry "$f" --attempts many
 bad "--attempts is retry's alone" 'unknown option "--attempts"' jobs cancel "$a5" --attempts 1
-check_eq "refused --attempts changed nothing" "$(q "SELECT string_agg(concat_ws(':', id, state, max_attempts), ' ' ORDER BY id) FROM skiplock.jobs")" "$before"
+check_eq "refused --attempts changed nothing" "$(q "SELECT string_agg(concat_ws(':', id, state, max_attempts), ' ' ORDER BY id) FROM skiplock.all_jobs")" "$before"
 "$S" status --help | grep -q "E / (E + C)" && pass "status --help defines the failure rate" || fail "status --help formula"
 no_leftovers
 finish

@@ -26,7 +26,7 @@ run_worker() { # log-file args...: runs until the fail job is discarded
 		--handler 'fail=echo "boom" >&2; exit 3' --handler 'ok=cat >/dev/null' "$@" 2>"$log" &
 	local w=$!
 	for i in $(seq 1 200); do
-		[ "$(q "SELECT count(*) FROM skiplock.jobs WHERE state IN ('completed', 'discarded')")" = 2 ] && break
+		[ "$(q "SELECT count(*) FROM skiplock.all_jobs WHERE state IN ('completed', 'discarded')")" = 2 ] && break
 		sleep 0.1
 	done
 	kill -TERM $w
@@ -49,7 +49,7 @@ check_eq "no payload in the log without --log-payloads" "$(grep -c "$MARK" "$TMP
 check_eq "no password in the log" "$(grep -c "$SECRET" "$TMP/j1.log")" 0
 
 # --- debug level with --log-payloads: claimed/completed lines, payload as JSON ---
-q "DELETE FROM skiplock.jobs"
+q "DELETE FROM skiplock.jobs; DELETE FROM skiplock.finished_jobs"
 id=$("$S" enqueue --url "$URL" fail "{\"mark\": \"$MARK\"}" --max-attempts 1)
 "$S" enqueue --url "$URL" ok "{\"mark\": \"$MARK\"}" >/dev/null
 run_worker "$TMP/j2.log" --log-format json --log-level debug --log-payloads
@@ -61,7 +61,7 @@ check_eq "debug: claimed and completed lines for the ok job" \
 check_eq "no password at debug level either" "$(grep -c "$SECRET" "$TMP/j2.log")" 0
 
 # --- text: the context as a prefix; --log-level warning drops info lines ---
-q "DELETE FROM skiplock.jobs"
+q "DELETE FROM skiplock.jobs; DELETE FROM skiplock.finished_jobs"
 id=$("$S" enqueue --url "$URL" fail --max-attempts 2)
 "$S" enqueue --url "$URL" ok >/dev/null
 run_worker "$TMP/t1.log" --log-level warning
@@ -73,14 +73,14 @@ grep -q "^skiplock: warning: job=$id kind=fail attempt=2 fencing=2 queue=default
 # A line that looks like a record of its own, after a newline (kind, queue)
 # or a carriage return (stderr): every line of the log, split at both,
 # must be one the worker wrote.
-q "DELETE FROM skiplock.jobs"
+q "DELETE FROM skiplock.jobs; DELETE FROM skiplock.finished_jobs"
 FK=$'fk\nskiplock: error: FORGED-KIND'
 FQ=$'fq\nskiplock: error: FORGED-QUEUE'
 id=$("$S" enqueue --url "$URL" --queue "$FQ" --max-attempts 1 "$FK")
 "$S" worker --url "$URL" --poll 50ms --poll-max 200ms --queue "$FQ" \
 	--handler "$FK=printf 'boom\\rskiplock: error: FORGED-STDERR\\033[2K' >&2; exit 3" 2>"$TMP/f1.log" &
 w=$!
-wait_for "SELECT state FROM skiplock.jobs WHERE id = $id" discarded 20 || fail "the forging job was not discarded"
+wait_for "SELECT state FROM skiplock.all_jobs WHERE id = $id" discarded 20 || fail "the forging job was not discarded"
 kill -TERM $w
 wait $w
 check_eq "no forged line, split at newlines and carriage returns" \

@@ -41,9 +41,9 @@ done
 [ -n "$PORT" ] && pass "the worker logged its metrics port ($PORT)" || fail "no metrics port in the log: $(cat "$TMP/w.log")"
 
 # --- while ok jobs are held at the gate: none completed, leases held ---
-wait_for "SELECT count(*) FROM skiplock.jobs WHERE kind IN ('flaky', 'poison') AND state = 'discarded'" 5 30 || fail "flaky and poison jobs did not finish"
+wait_for "SELECT count(*) FROM skiplock.all_jobs WHERE kind IN ('flaky', 'poison') AND state = 'discarded'" 5 30 || fail "flaky and poison jobs did not finish"
 "$S" enqueue --url "$URL" --batch "$TMP/ok.ndjson" >/dev/null || fail "enqueue ok jobs"
-wait_for "SELECT count(*) FROM skiplock.jobs WHERE kind = 'ok' AND state = 'running'" 4 30 || fail "ok jobs did not start"
+wait_for "SELECT count(*) FROM skiplock.all_jobs WHERE kind = 'ok' AND state = 'running'" 4 30 || fail "ok jobs did not start"
 scrape "$TMP/s1"
 check_eq "before the gate opens: no ok job completed" "$(metric "$TMP/s1" 'skiplock_jobs_completed_total{queue="fast",kind="ok"}')" 0
 check_eq "before the gate opens: 4 leases held (concurrency 4)" "$(metric "$TMP/s1" skiplock_worker_leases_held)" 4
@@ -57,7 +57,7 @@ check_eq "queue depth while 4 run: 8 due ok jobs (the delayed one not counted)" 
 
 # --- open the gate: counters move ---
 touch "$GATE"
-wait_for "SELECT count(*) FROM skiplock.jobs WHERE kind = 'ok' AND state = 'completed'" 12 30 || fail "ok jobs did not complete"
+wait_for "SELECT count(*) FROM skiplock.all_jobs WHERE kind = 'ok' AND state = 'completed'" 12 30 || fail "ok jobs did not complete"
 for i in $(seq 1 50); do # the outcome is counted when recorded; the gauge lags 200ms
 	scrape "$TMP/s2" || break
 	[ "$(metric "$TMP/s2" 'skiplock_jobs_completed_total{queue="fast",kind="ok"}')" = 12 ] &&
@@ -68,20 +68,20 @@ sum() { # file metric-name: sum over all series of the name
 	awk -v n="$2" 'index($0, n "{") == 1 || index($0, n " ") == 1 { s += $NF } END { print s + 0 }' "$1"
 }
 kinds="'ok','flaky','poison'"
-check_eq "completed_total = SQL completed" "$(sum "$TMP/s2" skiplock_jobs_completed_total)" "$(q "SELECT count(*) FROM skiplock.jobs WHERE state = 'completed'")"
-check_eq "claimed_total = SQL attempts" "$(sum "$TMP/s2" skiplock_jobs_claimed_total)" "$(q "SELECT sum(attempt) FROM skiplock.jobs WHERE kind IN ($kinds)")"
-check_eq "discarded_total = SQL discarded" "$(sum "$TMP/s2" skiplock_jobs_discarded_total)" "$(q "SELECT count(*) FROM skiplock.jobs WHERE state = 'discarded'")"
-check_eq "retried_total{flaky} = SQL attempts - jobs" "$(metric "$TMP/s2" 'skiplock_jobs_retried_total{queue="slow",kind="flaky"}')" "$(q "SELECT sum(attempt) - count(*) FROM skiplock.jobs WHERE kind = 'flaky'")"
+check_eq "completed_total = SQL completed" "$(sum "$TMP/s2" skiplock_jobs_completed_total)" "$(q "SELECT count(*) FROM skiplock.all_jobs WHERE state = 'completed'")"
+check_eq "claimed_total = SQL attempts" "$(sum "$TMP/s2" skiplock_jobs_claimed_total)" "$(q "SELECT sum(attempt) FROM skiplock.all_jobs WHERE kind IN ($kinds)")"
+check_eq "discarded_total = SQL discarded" "$(sum "$TMP/s2" skiplock_jobs_discarded_total)" "$(q "SELECT count(*) FROM skiplock.all_jobs WHERE state = 'discarded'")"
+check_eq "retried_total{flaky} = SQL attempts - jobs" "$(metric "$TMP/s2" 'skiplock_jobs_retried_total{queue="slow",kind="flaky"}')" "$(q "SELECT sum(attempt) - count(*) FROM skiplock.all_jobs WHERE kind = 'flaky'")"
 check_eq "failed_total = retried + discarded by handlers" "$(sum "$TMP/s2" skiplock_jobs_failed_total)" "$(( $(sum "$TMP/s2" skiplock_jobs_retried_total) + $(sum "$TMP/s2" skiplock_jobs_discarded_total) ))"
 check_eq "poison discarded at once" "$(metric "$TMP/s2" 'skiplock_jobs_discarded_total{queue="slow",kind="poison"}')" 2
-check_eq "duration histogram counts every recorded attempt" "$(sum "$TMP/s2" skiplock_job_duration_seconds_count)" "$(q "SELECT sum(attempt) FROM skiplock.jobs WHERE kind IN ($kinds)")"
+check_eq "duration histogram counts every recorded attempt" "$(sum "$TMP/s2" skiplock_job_duration_seconds_count)" "$(q "SELECT sum(attempt) FROM skiplock.all_jobs WHERE kind IN ($kinds)")"
 okd=$(metric "$TMP/s2" 'skiplock_job_duration_seconds_bucket{queue="fast",kind="ok",le="0.005"}')
 check_eq "held ok jobs are slower than 5ms: only the 8 unheld may be in the first bucket" "$([ "$okd" -le 8 ] && echo yes)" yes
 check_eq "no fenced-out outcome, no rescue" "$(sum "$TMP/s2" skiplock_jobs_fenced_out_total) $(sum "$TMP/s2" skiplock_jobs_rescued_total)" "0 0"
 check_eq "no lease held after the run" "$(metric "$TMP/s2" skiplock_worker_leases_held)" 0
-check_eq "orphan queue depth = SQL (label escaped)" "$(metric "$TMP/s2" 'skiplock_queue_depth{queue="idle \"q\""}')" "$(q "SELECT count(*) FROM skiplock.jobs WHERE kind = 'orphan'")"
+check_eq "orphan queue depth = SQL (label escaped)" "$(metric "$TMP/s2" 'skiplock_queue_depth{queue="idle \"q\""}')" "$(q "SELECT count(*) FROM skiplock.all_jobs WHERE kind = 'orphan'")"
 # the gauge was read stale seconds before the scrape, which ran between two SQL reads
-sql_age() { q "SELECT extract(epoch FROM now() - min(run_at)) FROM skiplock.jobs WHERE kind = 'orphan'"; }
+sql_age() { q "SELECT extract(epoch FROM now() - min(run_at)) FROM skiplock.all_jobs WHERE kind = 'orphan'"; }
 a0=$(sql_age)
 scrape "$TMP/s2b"
 a1=$(sql_age)
@@ -95,7 +95,7 @@ if [ "$MODE" = direct ]; then
 	before=$(metric "$TMP/s2" skiplock_db_reconnects_total)
 	q "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'skiplock worker' AND datname = current_database()" >/dev/null
 	"$S" enqueue --url "$URL" --queue fast ok >/dev/null
-	wait_for "SELECT count(*) FROM skiplock.jobs WHERE kind = 'ok' AND state = 'completed'" 13 30 || fail "no job completed after the backend was ended"
+	wait_for "SELECT count(*) FROM skiplock.all_jobs WHERE kind = 'ok' AND state = 'completed'" 13 30 || fail "no job completed after the backend was ended"
 	for i in $(seq 1 50); do
 		scrape "$TMP/s3" || break
 		[ "$(metric "$TMP/s3" skiplock_db_reconnects_total)" -gt "$before" ] && break

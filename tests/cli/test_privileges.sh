@@ -36,7 +36,7 @@ refused() { # ROLE WHAT SQL
 }
 
 for R in $OP $RD; do
-	allowed "$R" "read jobs" "SELECT count(*) FROM skiplock.jobs"
+	allowed "$R" "read jobs" "SELECT count(*) FROM skiplock.all_jobs"
 	allowed "$R" "read breakers, events and schedules" \
 		"SELECT (SELECT count(*) FROM skiplock.breakers) + (SELECT count(*) FROM skiplock.breaker_events) + (SELECT count(*) FROM skiplock.schedules)"
 	allowed "$R" "read leases and schema_version" \
@@ -50,6 +50,10 @@ for R in $OP $RD; do
 	refused "$R" "run grant_roles" "SELECT skiplock.grant_roles(NULL, '$R')"
 	refused "$R" "read granted_roles" "SELECT * FROM skiplock.granted_roles"
 	refused "$R" "truncate jobs" "TRUNCATE skiplock.jobs"
+	allowed "$R" "read finished jobs, retention and maintenance" \
+		"SELECT (SELECT count(*) FROM skiplock.finished_jobs) + (SELECT count(*) FROM skiplock.retention) + (SELECT count(*) FROM skiplock.maintenance) + (SELECT count(*) FROM skiplock.finished_partitions)"
+	refused "$R" "delete finished jobs" "DELETE FROM skiplock.finished_jobs"
+	refused "$R" "write retention directly" "DELETE FROM skiplock.retention"
 	refused "$R" "create in the schema" "CREATE TABLE skiplock.mine (x int)"
 done
 
@@ -61,6 +65,9 @@ allowed "$OP" "use idempotency keys" "SELECT * FROM skiplock.idem_claim('key', '
 allowed "$OP" "retry and cancel jobs" "UPDATE skiplock.jobs SET state = 'cancelled', finished_at = now()"
 allowed "$OP" "prune jobs" "DELETE FROM skiplock.jobs"
 allowed "$OP" "edit schedules" "DELETE FROM skiplock.schedules"
+allowed "$OP" "set retention" "SELECT skiplock.retention_set('q', NULL, '1 hour')"
+allowed "$OP" "cancel and retry through the functions" "SELECT * FROM skiplock.job_cancel(0), skiplock.job_retry(0)"
+allowed "$OP" "prune through jobs_prune" "SELECT skiplock.jobs_prune('1 day')"
 allowed "$OP" "force a breaker" "INSERT INTO skiplock.breakers (kind, state, open_until) VALUES ('k', 'open', 'infinity')"
 out=$(as_role "$OP" "SELECT skiplock.lease_acquire('skiplock.migrate:skiplock.migrations', 'op', '1 h')")
 # SET ROLE keeps the session user (the test's superuser): the migration
@@ -76,7 +83,9 @@ refused "$RD" "take a lease" "SELECT skiplock.lease_acquire('nightly', 'rd', '1 
 refused "$RD" "use idempotency keys" "SELECT * FROM skiplock.idem_claim('key', 'h')"
 refused "$RD" "update jobs" "UPDATE skiplock.jobs SET fencing = 99"
 refused "$RD" "edit schedules" "DELETE FROM skiplock.schedules"
+refused "$RD" "set retention" "SELECT skiplock.retention_set('q', NULL, '1 hour')"
+refused "$RD" "run the maintenance" "SELECT skiplock.maintain('rd', 1)"
 refused "$RD" "lock jobs exclusively" "LOCK TABLE skiplock.jobs IN ACCESS EXCLUSIVE MODE"
 
-check_eq "nothing changed by the checks" "$(q "SELECT count(*) || ' ' || min(state) FROM skiplock.jobs")" "1 available"
+check_eq "nothing changed by the checks" "$(q "SELECT count(*) || ' ' || min(state) FROM skiplock.all_jobs")" "1 available"
 finish

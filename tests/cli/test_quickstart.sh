@@ -65,10 +65,10 @@ while IFS=$'\t' read -r kind text; do
 done <"$TMP/blocks"
 
 check_eq "the order and its job committed together" \
-	"$(q "SELECT count(*) FROM orders o JOIN skiplock.jobs j ON j.payload->>'order' = o.id::text WHERE j.kind = 'email' AND j.queue = 'mail'")" 1
-check_eq "the job is completed" "$(q "SELECT state FROM skiplock.jobs WHERE kind = 'email'")" completed
+	"$(q "SELECT count(*) FROM orders o JOIN skiplock.all_jobs j ON j.payload->>'order' = o.id::text WHERE j.kind = 'email' AND j.queue = 'mail'")" 1
+check_eq "the job is completed" "$(q "SELECT state FROM skiplock.all_jobs WHERE kind = 'email'")" completed
 check_eq "the handler got the payload (its stdout is the job's result)" \
-	"$(q "SELECT result::text FROM skiplock.jobs WHERE kind = 'email'")" '{"sent": {"order": 42}}'
+	"$(q "SELECT result::text FROM skiplock.all_jobs WHERE kind = 'email'")" '{"sent": {"order": 42}}'
 dash=${PORTS[8080]:-}
 [ -n "$dash" ] && curl -sf "http://127.0.0.1:$dash/" | grep -qi '<html' &&
 	pass "the dashboard answers on the README's address (port $dash here)" ||

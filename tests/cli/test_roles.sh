@@ -45,8 +45,8 @@ run "$S" cron add --url "$URL" every-second '@every 1s' report && pass "cron add
 "$S" worker --url "$WURL" --handler 'report=cat >/dev/null; echo "{\"ok\": true}"' --queue default --queue q2 \
 	--poll 50ms --poll-max 200ms --log-level debug >>"$ALL" 2>&1 &
 WPID=$!
-wait_for "SELECT count(*) >= 4 FROM skiplock.jobs WHERE state = 'completed'" t 40 &&
-	pass "worker as worker role runs jobs and cron" || fail "worker as worker role: $(q "SELECT string_agg(kind||':'||state, ' ') FROM skiplock.jobs")"
+wait_for "SELECT count(*) >= 4 FROM skiplock.all_jobs WHERE state = 'completed'" t 40 &&
+	pass "worker as worker role runs jobs and cron" || fail "worker as worker role: $(q "SELECT string_agg(kind||':'||state, ' ') FROM skiplock.all_jobs")"
 kill -TERM $WPID; wait $WPID
 check_eq "worker exits 0" "$?" 0
 run "$S" lease run --url "$WURL" nightly-report --ttl 10s -- true && pass "lease run as worker" || fail "lease run as worker: $(tail -n 2 "$ALL")"
@@ -64,6 +64,9 @@ denied() { # name SQL
 	case $out in *"permission denied"* | *"must be owner"*) pass "worker cannot $1" ;; *) fail "worker can $1: $out" ;; esac
 }
 denied "DROP a table" "DROP TABLE skiplock.jobs"
+denied "set the retention" "SELECT skiplock.retention_set('*', NULL, '0')"
+denied "cancel a job through job_cancel" "SELECT skiplock.job_cancel(1)"
+denied "delete finished jobs" "DELETE FROM skiplock.finished_jobs"
 denied "ALTER a table" "ALTER TABLE skiplock.jobs ADD COLUMN x int"
 denied "TRUNCATE a table" "TRUNCATE skiplock.leases"
 denied "DROP a function" "DROP FUNCTION skiplock.installed_version()"

@@ -41,9 +41,9 @@ check_eq "inside lease run, SKIPLOCK_LEASE is the lease's name, not --lease" \
 "$S" enqueue --url "$URL" --queue q3 a >/dev/null
 "${W[@]}" --config "$TMP/w.json" 2>/dev/null &
 WP=$!
-wait_for "SELECT count(*) FROM skiplock.jobs WHERE state = 'completed'" 1 20 || fail "the q2 job did not run"
+wait_for "SELECT count(*) FROM skiplock.all_jobs WHERE state = 'completed'" 1 20 || fail "the q2 job did not run"
 kill -TERM $WP; wait $WP
-check_eq "queues from the file" "$(q "SELECT string_agg(queue || ':' || state, ' ' ORDER BY queue) FROM skiplock.jobs")" "q2:completed q3:available"
+check_eq "queues from the file" "$(q "SELECT string_agg(queue || ':' || state, ' ' ORDER BY queue) FROM skiplock.all_jobs")" "q2:completed q3:available"
 
 expect_exit "a bad value names its variable" 2 'SKIPLOCK_CONCURRENCY: --concurrency: "lots" is not an integer' -- \
 	env SKIPLOCK_CONCURRENCY=lots "${W[@]}" --handler a=true

@@ -17,20 +17,20 @@ enq() { "$S" enqueue --url "$URL" "$@"; }
 for ex in "py:$PY $EX/handler.py:1:1" "mjs:node $EX/handler.mjs:2:8"; do
 	IFS=: read -r tag cmd procs inflight <<<"$ex"
 	if [ "$tag" = mjs ] && ! command -v node >/dev/null; then echo "SKIP the Node example: no node"; continue; fi
-	q "DELETE FROM skiplock.jobs"
+	q "DELETE FROM skiplock.jobs; DELETE FROM skiplock.finished_jobs"
 	for i in $(seq 1 30); do enq greet "{\"name\": \"n$i ü\"}" >/dev/null; done
 	nameless=$(enq greet '{}')
 	"$S" worker --url "$URL" "${FAST[@]}" --concurrency 8 --stream "greet=$cmd" \
 		--stream-procs "$procs" --stream-inflight "$inflight" 2>"$TMP/ex-$tag.log" &
 	W=$!
-	wait_for "SELECT count(*) FROM skiplock.jobs WHERE state IN ('completed', 'discarded')" 31 20 ||
-		fail "$tag: jobs did not finish: $(q "SELECT string_agg(state, ' ') FROM skiplock.jobs")"
+	wait_for "SELECT count(*) FROM skiplock.all_jobs WHERE state IN ('completed', 'discarded')" 31 20 ||
+		fail "$tag: jobs did not finish: $(q "SELECT string_agg(state, ' ') FROM skiplock.all_jobs")"
 	stop_worker $W
 	check_eq "$tag example: worker exits 0 after SIGTERM" "$?" 0
 	check_eq "$tag example: 30 completed with their greeting" \
-		"$(q "SELECT count(*) FROM skiplock.jobs WHERE state = 'completed' AND result->>'greeting' = 'hello, ' || (payload->>'name') AND attempt = 1")" 30
+		"$(q "SELECT count(*) FROM skiplock.all_jobs WHERE state = 'completed' AND result->>'greeting' = 'hello, ' || (payload->>'name') AND attempt = 1")" 30
 	check_eq "$tag example: the nameless job discarded with its error" \
-		"$(q "SELECT state || ' ' || attempt || ' ' || (errors->0->>'error') FROM skiplock.jobs WHERE id = $nameless")" \
+		"$(q "SELECT state || ' ' || attempt || ' ' || (errors->0->>'error') FROM skiplock.all_jobs WHERE id = $nameless")" \
 		"discarded 1 payload has no name"
 	check_eq "$tag example: $procs process(es) started" "$(grep -c "stream handler greet: started pid" "$TMP/ex-$tag.log")" "$procs"
 	grep -q "stream handler greet (pid [0-9]*) stderr: job $nameless attempt 1" "$TMP/ex-$tag.log" &&
@@ -78,65 +78,65 @@ start() { # LOG [OPTIONS…]: a worker with the test handler for every kind
 }
 
 # --- outcomes: ok with result, retry with retry_after, fail; the environment rule ---
-q "DELETE FROM skiplock.jobs"
+q "DELETE FROM skiplock.jobs; DELETE FROM skiplock.finished_jobs"
 ok=$(enq ok '{}'); later=$(enq later '{}' --max-attempts 3); nope=$(enq nope '{}' --max-attempts 2 --backoff fixed --backoff-base 100ms)
 start out.log --concurrency 4
-wait_for "SELECT count(*) FROM skiplock.jobs WHERE state IN ('completed', 'discarded')" 3 20 || fail "outcome jobs did not finish"
+wait_for "SELECT count(*) FROM skiplock.all_jobs WHERE state IN ('completed', 'discarded')" 3 20 || fail "outcome jobs did not finish"
 stop_worker $W
-check_eq "ok: completed with its result" "$(q "SELECT state || ' ' || (result->>'attempt') FROM skiplock.jobs WHERE id = $ok")" "completed 1"
+check_eq "ok: completed with its result" "$(q "SELECT state || ' ' || (result->>'attempt') FROM skiplock.all_jobs WHERE id = $ok")" "completed 1"
 check_eq "the stream process gets no DATABASE_URL and no SKIPLOCK_* variable" \
-	"$(q "SELECT coalesce(result->>'db', 'none') || ' ' || (result->'skiplock')::text FROM skiplock.jobs WHERE id = $ok")" "none []"
+	"$(q "SELECT coalesce(result->>'db', 'none') || ' ' || (result->'skiplock')::text FROM skiplock.all_jobs WHERE id = $ok")" "none []"
 check_eq "retry: retried after its retry_after (2 s), then completed" \
-	"$(q "SELECT state || ' ' || attempt || ' ' || (errors->0->>'error') || ' ' || ((errors->0->>'at')::timestamptz + interval '1900 ms' <= finished_at) FROM skiplock.jobs WHERE id = $later")" "completed 2 busy true"
+	"$(q "SELECT state || ' ' || attempt || ' ' || (errors->0->>'error') || ' ' || ((errors->0->>'at')::timestamptz + interval '1900 ms' <= finished_at) FROM skiplock.all_jobs WHERE id = $later")" "completed 2 busy true"
 check_eq "fail: each attempt's error kept, discarded after max_attempts" \
-	"$(q "SELECT state || ' ' || attempt || ' ' || (errors->0->>'error') || ',' || (errors->1->>'error') FROM skiplock.jobs WHERE id = $nope")" "discarded 2 nope 1,nope 2"
+	"$(q "SELECT state || ' ' || attempt || ' ' || (errors->0->>'error') || ',' || (errors->1->>'error') FROM skiplock.all_jobs WHERE id = $nope")" "discarded 2 nope 1,nope 2"
 grep -qF 'stderr: got ok '"$ok"'\r\x1b[2K forged' "$TMP/out.log" &&
 	pass "stderr lines in the log, control characters escaped" || fail "stderr not in the log, escaped: $(grep -a "got ok" "$TMP/out.log" | cat -A | head -3)"
 
 # --- several jobs in flight on one process: four that wait for each other ---
-q "DELETE FROM skiplock.jobs"
+q "DELETE FROM skiplock.jobs; DELETE FROM skiplock.finished_jobs"
 for i in 1 2 3 4; do enq pair '{}' >/dev/null; done
 start pair.log --concurrency 4 --stream-inflight 4
-wait_for "SELECT count(*) FROM skiplock.jobs WHERE state = 'completed' AND attempt = 1" 4 20 ||
-	fail "4 jobs were not in flight at once on one process: $(q "SELECT string_agg(state || ' ' || attempt, ', ') FROM skiplock.jobs")"
-check_eq "--stream-inflight 4: the four ran at once on one process" "$(q "SELECT count(DISTINCT result->>'pid') FROM skiplock.jobs WHERE state = 'completed'")" 1
+wait_for "SELECT count(*) FROM skiplock.all_jobs WHERE state = 'completed' AND attempt = 1" 4 20 ||
+	fail "4 jobs were not in flight at once on one process: $(q "SELECT string_agg(state || ' ' || attempt, ', ') FROM skiplock.all_jobs")"
+check_eq "--stream-inflight 4: the four ran at once on one process" "$(q "SELECT count(DISTINCT result->>'pid') FROM skiplock.all_jobs WHERE state = 'completed'")" 1
 stop_worker $W
 
 # --- a pool: --stream-procs 3 shares the jobs ---
-q "DELETE FROM skiplock.jobs"
+q "DELETE FROM skiplock.jobs; DELETE FROM skiplock.finished_jobs"
 for i in $(seq 1 24); do enq nap '{}' >/dev/null; done
 start pool.log --concurrency 6 --stream-procs 3
-wait_for "SELECT count(*) FROM skiplock.jobs WHERE state = 'completed'" 24 30 || fail "pooled nap jobs did not finish"
+wait_for "SELECT count(*) FROM skiplock.all_jobs WHERE state = 'completed'" 24 30 || fail "pooled nap jobs did not finish"
 stop_worker $W
-check_eq "--stream-procs 3: three processes ran the jobs" "$(q "SELECT count(DISTINCT result->>'pid') FROM skiplock.jobs WHERE state = 'completed'")" 3
+check_eq "--stream-procs 3: three processes ran the jobs" "$(q "SELECT count(DISTINCT result->>'pid') FROM skiplock.all_jobs WHERE state = 'completed'")" 3
 
 # --- the stream process killed mid-job: the job fails, is retried, completes once ---
-q "DELETE FROM skiplock.jobs"
+q "DELETE FROM skiplock.jobs; DELETE FROM skiplock.finished_jobs"
 : >"$TMP/effects"
 slow=$(enq slow '{}' --backoff fixed --backoff-base 200ms)
 start kill.log --concurrency 2
 wait_until "the slow job started" 15 test -s "$TMP/pid.1"
 kill -KILL "$(cat "$TMP/pid.1")"
-wait_for "SELECT state FROM skiplock.jobs WHERE id = $slow" completed 15 || fail "the killed process's job was not completed"
-check_eq "killed mid-job: completed at attempt 2" "$(q "SELECT state || ' ' || attempt || ' ' || (errors->0->>'error' LIKE 'stream process (pid %) killed by signal 9')::text FROM skiplock.jobs WHERE id = $slow")" "completed 2 true"
+wait_for "SELECT state FROM skiplock.all_jobs WHERE id = $slow" completed 15 || fail "the killed process's job was not completed"
+check_eq "killed mid-job: completed at attempt 2" "$(q "SELECT state || ' ' || attempt || ' ' || (errors->0->>'error' LIKE 'stream process (pid %) killed by signal 9')::text FROM skiplock.all_jobs WHERE id = $slow")" "completed 2 true"
 check_eq "killed mid-job: one effect" "$(grep -c "^$slow " "$TMP/effects")" 1
 grep -q "killed by signal 9; restarting in 100 ms" "$TMP/kill.log" && pass "the death and the restart are logged" || fail "no restart in the log: $(cat "$TMP/kill.log")"
 check_eq "a new process ran attempt 2" "$([ "$(cat "$TMP/pid.1")" != "$(cat "$TMP/pid.2")" ] && echo yes)" yes
 
 # --- a malformed line: logged with its job, the job fails, the worker goes on ---
 bad=$(enq bad '{}' --max-attempts 1)
-wait_for "SELECT state FROM skiplock.jobs WHERE id = $bad" discarded 10 || fail "the malformed job did not fail"
-check_eq "malformed line: the job fails with why" "$(q "SELECT errors->0->>'error' FROM skiplock.jobs WHERE id = $bad")" \
+wait_for "SELECT state FROM skiplock.all_jobs WHERE id = $bad" discarded 10 || fail "the malformed job did not fail"
+check_eq "malformed line: the job fails with why" "$(q "SELECT errors->0->>'error' FROM skiplock.all_jobs WHERE id = $bad")" \
 	"stream handler: malformed outcome line: not JSON ('[' or '{' expected near 'this' at byte 4)"
 grep -q "job=$bad kind=bad .*malformed line: not JSON.*: this is not JSON" "$TMP/kill.log" &&
 	pass "malformed line logged with its job" || fail "malformed line not logged with its job: $(grep -a malformed "$TMP/kill.log")"
 after=$(enq ok '{}')
-wait_for "SELECT state FROM skiplock.jobs WHERE id = $after" completed 10 && pass "the worker goes on after a malformed line" || fail "no job completed after the malformed line"
+wait_for "SELECT state FROM skiplock.all_jobs WHERE id = $after" completed 10 && pass "the worker goes on after a malformed line" || fail "no job completed after the malformed line"
 
 # --- a job past its timeout: failed, the process restarted ---
 hang=$(enq hang '{}' --timeout 1s --backoff fixed --backoff-base 200ms)
-wait_for "SELECT state FROM skiplock.jobs WHERE id = $hang" completed 15 || fail "the hung job was not completed after its timeout"
-check_eq "timeout: attempt 1 timed out, attempt 2 completed" "$(q "SELECT attempt || ' ' || (errors->0->>'error') FROM skiplock.jobs WHERE id = $hang")" "2 timed out after 1000 ms"
+wait_for "SELECT state FROM skiplock.all_jobs WHERE id = $hang" completed 15 || fail "the hung job was not completed after its timeout"
+check_eq "timeout: attempt 1 timed out, attempt 2 completed" "$(q "SELECT attempt || ' ' || (errors->0->>'error') FROM skiplock.all_jobs WHERE id = $hang")" "2 timed out after 1000 ms"
 grep -q "job=$hang .*timed out after 1000 ms; restarting the process" "$TMP/kill.log" && pass "the timeout restarts the process" || fail "no restart after the timeout: $(grep -a "timed out" "$TMP/kill.log")"
 check_eq "the worker did not restart" "$(kill -0 $W && echo running)" running
 

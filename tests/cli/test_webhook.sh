@@ -19,7 +19,7 @@ expect_exit "negative webhook timeout" 2 'webhook-timeout' -- "$S" "${W[@]}" --w
 expect_exit "timeout for an unknown kind" 2 '"other" is not a --webhook kind' -- "$S" "${W[@]}" --webhook 'hook=http://127.0.0.1/' --webhook-timeout other=1s
 expect_exit "webhook and handler for one kind" 2 'already has a handler' -- "$S" "${W[@]}" --handler 'hook=true' --webhook 'hook=http://127.0.0.1/'
 expect_exit "webhook options without a webhook" 2 'need a --webhook' -- "$S" "${W[@]}" --handler 'hook=true' --webhook-timeout 1s
-check_eq "nothing was claimed or written" "$(q "SELECT state || ' ' || attempt FROM skiplock.jobs")" "available 0"
+check_eq "nothing was claimed or written" "$(q "SELECT state || ' ' || attempt FROM skiplock.all_jobs")" "available 0"
 "$S" worker --help >"$TMP/help" 2>&1
 grep -q 'Idempotency-Key: skiplock-<job id>' "$TMP/help" && grep -q -- '--webhook KIND=URL' "$TMP/help" &&
 	grep -q 'Retry-After' "$TMP/help" && pass "--help documents webhooks" || fail "--help: $(cat "$TMP/help")"

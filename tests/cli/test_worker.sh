@@ -6,7 +6,7 @@
 S=$SKL_BIN
 "$S" init --url "$URL" >/dev/null 2>&1 || fail "init"
 q "CREATE TABLE ledger (job_id bigint, fencing bigint, by text)"
-FENCED_INSERT='psql -X -q -At "$LEDGER_URL" -c "INSERT INTO ledger SELECT $SKIPLOCK_JOB_ID, $SKIPLOCK_FENCING, '"'"'$WORKER'"'"' WHERE EXISTS (SELECT 1 FROM skiplock.jobs WHERE id = $SKIPLOCK_JOB_ID AND fencing = $SKIPLOCK_FENCING AND state = '"'"'running'"'"')"'
+FENCED_INSERT='psql -X -q -At "$LEDGER_URL" -c "INSERT INTO ledger SELECT $SKIPLOCK_JOB_ID, $SKIPLOCK_FENCING, '"'"'$WORKER'"'"' WHERE EXISTS (SELECT 1 FROM skiplock.all_jobs WHERE id = $SKIPLOCK_JOB_ID AND fencing = $SKIPLOCK_FENCING AND state = '"'"'running'"'"')"'
 export LEDGER_URL=$DIRECT_URL
 FAST=(--poll 50ms --poll-max 200ms --rescue-every 300ms)
 stop_worker() { kill -TERM "$1" 2>/dev/null; wait "$1"; }
@@ -22,22 +22,22 @@ for i in $(seq 1 20); do "$S" enqueue --url "$URL" flaky --max-attempts 4 >/dev/
 	--handler 'broken=echo "disk on fire" >&2; exit 3' \
 	--handler 'good=cat >/dev/null; echo "{\"ok\": $SKIPLOCK_ATTEMPT}"' 2>"$TMP/w1.log" &
 W=$!
-wait_for "SELECT count(*) FROM skiplock.jobs WHERE state = 'discarded'" 22 20 || fail "jobs did not all finish: $(q "SELECT string_agg(kind||':'||state||':'||attempt, ' ') FROM skiplock.jobs WHERE state <> 'discarded'")"
+wait_for "SELECT count(*) FROM skiplock.all_jobs WHERE state = 'discarded'" 22 20 || fail "jobs did not all finish: $(q "SELECT string_agg(kind||':'||state||':'||attempt, ' ') FROM skiplock.all_jobs WHERE state <> 'discarded'")"
 stop_worker $W
 check_eq "worker exits 0 after SIGTERM" "$?" 0
-check_eq "exit 0 completes and keeps JSON stdout" "$(q "SELECT state||' '||result::text FROM skiplock.jobs WHERE kind = 'good'")" 'completed {"ok": 1}'
-check_eq "exit 65 discards at once" "$(q "SELECT state||' '||attempt||' '||(errors->0->>'error') FROM skiplock.jobs WHERE kind = 'poison'")" "discarded 1 exit status 65; stderr: cannot parse"
-check_eq "other failures discard after max_attempts, history kept" "$(q "SELECT state||' '||attempt||' '||jsonb_array_length(errors)||' '||(errors->2->>'error') FROM skiplock.jobs WHERE kind = 'broken'")" "discarded 3 3 exit status 3; stderr: disk on fire"
-check_eq "exit 75 retries until max_attempts" "$(q "SELECT count(*) FROM skiplock.jobs WHERE kind = 'flaky' AND state = 'discarded' AND attempt = 4 AND jsonb_array_length(errors) = 4")" 20
+check_eq "exit 0 completes and keeps JSON stdout" "$(q "SELECT state||' '||result::text FROM skiplock.all_jobs WHERE kind = 'good'")" 'completed {"ok": 1}'
+check_eq "exit 65 discards at once" "$(q "SELECT state||' '||attempt||' '||(errors->0->>'error') FROM skiplock.all_jobs WHERE kind = 'poison'")" "discarded 1 exit status 65; stderr: cannot parse"
+check_eq "other failures discard after max_attempts, history kept" "$(q "SELECT state||' '||attempt||' '||jsonb_array_length(errors)||' '||(errors->2->>'error') FROM skiplock.all_jobs WHERE kind = 'broken'")" "discarded 3 3 exit status 3; stderr: disk on fire"
+check_eq "exit 75 retries until max_attempts" "$(q "SELECT count(*) FROM skiplock.all_jobs WHERE kind = 'flaky' AND state = 'discarded' AND attempt = 4 AND jsonb_array_length(errors) = 4")" 20
 # gap between failure n and failure n+1 = backoff delay + run time; its bound doubles
-gaps=$(q "SELECT string_agg(round(avg)::text, ' ' ORDER BY n) FROM (SELECT n, avg(gap) FROM (SELECT (e.n)::int AS n, extract(epoch FROM ((errors->(e.n)->>'at')::timestamptz - (errors->(e.n - 1)->>'at')::timestamptz)) * 1000 AS gap FROM skiplock.jobs, generate_series(1, 3) AS e(n) WHERE kind = 'flaky') g GROUP BY n) a")
-distinct=$(q "SELECT count(DISTINCT round(extract(epoch FROM ((errors->1->>'at')::timestamptz - (errors->0->>'at')::timestamptz)) * 1000)) FROM skiplock.jobs WHERE kind = 'flaky'")
+gaps=$(q "SELECT string_agg(round(avg)::text, ' ' ORDER BY n) FROM (SELECT n, avg(gap) FROM (SELECT (e.n)::int AS n, extract(epoch FROM ((errors->(e.n)->>'at')::timestamptz - (errors->(e.n - 1)->>'at')::timestamptz)) * 1000 AS gap FROM skiplock.all_jobs, generate_series(1, 3) AS e(n) WHERE kind = 'flaky') g GROUP BY n) a")
+distinct=$(q "SELECT count(DISTINCT round(extract(epoch FROM ((errors->1->>'at')::timestamptz - (errors->0->>'at')::timestamptz)) * 1000)) FROM skiplock.all_jobs WHERE kind = 'flaky'")
 read -r g1 g2 g3 <<<"$gaps"
 if [ "$g1" -lt "$g3" ] && [ "$g2" -lt "$g3" ]; then pass "retry delays grow (mean gaps ms: $gaps)"; else fail "retry delays do not grow: $gaps"; fi
 if [ "$distinct" -ge 10 ]; then pass "retry delays are jittered ($distinct distinct first gaps of 20)"; else fail "only $distinct distinct first gaps of 20"; fi
 
 # --- SIGKILL a worker (and everything it started) mid-job: rescued, completed once ---
-q "DELETE FROM skiplock.jobs"
+q "DELETE FROM skiplock.jobs; DELETE FROM skiplock.finished_jobs"
 id=$("$S" enqueue --url "$URL" slow)
 HANDLER='slow=touch "'"$TMP"'/started.$SKIPLOCK_ATTEMPT"; [ "$SKIPLOCK_ATTEMPT" = 1 ] && sleep 3; '"$FENCED_INSERT"'; echo "{\"by\": \"$WORKER\"}"'
 WORKER=A setsid "$S" worker --url "$URL" --lease 1s "${FAST[@]}" --handler "$HANDLER" 2>"$TMP/wA.log" &
@@ -47,14 +47,14 @@ pkill -KILL -s "$A"
 { wait $A; } 2>/dev/null
 WORKER=B "$S" worker --url "$URL" --lease 1s "${FAST[@]}" --handler "$HANDLER" 2>"$TMP/wB.log" &
 B=$!
-wait_for "SELECT state FROM skiplock.jobs WHERE id = $id" completed 15 || fail "killed worker's job was not completed"
+wait_for "SELECT state FROM skiplock.all_jobs WHERE id = $id" completed 15 || fail "killed worker's job was not completed"
 stop_worker $B
-check_eq "rescued job completed by the other worker" "$(q "SELECT state||' '||attempt||' '||fencing||' '||(result->>'by') FROM skiplock.jobs WHERE id = $id")" "completed 2 2 B"
+check_eq "rescued job completed by the other worker" "$(q "SELECT state||' '||attempt||' '||fencing||' '||(result->>'by') FROM skiplock.all_jobs WHERE id = $id")" "completed 2 2 B"
 check_eq "one accepted effect" "$(q "SELECT string_agg(fencing||':'||by, ',') FROM ledger WHERE job_id = $id")" "2:B"
 grep -q "rescued 1 job" "$TMP/wB.log" && pass "the survivor logged the rescue" || fail "no rescue in the log: $(cat "$TMP/wB.log")"
 
 # --- SIGSTOP a worker past its lease; another completes; SIGCONT: fenced out ---
-q "DELETE FROM skiplock.jobs; DELETE FROM ledger"
+q "DELETE FROM skiplock.jobs; DELETE FROM skiplock.finished_jobs; DELETE FROM ledger"
 rm -f "$TMP"/started.*
 id=$("$S" enqueue --url "$URL" slow)
 WORKER=A "$S" worker --url "$URL" --lease 1s "${FAST[@]}" --handler "$HANDLER" 2>"$TMP/wA2.log" &
@@ -63,22 +63,22 @@ for i in $(seq 1 50); do [ -e "$TMP/started.1" ] && break; sleep 0.1; done
 kill -STOP $A
 WORKER=B "$S" worker --url "$URL" --lease 1s "${FAST[@]}" --handler "$HANDLER" 2>"$TMP/wB2.log" &
 B=$!
-wait_for "SELECT state FROM skiplock.jobs WHERE id = $id" completed 15 || fail "frozen worker's job was not completed by the other"
+wait_for "SELECT state FROM skiplock.all_jobs WHERE id = $id" completed 15 || fail "frozen worker's job was not completed by the other"
 sleep 2.5 # A's own command finishes meanwhile and tries its fenced write
 kill -CONT $A
 for i in $(seq 1 50); do grep -q "outcome dropped" "$TMP/wA2.log" && break; sleep 0.1; done
 stop_worker $A
 stop_worker $B
 check_eq "the woken worker's completion was refused" "$(grep -c 'lease lost, outcome dropped' "$TMP/wA2.log")" 1
-check_eq "the job kept the other worker's outcome" "$(q "SELECT state||' '||fencing||' '||(result->>'by') FROM skiplock.jobs WHERE id = $id")" "completed 2 B"
+check_eq "the job kept the other worker's outcome" "$(q "SELECT state||' '||fencing||' '||(result->>'by') FROM skiplock.all_jobs WHERE id = $id")" "completed 2 B"
 check_eq "the frozen worker's late write was rejected by the fence" "$(q "SELECT string_agg(fencing||':'||by, ',') FROM ledger")" "2:B"
 
 # --- nothing held while a handler runs; one connection; drain on SIGTERM ---
-q "DELETE FROM skiplock.jobs"
+q "DELETE FROM skiplock.jobs; DELETE FROM skiplock.finished_jobs"
 for i in $(seq 1 6); do "$S" enqueue --url "$URL" nap >/dev/null; done
 "$S" worker --url "$URL" --concurrency 16 "${FAST[@]}" --handler 'nap=sleep 2' 2>"$TMP/w3.log" &
 W=$!
-wait_for "SELECT count(*) FROM skiplock.jobs WHERE state = 'running'" 6 30 || fail "naps did not start"
+wait_for "SELECT count(*) FROM skiplock.all_jobs WHERE state = 'running'" 6 30 || fail "naps did not start"
 sleep 0.5
 check_eq "no idle-in-transaction session while handlers run" "$(q "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND state LIKE 'idle in transaction%'")" 0
 # a statement in flight holds locks while it runs; none may be held by a
@@ -105,7 +105,7 @@ fi
 kill -TERM $W
 wait $W
 check_eq "SIGTERM drains running jobs, exit 0" "$?" 0
-check_eq "drained jobs completed" "$(q "SELECT count(*) FROM skiplock.jobs WHERE state = 'completed'")" 6
+check_eq "drained jobs completed" "$(q "SELECT count(*) FROM skiplock.all_jobs WHERE state = 'completed'")" 6
 
 # --- bad input ---
 expect_exit "no handlers" 2 'no handlers' -- "$S" worker --url "$URL"

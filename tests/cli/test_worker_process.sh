@@ -24,7 +24,7 @@ R=$(reaper_of $W)
 kill -HUP $W
 wait_exit $W 15
 check_eq "SIGHUP: the worker drains and exits 0" "$RC" 0
-check_eq "SIGHUP: the running job completed once" "$(q "SELECT state||' '||attempt||' '||result::text FROM skiplock.jobs WHERE id = $id")" 'completed 1 {"n": 1}'
+check_eq "SIGHUP: the running job completed once" "$(q "SELECT state||' '||attempt||' '||result::text FROM skiplock.all_jobs WHERE id = $id")" 'completed 1 {"n": 1}'
 gone "$(cat "$TMP/hup.pid")" && pass "SIGHUP: the handler is not left running" || fail "SIGHUP: handler $(cat "$TMP/hup.pid") still running"
 if [ -n "$R" ]; then
 	wait_until "the reaper $R ends with its worker" 2 gone "$R" && pass "the reaper ends with its worker"
@@ -51,7 +51,7 @@ else
 	kill -KILL "$H" "$G" 2>/dev/null
 fi
 { wait $W; } 2>/dev/null
-q "DELETE FROM skiplock.jobs" >/dev/null
+q "DELETE FROM skiplock.jobs; DELETE FROM skiplock.finished_jobs" >/dev/null
 
 # --- the handler's environment: no skiplock setting or secret ---
 env_of() { # ID: the names in job ID's handler environment, one per line
@@ -65,7 +65,7 @@ run_env_job() { # WORKER_OPTS...: runs one job whose handler saves its env; prin
 		"$S" worker --url "$URL" "${FAST[@]}" --handler 'env=env >"'"$TMP"'/env.$SKIPLOCK_JOB_ID"' \
 		--webhook 'hook=http://127.0.0.1:9/' --webhook-secret-env HOOK_SECRET "$@" 2>"$TMP/env.log" &
 	local w=$!
-	wait_for "SELECT state FROM skiplock.jobs WHERE id = $id" completed 15 || fail "env job $id not completed: $(cat "$TMP/env.log")"
+	wait_for "SELECT state FROM skiplock.all_jobs WHERE id = $id" completed 15 || fail "env job $id not completed: $(cat "$TMP/env.log")"
 	kill -TERM $w
 	wait $w
 	echo "$id"
@@ -90,7 +90,7 @@ kind=$(printf 'k%.0s' $(seq 1 128))
 id=$(q "SELECT skiplock.enqueue('$kind', '{}', '$long')")
 "$S" worker --url "$URL" "${FAST[@]}" --handler "$kind=printf '%s' \"\$SKIPLOCK_QUEUE\" >'$TMP/queue'; printf '%s' \"\$SKIPLOCK_JOB_KIND\" >'$TMP/kind'" 2>"$TMP/long.log" &
 W=$!
-wait_for "SELECT state FROM skiplock.jobs WHERE id = $id" completed 15 || fail "the long-queue job did not complete: $(cat "$TMP/long.log")"
+wait_for "SELECT state FROM skiplock.all_jobs WHERE id = $id" completed 15 || fail "the long-queue job did not complete: $(cat "$TMP/long.log")"
 kill -TERM $W
 wait $W
 check_eq "SKIPLOCK_QUEUE holds the whole 512-byte queue" "$(wc -c <"$TMP/queue") $(cat "$TMP/queue")" "512 $long"

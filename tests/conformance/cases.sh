@@ -9,8 +9,8 @@ case_all_done_once() {
 	     jsonb_build_object('n', g, 'text', 'it''s \"quoted\", \\ back-slashed and ü'))" >/dev/null
 	start_worker all-A
 	start_worker all-B
-	wait_for "SELECT count(*) FROM skiplock.jobs WHERE kind = 'conf.ok' AND state = 'completed'" 200 40 ||
-		fail "200 conf.ok jobs were not completed in 40 s: $(q "SELECT string_agg(state || ' ' || n, ', ') FROM (SELECT state, count(*) n FROM skiplock.jobs WHERE kind = 'conf.ok' GROUP BY 1) s")"
+	wait_for "SELECT count(*) FROM skiplock.all_jobs WHERE kind = 'conf.ok' AND state = 'completed'" 200 40 ||
+		fail "200 conf.ok jobs were not completed in 40 s: $(q "SELECT string_agg(state || ' ' || n, ', ') FROM (SELECT state, count(*) n FROM skiplock.all_jobs WHERE kind = 'conf.ok' GROUP BY 1) s")"
 	echo "     jobs per instance: $(q "SELECT string_agg(owner || ' ' || n, ', ') FROM (SELECT owner, count(*) n FROM conformance.ledger GROUP BY 1 ORDER BY 1) s")"
 	invariants all
 	stop_worker all-A
@@ -32,9 +32,9 @@ case_outcomes() {
 	fi
 	start_worker outcomes-A
 	wait_for "SELECT state || ' ' || attempt || ' ' || jsonb_array_length(errors) || ' ' || (run_at > now())
-	            FROM skiplock.jobs WHERE id = $retry" "available 1 1 true" 10 ||
+	            FROM skiplock.all_jobs WHERE id = $retry" "available 1 1 true" 10 ||
 		fail "conf.retry was not seen available with a delay after its first failure: $(job "$retry" "state || ' ' || attempt || ' ' || run_at")"
-	wait_for "SELECT count(*) FROM skiplock.jobs WHERE id IN ($ok, $retry, $failing, $discard)
+	wait_for "SELECT count(*) FROM skiplock.all_jobs WHERE id IN ($ok, $retry, $failing, $discard)
 	            AND state IN ('completed', 'discarded')" 4 20 || fail "outcome jobs did not finish in 20 s"
 	check_eq "ok: completed at attempt 1 with its result, no error" \
 		"$(job "$ok" "state || ' ' || attempt || ' ' || result::text || ' ' || errors::text")" \
@@ -62,7 +62,7 @@ case_heartbeat() {
 	id=$(enqueue "'conf.sleep', '{\"ms\": $((3 * LEASE * 1000))}'")
 	start_worker beat-A 2
 	start_worker beat-B 2
-	wait_for "SELECT state FROM skiplock.jobs WHERE id = $id" running 10 || fail "conf.sleep was not claimed in 10 s"
+	wait_for "SELECT state FROM skiplock.all_jobs WHERE id = $id" running 10 || fail "conf.sleep was not claimed in 10 s"
 	sleep 0.5
 	invariants sessions # nothing held while the handler runs
 	while row=$(job "$id" "state || ' ' || attempt || ' ' || fencing || ' ' || (lease_expires_at > now())") &&
@@ -73,7 +73,7 @@ case_heartbeat() {
 		sleep 0.2
 	done
 	check_eq "the lease stayed ahead of now and the job kept attempt 1 ($samples samples)" "$bad" 0
-	wait_for "SELECT state FROM skiplock.jobs WHERE id = $id" completed 10 || fail "conf.sleep did not complete"
+	wait_for "SELECT state FROM skiplock.all_jobs WHERE id = $id" completed 10 || fail "conf.sleep did not complete"
 	check_eq "completed at attempt 1 with fencing 1, no error" \
 		"$(job "$id" "state || ' ' || attempt || ' ' || fencing || ' ' || jsonb_array_length(errors)")" "completed 1 1 0"
 	invariants all
@@ -88,7 +88,7 @@ case_kill() {
 	local id expiry
 	id=$(enqueue "'conf.hang', '{\"ms\": 60000}'")
 	start_worker kill-A 2
-	wait_for "SELECT state || ' ' || attempt FROM skiplock.jobs WHERE id = $id" "running 1" 10 ||
+	wait_for "SELECT state || ' ' || attempt FROM skiplock.all_jobs WHERE id = $id" "running 1" 10 ||
 		fail "conf.hang was not claimed in 10 s"
 	sleep 0.3
 	kill_session KILL "${WPID[kill-A]}"
@@ -96,7 +96,7 @@ case_kill() {
 	unset "WPID[kill-A]"
 	expiry=$(job "$id" "lease_expires_at")
 	start_worker kill-B 2
-	wait_for "SELECT state FROM skiplock.jobs WHERE id = $id" completed $((LEASE + 10)) ||
+	wait_for "SELECT state FROM skiplock.all_jobs WHERE id = $id" completed $((LEASE + 10)) ||
 		fail "the killed instance's job was not completed: $(job "$id" "state || ' ' || attempt || ' ' || lease_owner")"
 	check_eq "completed by the other instance at attempt 2, fencing 2" \
 		"$(job "$id" "state || ' ' || attempt || ' ' || fencing || ' ' || (SELECT string_agg(owner, ',') FROM conformance.ledger WHERE job_id = $id)")" \
@@ -117,17 +117,17 @@ case_stop() {
 	ids=$(q "SELECT string_agg(id::text, ',') FROM (SELECT conformance.enqueue('conf.hang', '{\"ms\": 2500}')
 	         UNION ALL SELECT conformance.enqueue('conf.sleep', '{\"ms\": 2500}')) s(id)")
 	start_worker stop-A 2
-	wait_for "SELECT count(*) FROM skiplock.jobs WHERE id IN ($ids) AND state = 'running' AND attempt = 1" 2 10 ||
+	wait_for "SELECT count(*) FROM skiplock.all_jobs WHERE id IN ($ids) AND state = 'running' AND attempt = 1" 2 10 ||
 		fail "the two jobs were not claimed in 10 s"
 	sleep 0.5
 	kill_session STOP "${WPID[stop-A]}"
 	start_worker stop-B 2
-	wait_for "SELECT count(*) FROM skiplock.jobs WHERE id IN ($ids) AND state = 'completed'" 2 $((LEASE + 12)) ||
+	wait_for "SELECT count(*) FROM skiplock.all_jobs WHERE id IN ($ids) AND state = 'completed'" 2 $((LEASE + 12)) ||
 		fail "the frozen instance's jobs were not completed by the other"
 	check_eq "completed by the other instance at attempt 2, fencing 2" \
-		"$(q "SELECT string_agg(state || ' ' || attempt || ' ' || fencing || ' ' || (SELECT string_agg(owner, ',') FROM conformance.ledger WHERE job_id = j.id), '; ') FROM skiplock.jobs j WHERE id IN ($ids)")" \
+		"$(q "SELECT string_agg(state || ' ' || attempt || ' ' || fencing || ' ' || (SELECT string_agg(owner, ',') FROM conformance.ledger WHERE job_id = j.id), '; ') FROM skiplock.all_jobs j WHERE id IN ($ids)")" \
 		"completed 2 2 stop-B; completed 2 2 stop-B"
-	q "CREATE TABLE conformance.jobs_before AS SELECT * FROM skiplock.jobs WHERE id IN ($ids);
+	q "CREATE TABLE conformance.jobs_before AS SELECT * FROM skiplock.all_jobs WHERE id IN ($ids);
 	   CREATE TABLE conformance.ledger_before AS TABLE conformance.ledger"
 	kill_session CONT "${WPID[stop-A]}"
 	sleep 2 # the woken handlers finish and their instance reports them
@@ -141,7 +141,7 @@ case_stop() {
 changes_since_before() {
 	q "SELECT concat_ws('; ',
 	     (SELECT string_agg(format('job %s %s: %s -> %s', b.id, k, to_jsonb(b)->k, to_jsonb(j)->k), '; ')
-	        FROM conformance.jobs_before b JOIN skiplock.jobs j USING (id), jsonb_object_keys(to_jsonb(b)) k
+	        FROM conformance.jobs_before b JOIN skiplock.all_jobs j USING (id), jsonb_object_keys(to_jsonb(b)) k
 	       WHERE to_jsonb(b)->k IS DISTINCT FROM to_jsonb(j)->k),
 	     (SELECT string_agg(format('new ledger row: job %s fencing %s by %s', job_id, fencing, owner), '; ')
 	        FROM (TABLE conformance.ledger EXCEPT ALL TABLE conformance.ledger_before) n),
@@ -156,7 +156,7 @@ case_drain() {
 	local ids late
 	ids=$(enqueue "'conf.sleep', '{\"ms\": 2000}', n => 2")
 	start_worker drain-A 4
-	wait_for "SELECT count(*) FROM skiplock.jobs WHERE id IN (${ids// /,}) AND state = 'running'" 2 10 ||
+	wait_for "SELECT count(*) FROM skiplock.all_jobs WHERE id IN (${ids// /,}) AND state = 'running'" 2 10 ||
 		fail "conf.sleep jobs were not claimed in 10 s"
 	sleep 0.3
 	kill -TERM "${WPID[drain-A]}"
@@ -167,11 +167,11 @@ case_drain() {
 	kill_session KILL "${WPID[drain-A]}"
 	unset "WPID[drain-A]"
 	check_eq "the running jobs completed at attempt 1" \
-		"$(q "SELECT string_agg(state || ' ' || attempt, ',') FROM skiplock.jobs WHERE id IN (${ids// /,})")" "completed 1,completed 1"
+		"$(q "SELECT string_agg(state || ' ' || attempt, ',') FROM skiplock.all_jobs WHERE id IN (${ids// /,})")" "completed 1,completed 1"
 	check_eq "no job claimed after the signal" \
-		"$(q "SELECT string_agg(state || ' ' || attempt, ',') FROM skiplock.jobs WHERE id IN (${late// /,})")" "available 0,available 0,available 0"
+		"$(q "SELECT string_agg(state || ' ' || attempt, ',') FROM skiplock.all_jobs WHERE id IN (${late// /,})")" "available 0,available 0,available 0"
 	start_worker drain-B 4
-	wait_for "SELECT count(*) FROM skiplock.jobs WHERE id IN (${late// /,}) AND state = 'completed'" 3 10 ||
+	wait_for "SELECT count(*) FROM skiplock.all_jobs WHERE id IN (${late// /,}) AND state = 'completed'" 3 10 ||
 		fail "the late jobs were not completed by a new instance"
 	invariants all
 	stop_worker drain-B

@@ -39,7 +39,7 @@ SELECT pg_temp.verdict('no advisory lock held',
 
 SELECT pg_temp.verdict('unknown kinds never claimed',
   (SELECT string_agg(format('job %s %s attempt %s fencing %s', id, state, attempt, fencing), '; ')
-     FROM skiplock.jobs
+     FROM skiplock.all_jobs
     WHERE kind = 'conf.unknown'
       AND (state <> 'available' OR attempt <> 0 OR fencing <> 0 OR attempted_at IS NOT NULL)));
 
@@ -48,16 +48,16 @@ SELECT :'scope' = 'all' AS full_check \gset
 
 SELECT pg_temp.verdict('none lost: every enqueued job is still there',
   (SELECT string_agg(format('job %s (%s)', e.job_id, e.kind), '; ')
-     FROM conformance.enqueued e LEFT JOIN skiplock.jobs j ON j.id = e.job_id
+     FROM conformance.enqueued e LEFT JOIN skiplock.all_jobs j ON j.id = e.job_id
     WHERE j.id IS NULL));
 
 SELECT pg_temp.verdict('none stuck running',
   (SELECT string_agg(format('job %s %s attempt %s owner %s', id, kind, attempt, lease_owner), '; ')
-     FROM skiplock.jobs WHERE state = 'running'));
+     FROM skiplock.all_jobs WHERE state = 'running'));
 
 SELECT pg_temp.verdict('every job reached its final state',
   (SELECT string_agg(format('job %s %s is %s at attempt %s', id, kind, state, attempt), '; ')
-     FROM skiplock.jobs
+     FROM skiplock.all_jobs
     WHERE kind <> 'conf.unknown'
       AND state <> CASE WHEN kind IN ('conf.fail', 'conf.discard') THEN 'discarded'
                         ELSE 'completed' END));
@@ -65,7 +65,7 @@ SELECT pg_temp.verdict('every job reached its final state',
 SELECT pg_temp.verdict('every completed job took effect exactly once, under its final fencing token',
   (SELECT string_agg(format('job %s (%s, fencing %s): ledger %s', j.id, j.kind, j.fencing,
                             coalesce(l.rows, 'empty')), '; ')
-     FROM skiplock.jobs j
+     FROM skiplock.all_jobs j
      LEFT JOIN LATERAL (SELECT string_agg(format('fencing %s by %s', fencing, owner), ', ') AS rows,
                                count(*) FILTER (WHERE fencing = j.fencing) AS current,
                                count(*) AS total
@@ -75,17 +75,17 @@ SELECT pg_temp.verdict('every completed job took effect exactly once, under its 
 SELECT pg_temp.verdict('no effect from a fenced-out owner or an unfinished job',
   (SELECT string_agg(format('ledger row of job %s fencing %s by %s; job is %s with fencing %s',
                             l.job_id, l.fencing, l.owner, coalesce(j.state, 'missing'), j.fencing), '; ')
-     FROM conformance.ledger l LEFT JOIN skiplock.jobs j ON j.id = l.job_id
+     FROM conformance.ledger l LEFT JOIN skiplock.all_jobs j ON j.id = l.job_id
     WHERE j.id IS NULL OR j.state <> 'completed' OR j.fencing <> l.fencing));
 
 SELECT pg_temp.verdict('handlers received the payload intact',
   (SELECT string_agg(format('job %s: enqueued %s, handler saw %s', j.id, j.payload, l.payload), '; ')
-     FROM conformance.ledger l JOIN skiplock.jobs j ON j.id = l.job_id
+     FROM conformance.ledger l JOIN skiplock.all_jobs j ON j.id = l.job_id
     WHERE l.payload IS DISTINCT FROM j.payload));
 
 SELECT pg_temp.verdict('completed jobs keep their final attempt''s result',
   (SELECT string_agg(format('job %s %s attempt %s: result %s', id, kind, attempt, result), '; ')
-     FROM skiplock.jobs
+     FROM skiplock.all_jobs
     WHERE state = 'completed'
       AND result IS DISTINCT FROM jsonb_build_object('kind', kind, 'attempt', attempt)));
 

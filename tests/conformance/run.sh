@@ -49,10 +49,10 @@ enqueue() { q "SELECT string_agg(id::text, ' ') FROM conformance.enqueue($1) AS 
 enqueue_cli() {
 	local id
 	id=$("$SKL_BIN" enqueue --url "$URL" "$@") || return 1
-	q "INSERT INTO conformance.enqueued SELECT id, kind FROM skiplock.jobs WHERE id = $id" &&
+	q "INSERT INTO conformance.enqueued SELECT id, kind FROM skiplock.all_jobs WHERE id = $id" &&
 		echo "$id"
 }
-job() { q "SELECT $2 FROM skiplock.jobs j WHERE id = $1"; }
+job() { q "SELECT $2 FROM skiplock.all_jobs j WHERE id = $1"; }
 # invariants SCOPE: check.sql's verdicts, counted as checks.
 invariants() {
 	local line

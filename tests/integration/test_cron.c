@@ -65,7 +65,7 @@ static skl_cron_tick_result tick(skl_client *c, const char *when, int bound)
 
 static long long jobs_of(itest_ctx *t, const char *name)
 {
-	return itest_int(t->admin, "SELECT count(*) FROM skiplock.jobs WHERE unique_key LIKE "
+	return itest_int(t->admin, "SELECT count(*) FROM skiplock.all_jobs WHERE unique_key LIKE "
 	                           "'cron:%s:%%'", name);
 }
 
@@ -188,14 +188,14 @@ static void check_minutely_jobs(itest_ctx *t, const char *name, int minutes)
 	CHECK_EQ(jobs_of(t, name), minutes);
 	/* one job per fire time: keys and run_at are T0 + 1..minutes minutes */
 	CHECK_EQ(itest_int(t->admin,
-	                   "SELECT count(*) FROM skiplock.jobs j JOIN generate_series(1, %d) m ON"
+	                   "SELECT count(*) FROM skiplock.all_jobs j JOIN generate_series(1, %d) m ON"
 	                   " j.unique_key = 'cron:%s:' || to_char((timestamptz '" T0 "' + m * interval"
 	                   " '1 minute') AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"')"
 	                   " AND j.run_at = timestamptz '" T0 "' + m * interval '1 minute'"
 	                   " AND j.kind = 'tick' AND j.payload = '{\"from\": \"cron\"}'",
 	                   minutes, name), minutes);
-	CHECK_EQ(itest_int(t->admin, "SELECT count(DISTINCT unique_key) FROM skiplock.jobs"),
-	         itest_int(t->admin, "SELECT count(*) FROM skiplock.jobs"));
+	CHECK_EQ(itest_int(t->admin, "SELECT count(DISTINCT unique_key) FROM skiplock.all_jobs"),
+	         itest_int(t->admin, "SELECT count(*) FROM skiplock.all_jobs"));
 }
 
 static void three_workers_thirty_minutes(itest_ctx *t)
@@ -290,10 +290,10 @@ static void catch_up_after_two_hours_down(itest_ctx *t)
 	CHECK_EQ(jobs_of(t, "none") - 1, 0);
 	CHECK_EQ(jobs_of(t, "latest") - 1, 1);
 	CHECK_EQ(jobs_of(t, "all") - 1, 120);
-	CHECK_STR(itest_text(t->admin, "SELECT unique_key FROM skiplock.jobs WHERE unique_key LIKE "
+	CHECK_STR(itest_text(t->admin, "SELECT unique_key FROM skiplock.all_jobs WHERE unique_key LIKE "
 	                               "'cron:latest:%%' ORDER BY run_at DESC LIMIT 1"),
 	          "cron:latest:2031-01-06T02:01:00Z");
-	CHECK_EQ(itest_int(t->admin, "SELECT count(*) FROM skiplock.jobs WHERE unique_key LIKE "
+	CHECK_EQ(itest_int(t->admin, "SELECT count(*) FROM skiplock.all_jobs WHERE unique_key LIKE "
 	                             "'cron:all:%%' AND run_at BETWEEN timestamptz '" T0 "' + "
 	                             "interval '2 minutes' AND timestamptz '" T0 "' + interval "
 	                             "'121 minutes'"), 120);
@@ -317,7 +317,7 @@ static void catch_up_all_respects_its_bound(itest_ctx *t)
 	CHECK_EQ(r.enqueued, 50);
 	CHECK_EQ(jobs_of(t, "all"), 50);
 	/* the newest 50: T0+71m .. T0+120m; older ones are skipped for good */
-	CHECK_EQ(itest_int(t->admin, "SELECT count(*) FROM skiplock.jobs WHERE run_at BETWEEN "
+	CHECK_EQ(itest_int(t->admin, "SELECT count(*) FROM skiplock.all_jobs WHERE run_at BETWEEN "
 	                             "timestamptz '" T0 "' + interval '71 minutes' AND "
 	                             "timestamptz '" T0 "' + interval '120 minutes'"), 50);
 	r = tick(c, at(2 * 3600 + 10, b), 50);
@@ -400,7 +400,7 @@ static void unusable_schedule_is_skipped(itest_ctx *t)
 	CHECK_EQ(r.fired, 1);
 	CHECK(strstr(r.failure, "schedule \"bad-") != NULL);
 	CHECK_EQ(jobs_of(t, "good"), 1);
-	CHECK_EQ(itest_int(t->admin, "SELECT count(*) FROM skiplock.jobs"), 1);
+	CHECK_EQ(itest_int(t->admin, "SELECT count(*) FROM skiplock.all_jobs"), 1);
 	skl_client_close(c);
 }
 

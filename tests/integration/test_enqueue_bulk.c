@@ -58,21 +58,21 @@ static void mixed_unique_and_plain(itest_ctx *t)
 	CHECK_EQ(ids[1], ids[3]);   /* one job per key, within the batch */
 	CHECK_EQ(ids[4], holder);   /* the key's holder, from before */
 	CHECK(ids[0] < ids[1] && ids[1] < ids[2] && ids[2] < ids[5]);
-	CHECK_EQ(itest_int(t->admin, "SELECT count(*) FROM skiplock.jobs"), 5);
-	CHECK_EQ(itest_int(t->admin, "SELECT (payload->>'i')::int FROM skiplock.jobs WHERE id = %"
+	CHECK_EQ(itest_int(t->admin, "SELECT count(*) FROM skiplock.all_jobs"), 5);
+	CHECK_EQ(itest_int(t->admin, "SELECT (payload->>'i')::int FROM skiplock.all_jobs WHERE id = %"
 	                             PRId64, ids[1]), 1);
 	CHECK_STR(itest_text(t->admin, "SELECT concat_ws(',', queue, priority, max_attempts, "
 	                               "timeout_ms, backoff, backoff_base_ms, backoff_cap_ms, "
 	                               "run_at > now() + interval '59 minutes', unique_key IS NULL) "
-	                               "FROM skiplock.jobs WHERE id = %" PRId64, ids[2]),
+	                               "FROM skiplock.all_jobs WHERE id = %" PRId64, ids[2]),
 	          "q2,7,3,1500,fixed,250,9000,t,t");
 	CHECK_STR(itest_text(t->admin, "SELECT concat_ws(',', queue, priority, max_attempts, "
 	                               "coalesce(timeout_ms, -1), coalesce(backoff, '-'), payload, "
 	                               "run_at = '2030-01-02T03:04:05Z') "
-	                               "FROM skiplock.jobs WHERE id = %" PRId64, ids[5]),
+	                               "FROM skiplock.all_jobs WHERE id = %" PRId64, ids[5]),
 	          "default,0,25,-1,-,{},t");
 	CHECK_STR(itest_text(t->admin, "SELECT concat_ws(',', queue, priority, max_attempts, "
-	                               "run_at <= now()) FROM skiplock.jobs WHERE id = %" PRId64,
+	                               "run_at <= now()) FROM skiplock.all_jobs WHERE id = %" PRId64,
 	                     ids[0]),
 	          "default,0,25,t");
 	skl_client_close(c);
@@ -98,15 +98,15 @@ static skl_job_spec *big_batch(char (**payloads)[32])
 /* ids[i] holds job i (or, for the keyed ones, the key's first job). */
 static void check_big(itest_ctx *t, const int64_t *ids)
 {
-	CHECK_EQ(itest_int(t->admin, "SELECT count(*) FROM skiplock.jobs"), BIG - 11);
-	CHECK_EQ(itest_int(t->admin, "SELECT count(DISTINCT id) FROM skiplock.jobs"), BIG - 11);
+	CHECK_EQ(itest_int(t->admin, "SELECT count(*) FROM skiplock.all_jobs"), BIG - 11);
+	CHECK_EQ(itest_int(t->admin, "SELECT count(DISTINCT id) FROM skiplock.all_jobs"), BIG - 11);
 	for (int i = 0; i < BIG; i += 997)
 		if (i % 1000 != 999)
-			CHECK_EQ(itest_int(t->admin, "SELECT (payload->>'i')::int FROM skiplock.jobs "
+			CHECK_EQ(itest_int(t->admin, "SELECT (payload->>'i')::int FROM skiplock.all_jobs "
 			                             "WHERE id = %" PRId64, ids[i]), i);
 	for (int i = 999; i < BIG; i += 1000)
 		CHECK_EQ(ids[i], ids[999]);
-	CHECK_EQ(itest_int(t->admin, "SELECT (payload->>'i')::int FROM skiplock.jobs WHERE "
+	CHECK_EQ(itest_int(t->admin, "SELECT (payload->>'i')::int FROM skiplock.all_jobs WHERE "
 	                             "unique_key = 'u'"), 999);
 	for (int i = 1; i < BIG; i++)
 		if (i % 1000 != 999 && (i - 1) % 1000 != 999)
@@ -124,11 +124,11 @@ static void batch_over_chunk_size(itest_ctx *t)
 	check_big(t, ids);
 	/* All or nothing: a bad job in the last chunk leaves no job of the
 	 * batch, and no retry token. */
-	PQclear(itest_sql(t->admin, "TRUNCATE skiplock.jobs, skiplock.enqueue_tokens"));
+	PQclear(itest_sql(t->admin, "TRUNCATE skiplock.jobs, skiplock.finished_jobs, skiplock.enqueue_tokens"));
 	specs[BIG - 1].opts.run_at = "not a time";
 	CHECK(skl_enqueue_bulk(c, specs, BIG, ids, &err) != SKL_OK);
 	CHECK(strstr(err.message, "not a time") != NULL);
-	CHECK_EQ(itest_int(t->admin, "SELECT count(*) FROM skiplock.jobs"), 0);
+	CHECK_EQ(itest_int(t->admin, "SELECT count(*) FROM skiplock.all_jobs"), 0);
 	CHECK_EQ(itest_int(t->admin, "SELECT count(*) FROM skiplock.enqueue_tokens"), 0);
 	free(ids);
 	free(specs);
@@ -208,7 +208,7 @@ static void inserted_after_lost_commit(itest_ctx *t)
 	CHECK_EQ(skl_client_connects(c), 2);
 	CHECK_EQ(how[0], SKL_ENQUEUED_INSERTED);
 	CHECK_EQ(how[1], SKL_ENQUEUED_UNKNOWN);
-	CHECK_EQ(itest_int(t->admin, "SELECT count(*) FROM skiplock.jobs"), 2);
+	CHECK_EQ(itest_int(t->admin, "SELECT count(*) FROM skiplock.all_jobs"), 2);
 	/* Asked again, the key is found: exact once the answer arrives. */
 	CHECK_EQ(skl_enqueue_bulk_ex(c, specs + 1, 1, ids, how, &err), SKL_OK);
 	CHECK_EQ(how[0], SKL_ENQUEUED_EXISTING);

@@ -63,14 +63,14 @@ static void fenced_calls(itest_ctx *t)
 	PQclear(r);
 	CHECK_STR(itest_text(db, "SELECT skiplock.complete(%lld, %lld)", id, f + 1), "fenced_out");
 	CHECK_STR(itest_text(db, "SELECT skiplock.fail(%lld, %lld, 'x')", id, f - 1), "fenced_out");
-	CHECK_STR(itest_text(t->admin, "SELECT state FROM skiplock.jobs"), "running");
+	CHECK_STR(itest_text(t->admin, "SELECT state FROM skiplock.all_jobs"), "running");
 	CHECK_STR(itest_text(db, "SELECT skiplock.complete(%lld, %lld, '{\"r\": 1}')", id, f),
 	          "completed");
 	CHECK_STR(itest_text(db, "SELECT skiplock.complete(%lld, %lld)", id, f), "completed");
 	CHECK_STR(itest_text(db, "SELECT skiplock.complete(%lld, %lld)", id, f + 1), "fenced_out");
 	CHECK_STR(itest_text(db, "SELECT skiplock.fail(%lld, %lld, 'late')", id, f), "fenced_out");
 	CHECK_STR(itest_text(t->admin, "SELECT state || ' ' || result::text || ' ' || "
-	                               "jsonb_array_length(errors) FROM skiplock.jobs"),
+	                               "jsonb_array_length(errors) FROM skiplock.all_jobs"),
 	          "completed {\"r\": 1} 0");
 	/* the batched form: one row per accepted outcome, none for the stale */
 	enqueue_n(db, "k", 2, "");
@@ -169,7 +169,7 @@ static void deferred_retries_spread(itest_ctx *t)
 	                      " array_fill('retry'::text, ARRAY[200]),"
 	                      " deferred => array_fill(true, ARRAY[200])) r"));
 	PGresult *r = itest_sql(t->admin,
-		"WITH d AS (SELECT last_delay_ms AS ms, run_at FROM skiplock.jobs WHERE kind = 'd')"
+		"WITH d AS (SELECT last_delay_ms AS ms, run_at FROM skiplock.all_jobs WHERE kind = 'd')"
 		" SELECT count(DISTINCT date_trunc('milliseconds', run_at)), min(ms), max(ms),"
 		"  (SELECT min(g) FROM (SELECT ms - lag(ms) OVER (ORDER BY ms) AS g FROM d) x) FROM d");
 	long long distinct = atoll(PQgetvalue(r, 0, 0)), mn = atoll(PQgetvalue(r, 0, 1)),
@@ -241,7 +241,7 @@ static void bad_input(itest_ctx *t)
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
 		expect_state(db, cases[i][0], cases[i][1]);
 	CHECK_STR(itest_text(t->admin, "SELECT count(*) || ' ' || min(state) || ' ' || min(fencing)"
-	                               " FROM skiplock.jobs"), "1 available 0");
+	                               " FROM skiplock.all_jobs"), "1 available 0");
 	PQfinish(db);
 }
 
@@ -361,7 +361,7 @@ static void c_api_refuses_bad_times(itest_ctx *t)
 		CHECK_EQ(skl_enqueue(c, "k", "{}", &o, &id, &err), SKL_INVALID);
 		printf("  run_at %s: %s\n", times[i], err.message);
 	}
-	CHECK_EQ(itest_int(t->admin, "SELECT count(*) FROM skiplock.jobs"), 0);
+	CHECK_EQ(itest_int(t->admin, "SELECT count(*) FROM skiplock.all_jobs"), 0);
 	skl_client_close(c);
 }
 

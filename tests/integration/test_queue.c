@@ -86,7 +86,7 @@ static void enqueue_paths_round_trip(itest_ctx *t)
 	CHECK_EQ(skl_enqueue_bulk(c, specs, 3, ids, &err), SKL_OK);
 	CHECK_EQ(ids[0], ids[1]);
 	CHECK(ids[2] != ids[0]);
-	CHECK_EQ(itest_int(t->admin, "SELECT count(*) FROM skiplock.jobs"), 4);
+	CHECK_EQ(itest_int(t->admin, "SELECT count(*) FROM skiplock.all_jobs"), 4);
 	skl_job *jobs = NULL;
 	size_t n = claim(c, "send", 10, 30000, &jobs);
 	CHECK_EQ(n, 4);
@@ -110,7 +110,7 @@ static void unique_key_returns_holder(itest_ctx *t)
 	o.unique_key = "report:2026-11-29";
 	int64_t a = enqueue(c, "report", "{}", &o), b = enqueue(c, "report", "{\"x\": 1}", &o);
 	CHECK_EQ(a, b);
-	CHECK_EQ(itest_int(t->admin, "SELECT count(*) FROM skiplock.jobs"), 1);
+	CHECK_EQ(itest_int(t->admin, "SELECT count(*) FROM skiplock.all_jobs"), 1);
 	skl_job *jobs = NULL;
 	CHECK_EQ(claim(c, "report", 1, 30000, &jobs), 1);
 	CHECK_EQ(enqueue(c, "report", "{}", &o), a); /* running still holds the key */
@@ -123,7 +123,7 @@ static void unique_key_returns_holder(itest_ctx *t)
 	skl_jobs_free(jobs, 1);
 	int64_t d = enqueue(c, "report", "{}", &o); /* finished: the key is free again */
 	CHECK(d != a);
-	CHECK_STR(itest_text(t->admin, "SELECT result::text FROM skiplock.jobs WHERE id = %" PRId64,
+	CHECK_STR(itest_text(t->admin, "SELECT result::text FROM skiplock.all_jobs WHERE id = %" PRId64,
 	                     a), "{\"rows\": 3}");
 	skl_client_close(c);
 }
@@ -250,12 +250,12 @@ static void stale_owner_is_fenced_out(itest_ctx *t)
 	CHECK(!record1(c, first, SKL_OUTCOME_RETRY, "late failure", 0));
 	CHECK_EQ(skl_heartbeat(c, &first->id, &first->fencing, 1, 30000, &alive, &err), SKL_OK);
 	CHECK(!alive);
-	CHECK_STR(itest_text(t->admin, "SELECT state FROM skiplock.jobs"), "running");
+	CHECK_STR(itest_text(t->admin, "SELECT state FROM skiplock.all_jobs"), "running");
 	CHECK(record1(c, second, SKL_OUTCOME_COMPLETE, NULL, 0));
 	CHECK_STR(itest_text(t->admin, "SELECT state || ' ' || fencing || ' ' || "
-	                               "jsonb_array_length(errors) FROM skiplock.jobs"),
+	                               "jsonb_array_length(errors) FROM skiplock.all_jobs"),
 	          "completed 2 1");
-	CHECK(strstr(itest_text(t->admin, "SELECT errors->0->>'error' FROM skiplock.jobs"),
+	CHECK(strstr(itest_text(t->admin, "SELECT errors->0->>'error' FROM skiplock.all_jobs"),
 	             "lease expired") != NULL);
 	skl_jobs_free(first, 1);
 	skl_jobs_free(second, 1);
@@ -278,10 +278,10 @@ static void retries_then_discard_with_history(itest_ctx *t)
 		CHECK(record1(c, j, SKL_OUTCOME_RETRY, msg, 0));
 		skl_jobs_free(j, 1);
 	}
-	CHECK_STR(itest_text(t->admin, "SELECT state || ' ' || attempt FROM skiplock.jobs"),
+	CHECK_STR(itest_text(t->admin, "SELECT state || ' ' || attempt FROM skiplock.all_jobs"),
 	          "discarded 3");
 	CHECK_STR(itest_text(t->admin, "SELECT string_agg(e->>'attempt' || ':' || (e->>'error'), "
-	                               "',') FROM skiplock.jobs, jsonb_array_elements(errors) e"),
+	                               "',') FROM skiplock.all_jobs, jsonb_array_elements(errors) e"),
 	          "1:boom 1,2:boom 2,3:boom 3");
 	/* a retry delay is applied by the database clock */
 	int64_t id2 = enqueue(c, "k", "{}", NULL);
@@ -300,12 +300,12 @@ static void retries_then_discard_with_history(itest_ctx *t)
 	CHECK_EQ(skl_job_retry(c, id3, &err), SKL_OK);
 	CHECK_STR(itest_text(t->admin, "SELECT state || ' ' || attempt || '/' || max_attempts || ' ' "
 	                               "|| fencing || ' ' || jsonb_array_length(errors) "
-	                               "FROM skiplock.jobs WHERE id = %" PRId64, id3),
+	                               "FROM skiplock.all_jobs WHERE id = %" PRId64, id3),
 	          "available 1/26 1 1");
 	/* the exhausted job: N more attempts */
 	CHECK_EQ(skl_job_retry_attempts(c, id, 2, &err), SKL_OK);
 	CHECK_STR(itest_text(t->admin, "SELECT state || ' ' || attempt || '/' || max_attempts "
-	                               "FROM skiplock.jobs WHERE id = %" PRId64, id),
+	                               "FROM skiplock.all_jobs WHERE id = %" PRId64, id),
 	          "available 3/5");
 	CHECK_EQ(skl_job_retry_attempts(c, id, -1, &err), SKL_INVALID);
 	CHECK_EQ(skl_job_cancel(c, id3, &err), SKL_OK);
@@ -330,7 +330,7 @@ static void error_history_is_bounded(itest_ctx *t)
 	}
 	CHECK_STR(itest_text(t->admin, "SELECT jsonb_array_length(errors) || ' ' || "
 	                               "(errors->0->>'attempt') || ' ' || (errors->-1->>'attempt') "
-	                               "FROM skiplock.jobs"), "20 6 25");
+	                               "FROM skiplock.all_jobs"), "20 6 25");
 	skl_client_close(c);
 }
 
@@ -412,6 +412,43 @@ static void fenced_writes_use_primary_key(itest_ctx *t)
 	skl_client_close(c);
 }
 
+/* Finished jobs are in skiplock.finished_jobs (sql/0013_finished.sql):
+ * the claim never reads that table, and an outcome only inserts into it,
+ * however many finished jobs it holds. */
+static void finished_jobs_out_of_the_hot_path(itest_ctx *t)
+{
+	skl_client *c = open_client(t);
+	PQclear(itest_sql(t->admin,
+	                  "INSERT INTO skiplock.jobs (kind) SELECT 'k' FROM generate_series(1, 20000);"
+	                  " ANALYZE skiplock.jobs"));
+	skl_job *jobs = NULL;
+	CHECK_EQ(claim(c, "k", 1000, 30000, &jobs), 1000);
+	char ids[16384] = "{", fences[16384] = "{";
+	for (int i = 0; i < 1000; i++) {
+		size_t n = strlen(ids), m = strlen(fences);
+		snprintf(ids + n, sizeof(ids) - n, "%s%" PRId64, i ? "," : "", jobs[i].id);
+		snprintf(fences + m, sizeof(fences) - m, "%s%" PRId64, i ? "," : "", jobs[i].fencing);
+	}
+	strcat(ids, "}");
+	strcat(fences, "}");
+	skl_jobs_free(jobs, 1000);
+	CHECK_EQ(itest_int(t->admin, "SELECT count(*) FROM skiplock.record('%s', '%s',"
+	                             " array_fill('ok'::text, ARRAY[1000]))", ids, fences), 1000);
+	CHECK_EQ(itest_int(t->admin, "SELECT count(*) FROM skiplock.finished_jobs"), 1000);
+	CHECK_EQ(itest_int(t->admin, "SELECT count(*) FROM skiplock.jobs WHERE state = 'completed'"), 0);
+	PQclear(itest_sql(t->admin, "ANALYZE skiplock.finished_jobs"));
+	CHECK_EQ(claim(c, "k", 10, 30000, &jobs), 10);
+	char one[64], onef[64];
+	snprintf(one, sizeof(one), "{%" PRId64 "}", jobs[0].id);
+	snprintf(onef, sizeof(onef), "{%" PRId64 "}", jobs[0].fencing);
+	skl_jobs_free(jobs, 10);
+	itest_call_plans_use(t->admin, "jobs_claim_idx", "finished_jobs",
+	                     "SELECT * FROM skiplock.claim('w', '{k}', NULL, 10)");
+	itest_call_plans_use(t->admin, "jobs_pkey", " on finished_jobs_",
+	                     "SELECT * FROM skiplock.record('%s', '%s', '{ok}')", one, onef);
+	skl_client_close(c);
+}
+
 /* ---- prefetch: jobs claimed beyond the concurrency ---- */
 
 typedef struct pf_state {
@@ -484,13 +521,13 @@ static void prefetch_keeps_leases(itest_ctx *t)
 	pf_state s = {.rc = SKL_OK};
 	pthread_t th = start_worker(t, &wo, "pf", pf_handler, &s, &s);
 	int64_t deadline = itest_now_ms() + 60000;
-	while (itest_int(t->admin, "SELECT count(*) FROM skiplock.jobs WHERE state = 'completed'") < 4 &&
+	while (itest_int(t->admin, "SELECT count(*) FROM skiplock.all_jobs WHERE state = 'completed'") < 4 &&
 	       itest_now_ms() < deadline)
 		usleep(100 * 1000);
 	stop_worker(&s, th);
-	CHECK_EQ(itest_int(t->admin, "SELECT count(*) FROM skiplock.jobs"
+	CHECK_EQ(itest_int(t->admin, "SELECT count(*) FROM skiplock.all_jobs"
 	                             " WHERE state = 'completed' AND attempt = 1 AND fencing = 1"), 4);
-	CHECK_EQ(itest_int(t->admin, "SELECT count(DISTINCT attempted_at) FROM skiplock.jobs"), 1);
+	CHECK_EQ(itest_int(t->admin, "SELECT count(DISTINCT attempted_at) FROM skiplock.all_jobs"), 1);
 	CHECK_EQ(atomic_load(&s.most), 1);
 }
 
@@ -519,22 +556,22 @@ static void late_old_job_is_claimed(itest_ctx *t)
 	pf_state s = {.rc = SKL_OK};
 	pthread_t th = start_worker(t, &wo, "w", slow_handler, NULL, &s);
 	int64_t deadline = itest_now_ms() + 120000;
-	while (itest_int(t->admin, "SELECT count(*) FROM skiplock.jobs WHERE state = 'completed'") < 100 &&
+	while (itest_int(t->admin, "SELECT count(*) FROM skiplock.all_jobs WHERE state = 'completed'") < 100 &&
 	       itest_now_ms() < deadline)
 		usleep(20 * 1000);
 	skl_enqueue_opts o;
 	skl_enqueue_opts_init(&o);
 	o.run_at = "2000-01-01 00:00:00+00";
 	int64_t old = enqueue(c, "w", "{}", &o);
-	while (itest_int(t->admin, "SELECT count(*) FROM skiplock.jobs WHERE state <> 'completed'") > 0 &&
+	while (itest_int(t->admin, "SELECT count(*) FROM skiplock.all_jobs WHERE state <> 'completed'") > 0 &&
 	       itest_now_ms() < deadline)
 		usleep(100 * 1000);
 	stop_worker(&s, th);
-	CHECK_EQ(itest_int(t->admin, "SELECT count(*) FROM skiplock.jobs"
+	CHECK_EQ(itest_int(t->admin, "SELECT count(*) FROM skiplock.all_jobs"
 	                             " WHERE state = 'completed' AND attempt = 1"), 4001);
 	long long after = itest_int(t->admin,
-	                            "SELECT count(*) FROM skiplock.jobs WHERE attempted_at >"
-	                            " (SELECT attempted_at FROM skiplock.jobs WHERE id = %lld)",
+	                            "SELECT count(*) FROM skiplock.all_jobs WHERE attempted_at >"
+	                            " (SELECT attempted_at FROM skiplock.all_jobs WHERE id = %lld)",
 	                            (long long)old);
 	printf("  jobs claimed after the late old job: %lld\n", after);
 	CHECK(after > 0);
@@ -562,9 +599,9 @@ static void many_workers_fenced_ledger(itest_ctx *t)
 	int64_t took = itest_now_ms() - start;
 	ledger_stop(pids + 1, WORKERS);
 	ledger_check(t, JOBS);
-	long long rescued = itest_int(t->admin, "SELECT count(*) FROM skiplock.jobs WHERE errors::text "
+	long long rescued = itest_int(t->admin, "SELECT count(*) FROM skiplock.all_jobs WHERE errors::text "
 	                                        "LIKE '%%lease expired%%'");
-	long long stale = itest_int(t->admin, "SELECT count(*) FROM ledger l JOIN skiplock.jobs j ON "
+	long long stale = itest_int(t->admin, "SELECT count(*) FROM ledger l JOIN skiplock.all_jobs j ON "
 	                                      "j.id = l.job_id WHERE l.fencing <> j.fencing");
 	printf("  %d jobs, %d workers (one SIGKILLed: %lld jobs rescued, %lld stale executions): "
 	       "%lld ms, %.0f jobs/s\n", JOBS, WORKERS, rescued, stale, (long long)took,
@@ -593,8 +630,8 @@ static void enqueue_retried_after_lost_answer(itest_ctx *t)
 	int64_t id = 0;
 	CHECK_EQ(skl_enqueue(c, "charge", "{\"amount\": 100}", NULL, &id, &err), SKL_OK);
 	CHECK_EQ(skl_client_connects(c), 2); /* the answer was lost; it reconnected */
-	CHECK_EQ(itest_int(t->admin, "SELECT count(*) FROM skiplock.jobs"), 1);
-	CHECK_EQ(itest_int(t->admin, "SELECT id FROM skiplock.jobs"), id);
+	CHECK_EQ(itest_int(t->admin, "SELECT count(*) FROM skiplock.all_jobs"), 1);
+	CHECK_EQ(itest_int(t->admin, "SELECT id FROM skiplock.all_jobs"), id);
 	CHECK_EQ(itest_sh("%s ctl %s/ctl stats | grep -q 'commit_drops=1'", getenv("SKL_CUTPROXY"),
 	                  dir), 0);
 	skl_client_close(c);
@@ -613,6 +650,7 @@ int main(int argc, char **argv)
 		{"retries_then_discard_with_history", retries_then_discard_with_history, 30},
 		{"error_history_is_bounded", error_history_is_bounded, 30},
 		{"claim_plan_uses_partial_index", claim_plan_uses_partial_index, 60},
+		{"finished_jobs_out_of_the_hot_path", finished_jobs_out_of_the_hot_path, 60},
 		{"fenced_writes_use_primary_key", fenced_writes_use_primary_key, 30},
 		{"many_workers_fenced_ledger", many_workers_fenced_ledger, 180},
 		{"enqueue_retried_after_lost_answer", enqueue_retried_after_lost_answer, 60},

@@ -244,7 +244,7 @@ static void breaker_fleet_wide(itest_ctx *t)
 	            " AND from_state = 'half_open' AND to_state = 'open'", 1, 30, "probe failed");
 	atomic_store(&d.slow_successes, probes);
 	atomic_store(&d.failing, 0);
-	wait_for(t, "SELECT count(*) FROM skiplock.jobs WHERE state <> 'completed'", 0, 60,
+	wait_for(t, "SELECT count(*) FROM skiplock.all_jobs WHERE state <> 'completed'", 0, 60,
 	         "jobs completed");
 	workers_stop(pids, 2);
 	dep_stop(&d);
@@ -256,7 +256,7 @@ static void breaker_fleet_wide(itest_ctx *t)
 	          "closed");
 	/* attempts: the claims until it first opened, at most `probes` per
 	 * half-open interval, then one success each; none while open */
-	long long attempts = itest_int(t->admin, "SELECT sum(attempt) FROM skiplock.jobs");
+	long long attempts = itest_int(t->admin, "SELECT sum(attempt) FROM skiplock.all_jobs");
 	long long claims = itest_int(t->admin, "SELECT count(*) FROM claims");
 	long long before = itest_int(t->admin,
 		"SELECT count(*) FROM claims WHERE at < (SELECT min(at) + interval '500 ms'"
@@ -265,7 +265,7 @@ static void breaker_fleet_wide(itest_ctx *t)
 	       attempts);
 	CHECK_EQ(attempts, claims);
 	CHECK_INT(<=, attempts - njobs, before + (long long)probes * (opens - 1));
-	CHECK_EQ(itest_int(t->admin, "SELECT count(*) FROM skiplock.jobs WHERE state = 'completed'"),
+	CHECK_EQ(itest_int(t->admin, "SELECT count(*) FROM skiplock.all_jobs WHERE state = 'completed'"),
 	         njobs);
 	itest_no_leftovers(t);
 	skl_client_close(c);
@@ -364,7 +364,7 @@ static void retry_storm(itest_ctx *t)
 	int64_t started = itest_now_ms();
 	dep_start(&x.d);
 	dep_start(&f.d);
-	wait_for(t, "SELECT count(*) FROM skiplock.jobs WHERE state <> 'completed'", 0, 80,
+	wait_for(t, "SELECT count(*) FROM skiplock.all_jobs WHERE state <> 'completed'", 0, 80,
 	         "every job completed after the outage");
 	workers_stop(x.pids, STORM_WORKERS);
 	workers_stop(f.pids, STORM_WORKERS);
@@ -390,7 +390,7 @@ static void retry_storm(itest_ctx *t)
 	CHECK_INT(<=, f.retries_down, bound);
 	CHECK_INT(>, x.retries_down, bound);
 	CHECK_INT(<, f.total, x.total);
-	CHECK_EQ(itest_int(t->admin, "SELECT count(*) FROM skiplock.jobs WHERE state = 'completed'"),
+	CHECK_EQ(itest_int(t->admin, "SELECT count(*) FROM skiplock.all_jobs WHERE state = 'completed'"),
 	         2 * STORM_JOBS);
 	dep_stop(&x.d);
 	dep_stop(&f.d);

@@ -317,13 +317,13 @@ static void wait_for(itest_ctx *t, const char *sql, const char *want, int timeou
 			itest_fail(__FILE__, __LINE__, "waited %d s for \"%s\" from %s; jobs: %s", timeout_s,
 			           want, sql,
 			           itest_text(t->admin, "SELECT string_agg(kind || ':' || state || ':' || "
-			                                "attempt, ' ' ORDER BY id) FROM skiplock.jobs"));
+			                                "attempt, ' ' ORDER BY id) FROM skiplock.all_jobs"));
 		usleep(100000);
 	}
 }
 
 #define JOB(kind, what) \
-	itest_text(t->admin, "SELECT " what " FROM skiplock.jobs WHERE kind = '%s'", kind)
+	itest_text(t->admin, "SELECT " what " FROM skiplock.all_jobs WHERE kind = '%s'", kind)
 
 static void expect_signature(const seen *r)
 {
@@ -350,7 +350,7 @@ static void check_ok_requests(itest_ctx *t, hook_server *s)
 		}
 		ok++;
 		expect_signature(r);
-		CHECK_STR(r->key, itest_text(t->admin, "SELECT 'skiplock-' || id FROM skiplock.jobs "
+		CHECK_STR(r->key, itest_text(t->admin, "SELECT 'skiplock-' || id FROM skiplock.all_jobs "
 		                                       "WHERE kind = 'ok' AND payload = '%s'::jsonb",
 		                             r->body));
 	}
@@ -392,14 +392,14 @@ static void outcomes_by_status(itest_ctx *t)
 	enqueue(c, "refused", "{}", 2);
 	CHECK(pthread_create(&r->thread, NULL, run_main, r) == 0);
 
-	wait_for(t, "SELECT count(*) FROM skiplock.jobs WHERE state IN ('completed', 'discarded')",
+	wait_for(t, "SELECT count(*) FROM skiplock.all_jobs WHERE state IN ('completed', 'discarded')",
 	         "8", 40);
-	wait_for(t, "SELECT count(*) FROM skiplock.jobs WHERE kind LIKE 'ra_%' AND attempt = 1 "
+	wait_for(t, "SELECT count(*) FROM skiplock.all_jobs WHERE kind LIKE 'ra_%' AND attempt = 1 "
 	            "AND state = 'available' AND jsonb_array_length(errors) = 1", "2", 20);
 
 	/* 2xx: completed at once, the JSON body kept */
 	CHECK_STR(itest_text(t->admin, "SELECT string_agg(state || ' ' || attempt || ' ' || "
-	                               "result::text, ',' ORDER BY id) FROM skiplock.jobs "
+	                               "result::text, ',' ORDER BY id) FROM skiplock.all_jobs "
 	                               "WHERE kind = 'ok'"),
 	          "completed 1 {\"received\": {\"n\": 1}},completed 1 {\"received\": {\"n\": 2}},"
 	          "completed 1 {\"received\": {\"n\": 3}}");
@@ -423,7 +423,7 @@ static void outcomes_by_status(itest_ctx *t)
 	CHECK_STR(JOB("busy", "extract(epoch FROM run_at - (errors->0->>'at')::timestamptz) "
 	                      "BETWEEN 0.995 AND 1.105"), "t");
 	CHECK_INT(>=, itest_int(t->admin, "SELECT extract(epoch FROM attempted_at - (errors->0->>"
-	                                  "'at')::timestamptz) * 1000 FROM skiplock.jobs WHERE "
+	                                  "'at')::timestamptz) * 1000 FROM skiplock.all_jobs WHERE "
 	                                  "kind = 'busy'"), 1000);
 	/* 410: discarded at once */
 	CHECK_STR(JOB("gone", "state || ' ' || attempt || ' ' || (errors->0->>'error')"),
@@ -442,12 +442,12 @@ static void outcomes_by_status(itest_ctx *t)
 
 	/* bring the Retry-After jobs forward: they complete on the next attempt */
 	PQclear(itest_sql(t->admin, "UPDATE skiplock.jobs SET run_at = now() WHERE kind LIKE 'ra_%%'"));
-	wait_for(t, "SELECT string_agg(state || ' ' || attempt, ',') FROM skiplock.jobs WHERE "
+	wait_for(t, "SELECT string_agg(state || ' ' || attempt, ',') FROM skiplock.all_jobs WHERE "
 	            "kind LIKE 'ra_%'", "completed 2,completed 2", 20);
 	worker_stop(r);
 	CHECK(logged_retry_between(r->log, 30000, 33000)); /* Retry-After: 30, spread */
 	CHECK(strstr(r->log, SECRET) == NULL);
-	CHECK_EQ(itest_int(t->admin, "SELECT count(*) FROM skiplock.jobs WHERE errors::text LIKE "
+	CHECK_EQ(itest_int(t->admin, "SELECT count(*) FROM skiplock.all_jobs WHERE errors::text LIKE "
 	                             "'%%" SECRET "%%' OR result::text LIKE '%%" SECRET "%%'"), 0);
 	free(r);
 	skl_client_close(c);
@@ -475,7 +475,7 @@ static void connections_are_reused(itest_ctx *t)
 	skl_error err;
 	CHECK_EQ(skl_enqueue_bulk(c, specs, 30, ids, &err), SKL_OK);
 	CHECK(pthread_create(&r->thread, NULL, run_main, r) == 0);
-	wait_for(t, "SELECT count(*) FROM skiplock.jobs WHERE state = 'completed' AND attempt = 1",
+	wait_for(t, "SELECT count(*) FROM skiplock.all_jobs WHERE state = 'completed' AND attempt = 1",
 	         "30", 40);
 	worker_stop(r);
 	free(r);

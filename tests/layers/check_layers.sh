@@ -27,7 +27,7 @@ while read -r part names; do
 done <<'EOF'
 core error client schema retry
 queue queue inspect
-coord lease idem cron
+coord lease idem cron retention
 worker worker webhook
 migrate migrate
 doctor doctor diagnose

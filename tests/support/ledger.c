@@ -35,7 +35,7 @@ static int ledger_handler(const skl_job *job, void *ctx)
 	const char *vals[] = {id, fencing};
 	PGresult *r = PQexecParams(ledger_conn,
 	                           "INSERT INTO ledger (job_id, fencing) SELECT $1, $2 WHERE EXISTS "
-	                           "(SELECT 1 FROM skiplock.jobs WHERE id = $1 AND fencing = $2 "
+	                           "(SELECT 1 FROM skiplock.all_jobs WHERE id = $1 AND fencing = $2 "
 	                           "AND state = 'running')",
 	                           2, NULL, vals, NULL, NULL, 0);
 	int rc = PQresultStatus(r) == PGRES_COMMAND_OK ? SKL_JOB_OK : 1;
@@ -107,7 +107,7 @@ long long ledger_wait(itest_ctx *t, int timeout_s)
 {
 	int64_t start = itest_now_ms();
 	while (itest_now_ms() - start < timeout_s * 1000LL) {
-		PGresult *r = PQexec(t->admin, "SELECT count(*) FROM skiplock.jobs WHERE state <> "
+		PGresult *r = PQexec(t->admin, "SELECT count(*) FROM skiplock.all_jobs WHERE state <> "
 		                               "'completed'");
 		bool done = PQresultStatus(r) == PGRES_TUPLES_OK && atoll(PQgetvalue(r, 0, 0)) == 0;
 		PQclear(r);
@@ -133,7 +133,7 @@ void ledger_stop(pid_t *pids, int n)
 
 void ledger_check(itest_ctx *t, int n)
 {
-	CHECK_EQ(itest_int(t->admin, "SELECT count(*) FROM skiplock.jobs WHERE state = 'completed'"),
+	CHECK_EQ(itest_int(t->admin, "SELECT count(*) FROM skiplock.all_jobs WHERE state = 'completed'"),
 	         n);
 	/* at-least-once execution, exactly one accepted effect: a claim (job,
 	 * fencing) never wrote twice, and exactly one row per job carries the
@@ -141,9 +141,9 @@ void ledger_check(itest_ctx *t, int n)
 	CHECK_EQ(itest_int(t->admin, "SELECT count(*) FROM (SELECT job_id FROM ledger GROUP BY "
 	                             "job_id, fencing HAVING count(*) > 1) d"), 0);
 	CHECK_EQ(itest_int(t->admin, "SELECT count(DISTINCT job_id) FROM ledger"), n);
-	CHECK_EQ(itest_int(t->admin, "SELECT count(*) FROM skiplock.jobs j JOIN ledger l ON "
+	CHECK_EQ(itest_int(t->admin, "SELECT count(*) FROM skiplock.all_jobs j JOIN ledger l ON "
 	                             "l.job_id = j.id AND l.fencing = j.fencing"), n);
-	CHECK_EQ(itest_int(t->admin, "SELECT count(*) FROM skiplock.jobs WHERE attempt > "
+	CHECK_EQ(itest_int(t->admin, "SELECT count(*) FROM skiplock.all_jobs WHERE attempt > "
 	                             "max_attempts"), 0);
 	itest_no_leftovers(t);
 }

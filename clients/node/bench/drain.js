@@ -60,7 +60,7 @@ async function latency() {
   // enqueue time: the job's created_at (database clock); start: this clock,
   // corrected by the offset between the two measured now.
   const { rows: [{ off }] } = await pool.query("SELECT extract(epoch FROM now()) * 1000 - $1::float8 AS off", [Date.now()]);
-  const { rows } = await pool.query('SELECT id, extract(epoch FROM created_at) * 1000 AS c FROM skiplock.jobs WHERE kind = $1', [KIND]);
+  const { rows } = await pool.query('SELECT id, extract(epoch FROM created_at) * 1000 AS c FROM skiplock.all_jobs WHERE kind = $1', [KIND]);
   const created = new Map(rows.map((r) => [r.id, Number(r.c)]));
   const lat = starts.map(([id, t]) => t + off - created.get(id)).sort((a, b) => a - b);
   console.log(JSON.stringify({ p50_ms: +quantile(lat, 0.5).toFixed(2), p99_ms: +quantile(lat, 0.99).toFixed(2),

@@ -24,7 +24,7 @@ test('a job enqueued in a transaction that rolls back does not exist', async () 
   const id = await inTx((c) => enqueue(c, k, { n: 1 }), false);
   assert.match(id, /^\d+$/);
   assert.equal(await job(id), undefined);
-  assert.deepEqual(await q('SELECT id FROM skiplock.jobs WHERE kind = $1', [k]), []);
+  assert.deepEqual(await q('SELECT id FROM skiplock.all_jobs WHERE kind = $1', [k]), []);
 });
 
 test('a job enqueued in a transaction that commits is there, with its options', async () => {
@@ -63,7 +63,7 @@ test('bad input: a PermanentError with its SQLSTATE, and nothing written', async
     (e) => e instanceof PermanentError && /^2[23]/.test(e.code));
   await assert.rejects(enqueue(pool, 'x'.repeat(129), {}), (e) => e instanceof PermanentError);
   await assert.rejects(enqueue({}, k, {}), TypeError);
-  assert.deepEqual(await q('SELECT id FROM skiplock.jobs WHERE kind = $1', [k]), []);
+  assert.deepEqual(await q('SELECT id FROM skiplock.all_jobs WHERE kind = $1', [k]), []);
 });
 
 test('jobFence on a stale claim throws FencedError (SK001)', async () => {

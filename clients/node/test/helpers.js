@@ -21,7 +21,7 @@ export async function q(sql, params) {
 }
 
 export async function job(id) {
-  return (await q('SELECT * FROM skiplock.jobs WHERE id = $1', [id]))[0];
+  return (await q('SELECT * FROM skiplock.all_jobs WHERE id = $1', [id]))[0];
 }
 
 /** Polls fn until it returns a truthy value; throws after ms. */

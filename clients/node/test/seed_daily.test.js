@@ -36,7 +36,7 @@ async function stop(n) {
   assert.equal(code, 0, `replica ${n} exits 0 after SIGTERM`);
 }
 
-const jobs = () => q(`SELECT unique_key, state, attempt, id FROM skiplock.jobs
+const jobs = () => q(`SELECT unique_key, state, attempt, id FROM skiplock.all_jobs
                       WHERE kind = 'daily.report' ORDER BY unique_key, id`);
 
 test('four replicas, one job per day, a replica killed mid-job does not block the retry', async () => {
@@ -46,7 +46,7 @@ test('four replicas, one job per day, a replica killed mid-job does not block th
   for (let n = 1; n <= 4; n++) replica(n, startAt);
 
   const [hung] = await waitFor('attempt 1 of the hanging day started', 15000, () =>
-    q(`SELECT a.replica, a.job_id FROM daily_attempt a JOIN skiplock.jobs j ON j.id = a.job_id
+    q(`SELECT a.replica, a.job_id FROM daily_attempt a JOIN skiplock.all_jobs j ON j.id = a.job_id
         WHERE j.unique_key = $1 AND a.attempt = 1`, [`report:${HANG_DAY}`]).then((r) => (r.length ? r : null)));
   procs.get(hung.replica).kill('SIGKILL');
   procs.delete(hung.replica);

@@ -35,7 +35,7 @@ test('concurrency: at most N handlers at once, all jobs done, one connection', a
     [k]: async (j) => { now++; max = Math.max(max, now); await sleep(150); now--; return { i: j.payload.i }; },
   } }, async () => {
     await waitFor('12 completed', 20000, async () =>
-      (await q("SELECT count(*)::int AS n FROM skiplock.jobs WHERE kind = $1 AND state = 'completed'", [k]))[0].n === 12);
+      (await q("SELECT count(*)::int AS n FROM skiplock.all_jobs WHERE kind = $1 AND state = 'completed'", [k]))[0].n === 12);
     if (MODE === 'direct') {
       const [{ n }] = await q('SELECT count(*)::int AS n FROM pg_stat_activity WHERE application_name = $1', [app]);
       assert.equal(n, 1, 'one connection for claims, heartbeats and outcomes');
@@ -50,7 +50,7 @@ test('heartbeats keep a job three leases long', async () => {
   const id = await enqueue(pool, k, {});
   await withWorker({ lease: '600ms', handlers: { [k]: async (j, { signal }) => {
     for (let t = 0; t < 20; t++) {
-      const [r] = await q('SELECT state, lease_expires_at > now() AS ahead FROM skiplock.jobs WHERE id = $1', [j.id]);
+      const [r] = await q('SELECT state, lease_expires_at > now() AS ahead FROM skiplock.all_jobs WHERE id = $1', [j.id]);
       assert.deepEqual(r, { state: 'running', ahead: true });
       await sleep(100);
     }
@@ -126,14 +126,14 @@ test('handler errors: PermanentError discards, others retry (with retryAfterMs)'
     [kr]: async () => { throw new Error('flaky'); },
     [kt]: async () => { throw new TransientError('rate limited', { retryAfterMs: 60000 }); },
   } }, () => waitFor('all three recorded', 10000, async () =>
-    (await q('SELECT count(*)::int AS n FROM skiplock.jobs WHERE id = ANY($1) AND attempt = 1 AND state <> $2', [[p, r, t], 'running']))[0].n === 3));
+    (await q('SELECT count(*)::int AS n FROM skiplock.all_jobs WHERE id = ANY($1) AND attempt = 1 AND state <> $2', [[p, r, t], 'running']))[0].n === 3));
   const [jp, jr, jt] = [await job(p), await job(r), await job(t)];
   assert.equal(jp.state, 'discarded');
   assert.equal(jp.errors[0].error, 'bad payload');
   assert.equal(jr.state, 'available');
   assert.equal(jr.errors[0].error, 'flaky');
   assert.equal(jt.state, 'available');
-  const [{ s }] = await q('SELECT extract(epoch FROM run_at - now()) AS s FROM skiplock.jobs WHERE id = $1', [t]);
+  const [{ s }] = await q('SELECT extract(epoch FROM run_at - now()) AS s FROM skiplock.all_jobs WHERE id = $1', [t]);
   assert.ok(s > 50 && s < 70, `retried after about 60 s, got ${s}`);
 });
 

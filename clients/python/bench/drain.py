@@ -54,7 +54,7 @@ def enqueue_bulk(n, batch=5000):
 
 def completed(n):
     with psycopg.connect(URL, autocommit=True, prepare_threshold=None) as conn:
-        return conn.execute("SELECT count(*) FROM skiplock.jobs WHERE kind = %s AND "
+        return conn.execute("SELECT count(*) FROM skiplock.all_jobs WHERE kind = %s AND "
                             "state = 'completed'", [KIND]).fetchone()[0] == n
 
 

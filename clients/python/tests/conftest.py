@@ -20,7 +20,7 @@ if not URL or not DIRECT_URL:
 def db():
     """A direct, autocommit connection for setting up and checking."""
     with psycopg.connect(DIRECT_URL, autocommit=True) as conn:
-        conn.execute("DELETE FROM skiplock.jobs")
+        conn.execute("DELETE FROM skiplock.jobs; DELETE FROM skiplock.finished_jobs")
         yield conn
 
 
@@ -33,7 +33,7 @@ def app_conn():
 
 
 def job(db, job_id, columns="state, attempt, fencing"):
-    return db.execute(f"SELECT {columns} FROM skiplock.jobs WHERE id = %s", [job_id]).fetchone()
+    return db.execute(f"SELECT {columns} FROM skiplock.all_jobs WHERE id = %s", [job_id]).fetchone()
 
 
 def wait_until(pred, timeout=10.0, what="condition"):

@@ -11,7 +11,7 @@ from conftest import URL, job
 
 
 def count(db, kind):
-    return db.execute("SELECT count(*) FROM skiplock.jobs WHERE kind = %s", [kind]).fetchone()[0]
+    return db.execute("SELECT count(*) FROM skiplock.all_jobs WHERE kind = %s", [kind]).fetchone()[0]
 
 
 def test_commit_makes_the_job(db, app_conn):
@@ -44,7 +44,7 @@ def test_async_commit_and_rollback(db):
                 pass
             return kept
     kept = asyncio.run(main())
-    rows = db.execute("SELECT id, payload FROM skiplock.jobs WHERE kind = 't.async'").fetchall()
+    rows = db.execute("SELECT id, payload FROM skiplock.all_jobs WHERE kind = 't.async'").fetchall()
     assert rows == [(kept, {"keep": True})]
 
 

@@ -19,7 +19,7 @@ def worker(handlers, **kw):
 
 
 def states(db, kind):
-    return db.execute("SELECT state, count(*) FROM skiplock.jobs WHERE kind = %s GROUP BY 1 "
+    return db.execute("SELECT state, count(*) FROM skiplock.all_jobs WHERE kind = %s GROUP BY 1 "
                       "ORDER BY 1", [kind]).fetchall()
 
 
@@ -62,7 +62,7 @@ def test_sync_and_async_handlers_bounded_by_concurrency(db):
                states(db, "t.async") == [("completed", 20)], 20, "40 jobs completed")
     w.stop_thread()
     assert gauge.max == 6, f"{gauge.max} handlers at once, concurrency 6"
-    rows = db.execute("SELECT payload->'n' = result->'n', result->>'thread' FROM skiplock.jobs "
+    rows = db.execute("SELECT payload->'n' = result->'n', result->>'thread' FROM skiplock.all_jobs "
                       "WHERE kind = 't.sync'").fetchall()
     assert all(ok and name.startswith("skiplock-handler") for ok, name in rows)
     assert w.stats.completed == 40 and w.stats.fenced == 0
@@ -98,7 +98,7 @@ def test_unknown_kinds_are_never_claimed(db):
     time.sleep(0.3)
     w.stop_thread()
     assert states(db, "t.other") == [("available", 3)]
-    assert db.execute("SELECT max(attempt) FROM skiplock.jobs WHERE id = ANY(%s)",
+    assert db.execute("SELECT max(attempt) FROM skiplock.all_jobs WHERE id = ANY(%s)",
                       [other]).fetchone()[0] == 0
 
 

@@ -64,7 +64,7 @@ async fn drain(url: &str, n: usize, conc: usize, prefetch: usize)
     w.shutdown().await?;
     let secs = t.elapsed().as_secs_f64();
     let completed = c.simple_query(&format!(
-        "SELECT count(*) FROM skiplock.jobs WHERE kind = '{}' AND state = 'completed'", kind)).await?;
+        "SELECT count(*) FROM skiplock.all_jobs WHERE kind = '{}' AND state = 'completed'", kind)).await?;
     let ok = matches!(completed.first(), Some(tokio_postgres::SimpleQueryMessage::Row(r))
                       if r.get(0) == Some(n.to_string().as_str()));
     if !ok {

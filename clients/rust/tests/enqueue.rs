@@ -13,15 +13,15 @@ async fn enqueue_follows_the_callers_transaction() {
     let kind = "t.enqueue.tx";
     let tx = app.transaction().await.unwrap();
     let id = enqueue(&tx, kind, &json!({"n": 1}), &EnqueueOptions::default()).await.unwrap();
-    assert_eq!(one(&check, &format!("SELECT count(*) FROM skiplock.jobs WHERE id = {}", id)).await,
+    assert_eq!(one(&check, &format!("SELECT count(*) FROM skiplock.all_jobs WHERE id = {}", id)).await,
                "0", "visible before commit");
     tx.rollback().await.unwrap();
-    assert_eq!(one(&check, &format!("SELECT count(*) FROM skiplock.jobs WHERE kind = '{}'", kind))
+    assert_eq!(one(&check, &format!("SELECT count(*) FROM skiplock.all_jobs WHERE kind = '{}'", kind))
                    .await, "0", "a rolled-back enqueue left a job");
     let tx = app.transaction().await.unwrap();
     let id = enqueue(&tx, kind, &json!({"n": 2}), &EnqueueOptions::default()).await.unwrap();
     tx.commit().await.unwrap();
-    assert_eq!(one(&check, &format!("SELECT payload->>'n' FROM skiplock.jobs WHERE id = {}", id))
+    assert_eq!(one(&check, &format!("SELECT payload->>'n' FROM skiplock.all_jobs WHERE id = {}", id))
                    .await, "2");
 }
 
@@ -48,7 +48,7 @@ async fn enqueue_sends_every_option_and_odd_text_intact() {
     let row = one(&check, &format!(
         "SELECT concat_ws('|', queue, priority, unique_key, max_attempts, timeout_ms, backoff, \
          backoff_base_ms, backoff_cap_ms, run_at > now() + interval '59 minutes', \
-         payload = {}) FROM skiplock.jobs WHERE id = {}",
+         payload = {}) FROM skiplock.all_jobs WHERE id = {}",
         skiplock::sql::jsonb(&payload).unwrap(), id)).await;
     assert_eq!(row, "q'1\\|7|uk'1|3|1500|fixed|2000|60000|t|t");
 }

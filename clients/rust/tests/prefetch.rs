@@ -54,7 +54,7 @@ async fn prefetched_jobs_are_held_and_heartbeated_until_they_run() {
         })
         .build().unwrap().start().await.unwrap();
     assert!(wait_for(&check, &running(kind, "t-pf-held"), "4", 5).await, "one claim of 4");
-    let sql = format!("SELECT count(*) FROM skiplock.jobs WHERE kind = '{}' AND state = 'completed'", kind);
+    let sql = format!("SELECT count(*) FROM skiplock.all_jobs WHERE kind = '{}' AND state = 'completed'", kind);
     assert!(wait_for(&check, &sql, "4", 15).await, "not all 4 completed");
     w.shutdown().await.unwrap();
     for id in ids {
@@ -116,7 +116,7 @@ async fn shutdown_timeout_gives_back_the_jobs_never_started() {
     assert_eq!(ran.len(), 1, "started: {:?}", ran);
     for id in ids {
         let q = format!("SELECT state || '/' || attempt || '/' || (lease_owner IS NULL) || '/' || \
-                         (errors->-1->>'error') FROM skiplock.jobs WHERE id = {}", id);
+                         (errors->-1->>'error') FROM skiplock.all_jobs WHERE id = {}", id);
         let got = one(&check, &q).await;
         if id == ran[0] {
             assert!(got.starts_with("available/1/true/cancelled"), "job {}: {}", id, got);
@@ -170,7 +170,7 @@ async fn a_waiting_job_whose_lease_is_lost_never_starts() {
     }
     assert!(seen(), "{:?}", events.lock().unwrap());
     go.notify_one();
-    assert!(wait_for(&check, &format!("SELECT state FROM skiplock.jobs WHERE id = {}", first),
+    assert!(wait_for(&check, &format!("SELECT state FROM skiplock.all_jobs WHERE id = {}", first),
                      "completed", 5).await);
     w.shutdown().await.unwrap();
     assert_eq!(started.lock().unwrap().clone(), vec![first], "the lost job started");

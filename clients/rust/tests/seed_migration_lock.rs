@@ -81,7 +81,7 @@ async fn a_leaked_sqlx_migration_lock_stops_neither_the_worker_nor_migrate() {
     assert!(t.elapsed() < Duration::from_secs(15), "migrate took {:?}", t.elapsed());
     assert_eq!(one(&check, "SELECT to_regclass('seed_after_leak') IS NOT NULL").await, "t");
 
-    let done = format!("SELECT count(*) FROM skiplock.jobs WHERE kind = '{}' AND state = 'completed'",
+    let done = format!("SELECT count(*) FROM skiplock.all_jobs WHERE kind = '{}' AND state = 'completed'",
                        kind);
     assert!(wait_for(&check, &done, "20", 20).await, "the worker did not drain its jobs");
     w.shutdown().await.unwrap();

@@ -44,7 +44,7 @@ async fn runs_at_most_concurrency_handlers_at_once() {
             }
         })
         .build().unwrap().start().await.unwrap();
-    let sql = format!("SELECT count(*) FROM skiplock.jobs WHERE kind = '{}' AND state = 'completed' \
+    let sql = format!("SELECT count(*) FROM skiplock.all_jobs WHERE kind = '{}' AND state = 'completed' \
                        AND result = jsonb_build_object('i', payload->'i')", kind);
     assert!(wait_for(&check, &sql, "40", 30).await, "not all 40 completed");
     w.shutdown().await.unwrap();
@@ -68,7 +68,7 @@ async fn heartbeats_keep_a_job_longer_than_its_lease() {
             .build().unwrap().start()
     };
     let (a, b) = (start("t-hb-a").await.unwrap(), start("t-hb-b").await.unwrap());
-    assert!(wait_for(&check, &format!("SELECT state FROM skiplock.jobs WHERE id = {}", id),
+    assert!(wait_for(&check, &format!("SELECT state FROM skiplock.all_jobs WHERE id = {}", id),
                      "completed", 15).await);
     assert_eq!(job(&check, id).await, "completed/1/1", "four leases long, one attempt");
     a.shutdown().await.unwrap();
@@ -97,7 +97,7 @@ async fn a_lost_lease_cancels_the_handler_and_drops_its_outcome() {
             }
         })
         .build().unwrap().start().await.unwrap();
-    assert!(wait_for(&check, &format!("SELECT state FROM skiplock.jobs WHERE id = {}", id),
+    assert!(wait_for(&check, &format!("SELECT state FROM skiplock.all_jobs WHERE id = {}", id),
                      "running", 5).await);
     // Another worker's rescue takes the job back, as after a long pause.
     one(&check, &format!("UPDATE skiplock.jobs SET lease_expires_at = now() - interval '1 second' \
@@ -106,11 +106,11 @@ async fn a_lost_lease_cancels_the_handler_and_drops_its_outcome() {
     tokio::time::timeout(Duration::from_secs(3), cancelled.notified()).await
         .expect("the handler was not cancelled after the lease was lost");
     assert!(t.elapsed() < Duration::from_millis(1500), "cancelled after {:?}", t.elapsed());
-    assert!(wait_for(&check, &format!("SELECT state FROM skiplock.jobs WHERE id = {}", id),
+    assert!(wait_for(&check, &format!("SELECT state FROM skiplock.all_jobs WHERE id = {}", id),
                      "completed", 10).await);
     w.shutdown().await.unwrap();
     assert_eq!(job(&check, id).await, "completed/2/2");
-    assert_eq!(one(&check, &format!("SELECT result FROM skiplock.jobs WHERE id = {}", id)).await,
+    assert_eq!(one(&check, &format!("SELECT result FROM skiplock.all_jobs WHERE id = {}", id)).await,
                "{\"attempt\": 2}", "the stale attempt's outcome was dropped");
     let ev = events.lock().unwrap().join("\n");
     assert!(ev.contains(&format!("LeaseLost {{ id: {}, fencing: 1 }}", id)), "{}", ev);
@@ -133,7 +133,7 @@ async fn a_fenced_out_outcome_changes_nothing_and_is_reported() {
             }
         })
         .build().unwrap().start().await.unwrap();
-    assert!(wait_for(&check, &format!("SELECT state FROM skiplock.jobs WHERE id = {}", id),
+    assert!(wait_for(&check, &format!("SELECT state FROM skiplock.all_jobs WHERE id = {}", id),
                      "running", 5).await);
     one(&check, &format!("UPDATE skiplock.jobs SET lease_expires_at = now() - interval '1 second' \
                           WHERE id = {}; SELECT count(*) FROM skiplock.rescue(); \
@@ -152,7 +152,7 @@ async fn a_fenced_out_outcome_changes_nothing_and_is_reported() {
     w.shutdown().await.unwrap();
     assert!(seen(), "{:?}", events.lock().unwrap());
     assert_eq!(job(&check, id).await, "running/2/2");
-    assert_eq!(one(&check, &format!("SELECT lease_owner FROM skiplock.jobs WHERE id = {}", id)).await,
+    assert_eq!(one(&check, &format!("SELECT lease_owner FROM skiplock.all_jobs WHERE id = {}", id)).await,
                "thief");
 }
 
@@ -168,7 +168,7 @@ async fn shutdown_drains_running_handlers_and_claims_nothing_more() {
             Ok(json!("drained"))
         })
         .build().unwrap().start().await.unwrap();
-    let sql = format!("SELECT count(*) FROM skiplock.jobs WHERE kind = '{}' AND state = 'running'", kind);
+    let sql = format!("SELECT count(*) FROM skiplock.all_jobs WHERE kind = '{}' AND state = 'running'", kind);
     assert!(wait_for(&check, &sql, "2", 5).await);
     let stop = w.stop_token();
     let t = Instant::now();
@@ -196,10 +196,10 @@ async fn a_job_timeout_cancels_and_retries() {
             Ok(json!("never"))
         })
         .build().unwrap().start().await.unwrap();
-    assert!(wait_for(&check, &format!("SELECT state FROM skiplock.jobs WHERE id = {}", id),
+    assert!(wait_for(&check, &format!("SELECT state FROM skiplock.all_jobs WHERE id = {}", id),
                      "discarded", 5).await);
     w.shutdown().await.unwrap();
-    let err = one(&check, &format!("SELECT errors->0->>'error' FROM skiplock.jobs WHERE id = {}", id)).await;
+    let err = one(&check, &format!("SELECT errors->0->>'error' FROM skiplock.all_jobs WHERE id = {}", id)).await;
     assert_eq!(err, "timed out after 300 ms");
 }
 

@@ -787,6 +787,7 @@ typedef struct count_call {
 	const char *params[3];
 	int64_t rows;
 	int64_t discarded;
+	int64_t count;      /* the first column of the first row, as a number */
 } count_call;
 
 static skl_rc count_fn(skl_client *c, void *ctx, skl_error *err)
@@ -798,6 +799,7 @@ static skl_rc count_fn(skl_client *c, void *ctx, skl_error *err)
 		return rc;
 	cc->rows = PQntuples(res) ? PQntuples(res) : strtoll(PQcmdTuples(res), NULL, 10);
 	cc->discarded = 0;
+	cc->count = PQntuples(res) && PQnfields(res) ? strtoll(PQgetvalue(res, 0, 0), NULL, 10) : 0;
 	for (int i = 0; i < PQntuples(res); i++)
 		cc->discarded += strcmp(PQgetvalue(res, i, 0), "discarded") == 0;
 	PQclear(res);
@@ -845,45 +847,47 @@ skl_rc skl_rescue(skl_client *c, int limit, int *rescued, int *discarded, skl_er
 	return skl__rescue_each(c, limit, NULL, NULL, rescued, discarded, err);
 }
 
-/* A finished job gets a fresh budget: attempt + $2 attempts in all, or
- * attempt + its max_attempts when $2 is NULL (as many again as it had).
- * An available job keeps its budget unless $2 is given.  The error
- * history and the fencing token stay: a late outcome of an old claim is
- * still refused. */
-static const char *const retry_sql =
-	"UPDATE skiplock.jobs SET state = 'available', run_at = now(), finished_at = NULL,"
-	"       max_attempts = CASE WHEN state = 'available' AND $2::int IS NULL THEN max_attempts"
-	"                           ELSE least(attempt::bigint + coalesce($2::int, max_attempts),"
-	"                                      2147483647)::int END"
-	" WHERE id = $1 AND state IN ('available', 'discarded', 'cancelled') RETURNING id";
+/* The operators' actions are SQL functions (sql/0013_finished.sql): a
+ * row (changed, state) — state NULL when there is no such job. */
+static const char *const retry_sql = "SELECT changed, state FROM skiplock.job_retry($1, $2::int)";
+static const char *const cancel_sql = "SELECT changed, state FROM skiplock.job_cancel($1)";
 
-static const char *const cancel_sql =
-	"UPDATE skiplock.jobs SET state = 'cancelled', finished_at = now(),"
-	"       lease_owner = NULL, lease_expires_at = NULL"
-	" WHERE id = $1 AND state IN ('available', 'running') RETURNING id";
+typedef struct action_call {
+	const char *sql;
+	int nparams;
+	const char *params[2];
+	int changed;      /* -1: no such job */
+} action_call;
 
-static const char *const exists_sql = "SELECT state FROM skiplock.jobs WHERE id = $1";
+static skl_rc action_fn(skl_client *c, void *ctx, skl_error *err)
+{
+	action_call *a = ctx;
+	PGresult *res = NULL;
+	skl_rc rc = skl__exec(c, a->sql, a->nparams, a->params, &res, err);
+	if (rc != SKL_OK)
+		return rc;
+	a->changed = PQntuples(res) != 1 || PQgetisnull(res, 0, 1) ? -1
+	             : strcmp(PQgetvalue(res, 0, 0), "t") == 0;
+	PQclear(res);
+	return SKL_OK;
+}
 
-/* Runs sql on job id ($1) and, when nparams is 2, arg ($2, may be NULL). */
+/* Runs an action on job id with arg (may be NULL). */
 static skl_rc job_action(skl_client *c, const char *sql, int nparams, int64_t id,
                          const char *arg, const char *verb, skl_error *err)
 {
 	char ids[24];
 	snprintf(ids, sizeof(ids), "%" PRId64, id);
-	count_call cc = {.sql = sql, .nparams = nparams, .params = {ids, arg}};
+	action_call a = {.sql = sql, .nparams = nparams, .params = {ids, arg}};
 	static const skl_txn_opts o = {.idempotent = 1};
-	skl_rc rc = skl__run(c, &o, count_fn, &cc, err);
+	skl_rc rc = skl__run(c, &o, action_fn, &a, err);
 	if (rc == SKL_DB && err && strcmp(err->sqlstate, "23505") == 0)
 		return skl__seterr(err, SKL_CONFLICT,
 		                   "cannot %s job %" PRId64 ": another unfinished job holds its unique key",
 		                   verb, id);
-	if (rc != SKL_OK || cc.rows > 0)
+	if (rc != SKL_OK || a.changed == 1)
 		return rc;
-	cc = (count_call){.sql = exists_sql, .nparams = 1, .params = {ids}};
-	rc = skl__run(c, &o, count_fn, &cc, err);
-	if (rc != SKL_OK)
-		return rc;
-	if (cc.rows == 0)
+	if (a.changed < 0)
 		return skl__seterr(err, SKL_EMPTY, "no job %" PRId64, id);
 	return skl__seterr(err, SKL_CONFLICT, "cannot %s job %" PRId64 " in its current state",
 	                   verb, id);
@@ -910,11 +914,7 @@ skl_rc skl_job_cancel(skl_client *c, int64_t id, skl_error *err)
 }
 
 static const char *const prune_sql =
-	"DELETE FROM skiplock.jobs WHERE id IN ("
-	"  SELECT id FROM skiplock.jobs"
-	"   WHERE state IN ('completed', 'discarded', 'cancelled')"
-	"     AND finished_at < now() - $1 * interval '1 millisecond'"
-	"   ORDER BY finished_at LIMIT $2 FOR UPDATE SKIP LOCKED)";
+	"SELECT n FROM skiplock.jobs_prune($1 * interval '1 millisecond', $2) AS n";
 
 static const char *const prune_tokens_sql =
 	"DELETE FROM skiplock.enqueue_tokens WHERE token IN ("
@@ -929,16 +929,18 @@ skl_rc skl_jobs_prune(skl_client *c, int64_t older_than_ms, int batch, int64_t *
 	snprintf(age, sizeof(age), "%" PRId64, older_than_ms);
 	snprintf(lim, sizeof(lim), "%d", batch > 0 ? batch : 1000);
 	static const skl_txn_opts o = {.idempotent = 1};
-	int64_t total = 0;
+	int64_t total = 0, want = batch > 0 ? batch : 1000;
 	skl_rc rc = SKL_OK;
 	for (int pass = 0; pass < 2 && rc == SKL_OK; pass++) {
 		count_call cc = {.sql = pass ? prune_tokens_sql : prune_sql, .nparams = 2,
 		                 .params = {age, lim}};
 		do {
 			rc = skl__run(c, &o, count_fn, &cc, err);
-			if (pass == 0 && rc == SKL_OK)
+			if (pass == 0 && rc == SKL_OK) { /* jobs_prune returns its count */
+				cc.rows = cc.count;
 				total += cc.rows;
-		} while (rc == SKL_OK && cc.rows >= (batch > 0 ? batch : 1000));
+			}
+		} while (rc == SKL_OK && cc.rows >= want);
 	}
 	if (deleted)
 		*deleted = total;

@@ -24,7 +24,7 @@ static const char *const rate_sql =
 	"                             / $2::bigint))::int AS bucket,"
 	"       count(*) FILTER (WHERE state = 'completed'),"
 	"       count(*) FILTER (WHERE state = 'discarded')"
-	"  FROM skiplock.jobs"
+	"  FROM skiplock.all_jobs"
 	" WHERE state IN ('completed', 'discarded', 'cancelled')"
 	"   AND finished_at > now() - $1::int * $2::bigint * interval '1 millisecond'"
 	" GROUP BY 1, 2, 3 ORDER BY 1, 2, 3";

@@ -44,6 +44,7 @@
 #include <unistd.h>
 
 #include "skiplock/cron.h"
+#include "skiplock/retention.h"
 #include "worker/worker_int.h"
 
 static void wake(skl_worker *w)
@@ -483,7 +484,7 @@ static void stop_threads(skl_worker *w)
 
 typedef struct loop_state {
 	int64_t poll, next_claim, next_hb, next_rescue, stop_at, kill_sent, next_cron, cron_warned;
-	int64_t next_stats, stats_warned;
+	int64_t next_stats, stats_warned, next_maint;
 	bool idle;                   /* nothing claimed for idle_after(): see idle_poll */
 	bool woken;                  /* a notification or a new LISTEN: claim at once */
 	int64_t last_work, next_idle, idle_warned;
@@ -513,6 +514,26 @@ static void cron_tick(skl_worker *w, loop_state *ls, int64_t now)
 	}
 	int64_t every = w->wo.cron_every_ms > 0 ? w->wo.cron_every_ms : 1000;
 	ls->next_cron = now + jitter(w, every);
+}
+
+/* Retention and partitions (skiplock/retention.h): a busy worker offers
+ * every MAINT_EVERY_MS (jittered) to do a round; the lease lets one
+ * worker of the fleet do it at a time. */
+#define MAINT_EVERY_MS 60000
+
+static void maintenance(skl_worker *w, loop_state *ls, int64_t now)
+{
+	skl_maintenance m;
+	skl_error err;
+	bool ran = false;
+	if (skl_maintain(w->db, w->wo.owner, 20, NULL, NULL, &m, &ran, &err) != SKL_OK)
+		skl__wlog(w, SKL_LOG_WARNING, "maintenance: %s", err.message);
+	else if (ran && (m.created || m.dropped || m.deleted || m.moved))
+		skl__wlog(w, SKL_LOG_INFO,
+		          "maintenance: %" PRId64 " partition(s) created, %" PRId64 " dropped, %" PRId64
+		          " expired row(s) deleted, %" PRId64 " finished job(s) moved",
+		          m.created, m.dropped, m.deleted, m.moved);
+	ls->next_maint = now + jitter(w, MAINT_EVERY_MS);
 }
 
 /* The cached queue gauges of skl_worker_metrics; a failure keeps the old
@@ -626,7 +647,11 @@ static int64_t chores(skl_worker *w, loop_state *ls, const char *const *kinds, i
 	}
 	if (!w->stop && !w->wo.no_cron && now >= ls->next_cron)
 		cron_tick(w, ls, now);
+	if (!w->stop && now >= ls->next_maint)
+		maintenance(w, ls, now);
 	int64_t until = ls->next_hb;
+	if (!w->stop && ls->next_maint < until)
+		until = ls->next_maint;
 	if (!w->stop && ls->next_rescue < until)
 		until = ls->next_rescue;
 	if (!w->stop && !w->wo.no_cron && ls->next_cron < until)
@@ -744,6 +769,7 @@ skl_rc skl_worker_run(skl_worker *w, skl_error *err)
 	                 .next_hb = now + w->wo.lease_ms / 3,
 	                 .next_rescue = now + jitter(w, w->wo.rescue_every_ms),
 	                 .next_cron = now, .cron_warned = now - 60000, .next_stats = now,
+	                 .next_maint = now,
 	                 .stats_warned = now - 60000, .last_work = now,
 	                 .idle_warned = now - 60000};
 	skl__wlog(w, SKL_LOG_INFO, "worker %s started: %zu kind(s), concurrency %d, lease %" PRId64

@@ -57,7 +57,7 @@ pub async fn wait_for(c: &Client, sql: &str, want: &str, secs: u64) -> bool {
 
 /// The state, attempt and fencing of a job, as "state/attempt/fencing".
 pub async fn job(c: &Client, id: i64) -> String {
-    one(c, &format!("SELECT state || '/' || attempt || '/' || fencing FROM skiplock.jobs \
+    one(c, &format!("SELECT state || '/' || attempt || '/' || fencing FROM skiplock.all_jobs \
                      WHERE id = {}", id)).await
 }
 

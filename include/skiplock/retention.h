@@ -1,0 +1,99 @@
+/*
+ * SPDX-License-Identifier: MIT
+ * skiplock/retention.h — how long finished jobs are kept, and the
+ * maintenance that keeps the finished-jobs storage to that.
+ *
+ * Finished jobs live in skiplock.finished_jobs, partitioned by the time
+ * each one expires (sql/0013_finished.sql; docs/retention.md).
+ * Maintenance creates partitions ahead of need, drops expired ones and
+ * moves finished jobs an older installation left in skiplock.jobs.  It is
+ * leaderless: whoever takes the lease "skiplock.maintenance" does a round
+ * (workers do, now and then; so does `skiplock init` after an upgrade).
+ *
+ * Memory: strings passed in are used only during the call.
+ * Thread-safety: as skl_client (one thread at a time per client).
+ */
+#ifndef SKIPLOCK_RETENTION_H
+#define SKIPLOCK_RETENTION_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "skiplock/client.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define SKL_MAINTENANCE_LEASE "skiplock.maintenance"
+
+/* What rounds of maintenance did (sums over the rounds). */
+typedef struct skl_maintenance {
+	int64_t created;    /* partitions created ahead */
+	int64_t dropped;    /* expired partitions dropped */
+	int64_t deleted;    /* expired rows deleted from the default partition */
+	int64_t moved;      /* finished jobs moved out of skiplock.jobs */
+	int64_t remaining;  /* finished jobs still in skiplock.jobs after the last round */
+	int rounds;         /* rounds done */
+	bool more;          /* the last round left work (call again) */
+} skl_maintenance;
+
+/* Called after each round with the sums so far; return false to stop. */
+typedef bool (*skl_maintenance_cb)(const skl_maintenance *sofar, void *ctx);
+
+/* Takes the lease "skiplock.maintenance" for owner and does up to
+ * max_rounds rounds (each one transaction, bounded: its locks waited for
+ * at most 50 ms) while work is left, then releases the lease.  SKL_OK with
+ * *ran true when it did; SKL_OK with *ran false when another holder has
+ * the lease (nothing done).  progress may be NULL. */
+SKL_API skl_rc skl_maintain(skl_client *c, const char *owner, int max_rounds,
+                            skl_maintenance_cb progress, void *ctx, skl_maintenance *done,
+                            bool *ran, skl_error *err);
+
+/* Keeps finished jobs of queue (NULL or "*": the default for every queue
+ * without its own setting) in state ("completed", "discarded",
+ * "cancelled"; NULL: all three) for keep_ms milliseconds (0: not kept;
+ * -1: forever), counted from when each finishes.  Applies to jobs that
+ * finish from now on.  SKL_INVALID for a bad value (nothing written). */
+SKL_API skl_rc skl_retention_set(skl_client *c, const char *queue, const char *state,
+                                 int64_t keep_ms, skl_error *err);
+
+/* One retention setting: queue ("*": the default) and state. */
+typedef struct skl_retention {
+	const char *queue;
+	const char *state;
+	int64_t keep_ms;          /* -1: forever; 0: not kept */
+	void *internal;
+} skl_retention;
+
+/* The maintenance's own state. */
+typedef struct skl_retention_info {
+	int64_t partition_width_ms;
+	int partitions;           /* range partitions of skiplock.finished_jobs */
+	const char *last_run_at;  /* ISO 8601, or NULL: never */
+	const char *last_owner;   /* or NULL */
+	const char *last_summary; /* or NULL */
+	int64_t unmoved;          /* finished jobs still in skiplock.jobs (an upgrade) */
+	void *internal;
+} skl_retention_info;
+
+/* Every setting, '*' first then by queue and state, and the maintenance's
+ * state.  Free with skl_retention_free. */
+SKL_API skl_rc skl_retention_list(skl_client *c, skl_retention **rows, size_t *n,
+                                  skl_retention_info *info, skl_error *err);
+/* Frees what skl_retention_list returned (rows and/or info; either NULL). */
+SKL_API void skl_retention_free(skl_retention *rows, size_t n, skl_retention_info *info);
+
+/* The width of the partitions maintenance creates from now on: 1 second
+ * to 1 day.  SKL_INVALID otherwise (nothing written). */
+SKL_API skl_rc skl_retention_set_width(skl_client *c, int64_t width_ms, skl_error *err);
+
+/* queue follows the default again ("*": the defaults are restored). */
+SKL_API skl_rc skl_retention_reset(skl_client *c, const char *queue, skl_error *err);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* SKIPLOCK_RETENTION_H */
