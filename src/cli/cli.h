@@ -102,6 +102,9 @@ extern const char cli_settings_help[];
  * returns the exit code (2 for a bad URL), else CLI_OK. */
 int cli_open(const cli_common *cc, skl_client **out);
 
+/* An owner name for a lease: PREFIX HOST:PID:RANDOM, unique per process. */
+void cli_default_owner(char *buf, size_t cap, const char *prefix);
+
 /* Maps a failed library call to an exit code after printing one line. */
 int cli_fail(const cli_common *cc, const skl_error *err);
 

@@ -146,10 +146,8 @@ static bool progress_line(const skl_maintenance *m, void *ctx)
  * (a worker) finishes it otherwise. */
 static int maintain(const cli_common *cc, skl_client *c)
 {
-	char owner[96];
-	char host[64] = "";
-	gethostname(host, sizeof(host) - 1);
-	snprintf(owner, sizeof(owner), "skiplock init %s:%ld", host, (long)getpid());
+	char owner[256];
+	cli_default_owner(owner, sizeof(owner), "skiplock init ");
 	skl_maintenance m;
 	skl_error err;
 	bool ran;

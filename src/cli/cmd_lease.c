@@ -7,7 +7,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 #include <unistd.h>
 
 #include "lease/lease_run.h"
@@ -201,17 +200,6 @@ static bool check_operands(run_args *a, int argc, char **argv, int split)
 	return true;
 }
 
-/* HOST:PID:RANDOM — unique per process, also across containers. */
-static void default_owner(char *buf, size_t cap)
-{
-	char host[128] = "localhost";
-	gethostname(host, sizeof(host) - 1);
-	host[sizeof(host) - 1] = '\0';
-	unsigned int rnd = 0;
-	if (getrandom(&rnd, sizeof(rnd), 0) != (ssize_t)sizeof(rnd))
-		rnd = (unsigned int)getpid() * 2654435761u;
-	snprintf(buf, cap, "%s:%d:%08x", host, (int)getpid(), rnd);
-}
 
 /* One database call must fit well inside the lease: the client's connect
  * and call deadlines become at most ttl/10 each, and the library does not
@@ -259,7 +247,7 @@ static int cmd_run(int argc, char **argv)
 		return CLI_USAGE;
 	char owner[256];
 	if (a.o.owner == NULL) {
-		default_owner(owner, sizeof(owner));
+		cli_default_owner(owner, sizeof(owner), "");
 		a.o.owner = owner;
 	}
 	bound_client(&cc, &a.o);

@@ -147,9 +147,8 @@ static int show(ret_args *a, skl_client *c)
 
 static int maintain_now(ret_args *a, skl_client *c)
 {
-	char owner[96], host[64] = "";
-	gethostname(host, sizeof(host) - 1);
-	snprintf(owner, sizeof(owner), "skiplock retention %s:%ld", host, (long)getpid());
+	char owner[256];
+	cli_default_owner(owner, sizeof(owner), "skiplock retention ");
 	skl_maintenance m;
 	bool ran;
 	skl_error err;

@@ -2,6 +2,8 @@
  * common.c — the options every command shares, and opening a client.
  */
 #include <errno.h>
+#include <sys/random.h>
+#include <unistd.h>
 #include <limits.h>
 #include <stdlib.h>
 #include <stdio.h>
@@ -206,4 +208,16 @@ int cli_start(cli_common *cc, int argc, char **argv, const struct option *opts,
 	}
 	*done = false;
 	return CLI_OK;
+}
+
+/* PREFIX HOST:PID:RANDOM — unique per process, also across containers. */
+void cli_default_owner(char *buf, size_t cap, const char *prefix)
+{
+	char host[128] = "localhost";
+	gethostname(host, sizeof(host) - 1);
+	host[sizeof(host) - 1] = '\0';
+	unsigned int rnd = 0;
+	if (getrandom(&rnd, sizeof(rnd), 0) != (ssize_t)sizeof(rnd))
+		rnd = (unsigned int)getpid() * 2654435761u;
+	snprintf(buf, cap, "%s%s:%d:%08x", prefix, host, (int)getpid(), rnd);
 }
