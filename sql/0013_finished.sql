@@ -87,9 +87,12 @@ CREATE VIEW skiplock.all_jobs AS
 -- ---- helpers ----
 
 -- A job's error history with one more entry (the newest 20 are kept).
+-- STABLE, as what it calls (a time in JSON depends on the session's zone):
+-- so the planner inlines it into the outcome statement instead of running
+-- it as a query of its own for every row.
 CREATE FUNCTION skiplock.errors_append(errors jsonb, attempt int, err text, at timestamptz)
 RETURNS jsonb
-LANGUAGE sql IMMUTABLE AS $fn$
+LANGUAGE sql STABLE AS $fn$
   SELECT CASE WHEN err IS NULL THEN errors
               ELSE (CASE WHEN jsonb_array_length(errors) >= 20 THEN errors - 0 ELSE errors END)
                    || jsonb_build_array(jsonb_build_object('attempt', attempt, 'at', at,

@@ -519,7 +519,7 @@ END
 $$;
 
 CREATE FUNCTION skiplock.errors_append(errors jsonb, attempt integer, err text, at timestamp with time zone) RETURNS jsonb
-    LANGUAGE sql IMMUTABLE
+    LANGUAGE sql STABLE
     AS $$
   SELECT CASE WHEN err IS NULL THEN errors
               ELSE (CASE WHEN jsonb_array_length(errors) >= 20 THEN errors - 0 ELSE errors END)
