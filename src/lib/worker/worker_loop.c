@@ -517,16 +517,19 @@ static void cron_tick(skl_worker *w, loop_state *ls, int64_t now)
 }
 
 /* Retention and partitions (skiplock/retention.h): a busy worker offers
- * every MAINT_EVERY_MS (jittered) to do a round; the lease lets one
- * worker of the fleet do it at a time. */
+ * every MAINT_EVERY_MS (jittered) to do MAINT_ROUNDS rounds; the lease
+ * lets one worker of the fleet do it at a time.  Few rounds: they run on
+ * the loop's own connection, between its claims and heartbeats (a big
+ * move after an upgrade is `skiplock init`'s, or a little each minute). */
 #define MAINT_EVERY_MS 60000
+#define MAINT_ROUNDS 2
 
 static void maintenance(skl_worker *w, loop_state *ls, int64_t now)
 {
 	skl_maintenance m;
 	skl_error err;
 	bool ran = false;
-	if (skl_maintain(w->db, w->wo.owner, 20, NULL, NULL, &m, &ran, &err) != SKL_OK)
+	if (skl_maintain(w->db, w->wo.owner, MAINT_ROUNDS, NULL, NULL, &m, &ran, &err) != SKL_OK)
 		skl__wlog(w, SKL_LOG_WARNING, "maintenance: %s", err.message);
 	else if (ran && (m.created || m.dropped || m.deleted || m.moved))
 		skl__wlog(w, SKL_LOG_INFO,
