@@ -376,6 +376,20 @@ static void claim_plan_uses_partial_index(itest_ctx *t)
 	skl_client_close(c);
 }
 
+/* The ids and fencing tokens of n claimed jobs as two array literals. */
+static void claim_arrays(const skl_job *jobs, int n, char *ids, char *fences, size_t cap)
+{
+	size_t a = (size_t)snprintf(ids, cap, "{"), b = (size_t)snprintf(fences, cap, "{");
+	for (int i = 0; i < n && a < cap && b < cap; i++) {
+		a += (size_t)snprintf(ids + a, cap - a, "%s%" PRId64, i ? "," : "", jobs[i].id);
+		b += (size_t)snprintf(fences + b, cap - b, "%s%" PRId64, i ? "," : "", jobs[i].fencing);
+	}
+	if (a < cap)
+		snprintf(ids + a, cap - a, "}");
+	if (b < cap)
+		snprintf(fences + b, cap - b, "}");
+}
+
 /* Writes that end or extend claims look their rows up by id.  Statistics
  * taken while no job ran make the partial index of running jobs look
  * empty, and the planner once hashed all of it for each batch: every
@@ -389,14 +403,8 @@ static void fenced_writes_use_primary_key(itest_ctx *t)
 	                  " ANALYZE skiplock.jobs"));
 	skl_job *jobs = NULL;
 	CHECK_EQ(claim(c, "k", 100, 30000, &jobs), 100);
-	char ids[2048] = "{", fences[2048] = "{";
-	for (int i = 0; i < 100; i++) {
-		size_t n = strlen(ids), m = strlen(fences);
-		snprintf(ids + n, sizeof(ids) - n, "%s%" PRId64, i ? "," : "", jobs[i].id);
-		snprintf(fences + m, sizeof(fences) - m, "%s%" PRId64, i ? "," : "", jobs[i].fencing);
-	}
-	strcat(ids, "}");
-	strcat(fences, "}");
+	char ids[2048], fences[2048];
+	claim_arrays(jobs, 100, ids, fences, sizeof(ids));
 	skl_jobs_free(jobs, 100);
 	for (int generic = 0; generic < 2; generic++) {
 		if (generic)
@@ -423,14 +431,8 @@ static void finished_jobs_out_of_the_hot_path(itest_ctx *t)
 	                  " ANALYZE skiplock.jobs"));
 	skl_job *jobs = NULL;
 	CHECK_EQ(claim(c, "k", 1000, 30000, &jobs), 1000);
-	char ids[16384] = "{", fences[16384] = "{";
-	for (int i = 0; i < 1000; i++) {
-		size_t n = strlen(ids), m = strlen(fences);
-		snprintf(ids + n, sizeof(ids) - n, "%s%" PRId64, i ? "," : "", jobs[i].id);
-		snprintf(fences + m, sizeof(fences) - m, "%s%" PRId64, i ? "," : "", jobs[i].fencing);
-	}
-	strcat(ids, "}");
-	strcat(fences, "}");
+	char ids[16384], fences[16384];
+	claim_arrays(jobs, 1000, ids, fences, sizeof(ids));
 	skl_jobs_free(jobs, 1000);
 	CHECK_EQ(itest_int(t->admin, "SELECT count(*) FROM skiplock.record('%s', '%s',"
 	                             " array_fill('ok'::text, ARRAY[1000]))", ids, fences), 1000);
