@@ -65,6 +65,15 @@ export interface WorkerOptions {
   handlers: Record<string, Handler>;
   /** Handlers at once (default 10). */
   concurrency?: number;
+  /** Claims held beyond the handlers (0 to 1000, default 0): up to
+   * concurrency + prefetch jobs are claimed; those no handler runs yet wait
+   * in the worker, leased and heartbeated, and start as handlers end.  Each
+   * round trip then carries more outcomes and claims: worth it for jobs much
+   * shorter than a round trip.  A prefetched job is invisible to other
+   * workers and its attempt starts at the claim; a graceful stop runs it
+   * too, and past shutdownTimeout one never started is given back (due
+   * again in 1 ms, the attempt spent). */
+  prefetch?: number;
   /** Queues to claim from (default: every queue). */
   queues?: string[] | null;
   /** Lease of a claim (default "30s"); heartbeats every lease/3. */

@@ -1,7 +1,8 @@
-// DATABASE_URL=... N=100000 CONCURRENCY=64 node bench/drain.js
+// DATABASE_URL=... N=100000 CONCURRENCY=64 PREFETCH=448 node bench/drain.js
 //   enqueues N no-op jobs (skiplock.enqueue in batches of 5,000, one
-//   INSERT ... SELECT each), drains them with the Worker, and prints one
-//   JSON line {"jobs_per_s", "rss_kib", "concurrency", "n"}.
+//   INSERT ... SELECT each), drains them with the Worker (prefetch:
+//   PREFETCH, default 448, as the C worker's best drain), and prints one
+//   JSON line {"jobs_per_s", "rss_kib", "concurrency", "prefetch", "n"}.
 // LATENCY=1: enqueues at a steady 500 jobs/s for 10 s while a worker runs
 //   and prints p50/p99 of enqueue -> handler start in ms (the database
 //   clock on both ends).
@@ -12,6 +13,7 @@ const env = process.env;
 const url = env.DATABASE_URL;
 const N = Number(env.N ?? 100000);
 const CONCURRENCY = Number(env.CONCURRENCY ?? 64);
+const PREFETCH = Number(env.PREFETCH ?? 448);
 const KIND = `bench.noop.${process.pid}`;
 const pool = new pg.Pool({ connectionString: url, max: 2 });
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
@@ -30,7 +32,7 @@ async function drain() {
   let done = 0;
   let finish;
   const all = new Promise((r) => { finish = r; });
-  const w = new Worker({ connectionString: url, concurrency: CONCURRENCY, handlers: {
+  const w = new Worker({ connectionString: url, concurrency: CONCURRENCY, prefetch: PREFETCH, handlers: {
     [KIND]: async () => { if (++done === N) finish(); },
   } });
   const t0 = process.hrtime.bigint();
@@ -39,7 +41,7 @@ async function drain() {
   const s = Number(process.hrtime.bigint() - t0) / 1e9;
   const rss = Math.round(process.memoryUsage().rss / 1024);
   await w.stop();
-  console.log(JSON.stringify({ jobs_per_s: Math.round(N / s), rss_kib: rss, concurrency: CONCURRENCY, n: N }));
+  console.log(JSON.stringify({ jobs_per_s: Math.round(N / s), rss_kib: rss, concurrency: CONCURRENCY, prefetch: PREFETCH, n: N }));
 }
 
 async function latency() {

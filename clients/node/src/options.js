@@ -10,6 +10,11 @@ function positiveInt(v, what, max) {
   return v;
 }
 
+function count(v, what, max) {
+  if (!Number.isInteger(v) || v < 0 || v > max) throw new TypeError(`${what}: expected an integer from 0 to ${max}, got ${v}`);
+  return v;
+}
+
 function checkHandlers(handlers) {
   const kinds = Object.keys(handlers ?? {});
   if (kinds.length === 0) throw new TypeError('handlers: expected { kind: async (job, { signal }) => result, ... }');
@@ -40,6 +45,7 @@ export function workerOptions(o = {}) {
     kinds: checkHandlers(o.handlers),
     queues: checkQueues(o.queues),
     concurrency: positiveInt(o.concurrency ?? 10, 'concurrency', 100000),
+    prefetch: count(o.prefetch ?? 0, 'prefetch', 1000),
     leaseMs,
     leaseInterval: toInterval(leaseMs, 'lease'),
     pooler: checkPoolerMode(o.pooler ?? 'auto'),

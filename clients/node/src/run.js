@@ -66,6 +66,12 @@ export class Run {
     return err;
   }
 
+  /** A prefetched claim the worker never started: give it back, due again
+   * in 1 ms (the attempt is spent, as for any claim). */
+  giveBack() {
+    this.#end({ job: this.job, outcome: 'retry', error: 'the worker stopped before starting it', retryAfterMs: 1 });
+  }
+
   shutdown(ms) {
     const err = new ShutdownError(`the worker stopped before the handler finished (waited ${ms} ms)`);
     this.#abort(err, failure(this.job, err));

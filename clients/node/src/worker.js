@@ -2,7 +2,9 @@
 //
 //   claim (or record_claim: the outcomes so far, then a claim, one call)
 //   -> handlers run concurrently, outside any transaction, each with an
-//      AbortSignal that fires when its lease is lost or it times out
+//      AbortSignal that fires when its lease is lost or it times out;
+//      with prefetch, claimed jobs beyond the handlers wait here (leased
+//      and heartbeated) and start as handlers end, without a round trip
 //   -> heartbeat every lease/3 -> outcomes batched into the next call
 //   -> rescue every rescueEvery -> when idle, poll with jitter (or wake on
 //      a notification, on a connection known to be direct).
@@ -27,6 +29,7 @@ export class Worker extends EventEmitter {
   #conn;
   #side = null; // LISTEN-only connection to a direct endpoint
   #runs = new Set(); // running handlers (a job lost and claimed again may have two)
+  #waiting = []; // prefetched claims no handler runs yet, oldest first
   #pending = []; // outcomes not yet recorded
   #wake = null;
   #woken = false;
@@ -109,7 +112,8 @@ export class Worker extends EventEmitter {
     const now = Date.now();
     if (now >= this.#drainAt) for (const r of this.#runs) r.shutdown(this.#o.shutdownTimeoutMs);
     if (now >= this.#drainAt + GIVE_UP_AFTER_DRAIN_MS) return true; // the database is gone
-    const handlersDone = this.#runs.size === 0 || now >= this.#drainAt;
+    if (now >= this.#drainAt) this.#giveBack();
+    const handlersDone = (this.#runs.size === 0 && this.#waiting.length === 0) || now >= this.#drainAt;
     return handlersDone && this.#pending.length === 0;
   }
 
@@ -118,7 +122,8 @@ export class Worker extends EventEmitter {
   async #turn() {
     await this.#maybeRescue();
     const outs = this.#takeOutcomes();
-    const n = this.#stopping ? 0 : Math.min(this.#o.concurrency - this.#runs.size, 1000);
+    const held = this.#runs.size + this.#waiting.length;
+    const n = this.#stopping ? 0 : Math.min(this.#o.concurrency + this.#o.prefetch - held, 1000);
     if (outs.length === 0 && n <= 0) return false;
     const sentAt = Date.now();
     let got;
@@ -168,11 +173,32 @@ export class Worker extends EventEmitter {
 
   #start(job, deadline) {
     const run = new Run(job, deadline, (out) => { this.#pending.push(out); this.#signal(); });
+    if (this.#runs.size < this.#o.concurrency) this.#execute(run);
+    else this.#waiting.push(run);
+  }
+
+  #execute(run) {
     this.#runs.add(run);
-    run.execute(this.#o.handlers[job.kind]).finally(() => {
+    run.execute(this.#o.handlers[run.job.kind]).finally(() => {
       this.#runs.delete(run);
+      this.#startWaiting();
       this.#signal();
     });
+  }
+
+  // Starts prefetched claims while a handler slot is free; a claim lost
+  // while it waited is dropped (its lease is gone, nothing is recorded).
+  #startWaiting() {
+    while (this.#runs.size < this.#o.concurrency && this.#waiting.length > 0) {
+      const run = this.#waiting.shift();
+      if (!run.done) this.#execute(run);
+    }
+  }
+
+  // Past the shutdown timeout: the prefetched claims never started go back
+  // with the next record, due again at once for any worker.
+  #giveBack() {
+    for (const run of this.#waiting.splice(0)) run.giveBack();
   }
 
   async #maybeRescue() {
@@ -184,7 +210,7 @@ export class Worker extends EventEmitter {
   async #heartbeat() {
     if (this.#beating) return;
     const now = Date.now();
-    const live = [...this.#runs].filter((r) => !r.done);
+    const live = [...this.#runs, ...this.#waiting].filter((r) => !r.done);
     for (const r of live) if (now > r.deadline) this.emit('fenced', r.lose('no heartbeat succeeded within the lease'));
     const runs = live.filter((r) => !r.done);
     if (runs.length === 0) return;
