@@ -1,5 +1,5 @@
 /*
- * cmd_cron.c — `skiplock cron add|apply|list|remove|pause|resume`: periodic jobs.
+ * cmd_cron.c — `skiplock cron add|apply|list|remove|pause|resume|run`: periodic jobs.
  *
  * The schedules live in the database (skiplock/cron.h); every worker
  * evaluates them, so nothing here runs a scheduler.  Every operand and
@@ -11,6 +11,7 @@
  * and are left out of the help: they evaluate schedules at an explicit
  * instant instead of the database's clock.
  */
+#include <inttypes.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,6 +30,7 @@ static const char cron_usage[] =
 	"       skiplock cron remove NAME\n"
 	"       skiplock cron pause NAME\n"
 	"       skiplock cron resume NAME\n"
+	"       skiplock cron run NAME\n"
 	"\n"
 	"Periodic jobs. A schedule turns each fire time of a cron expression, in an\n"
 	"IANA time zone, into one job. Every worker evaluates every schedule (unless\n"
@@ -44,6 +46,7 @@ static const char cron_usage[] =
 	"  remove  delete a schedule (jobs it enqueued stay)\n"
 	"  pause   stop a schedule from firing\n"
 	"  resume  let a paused schedule fire again, skipping what passed meanwhile\n"
+	"  run     enqueue one job of a schedule now, its fire times unchanged\n"
 	"\n"
 	"Exit status: 0 success, 1 no such schedule, 2 bad usage or bad input\n"
 	"(nothing written), 3 database unreachable within --retry-for.\n";
@@ -148,6 +151,17 @@ static const char resume_usage[] =
 	"Let paused schedule NAME fire again. Fire times that passed while it was\n"
 	"paused are skipped, whatever its catch-up policy: the next job is for the\n"
 	"next fire time. Resuming an enabled schedule changes nothing.\n"
+	"\n";
+
+static const char run_usage[] =
+	"Usage: skiplock cron run NAME\n"
+	"\n"
+	"Enqueue one job of schedule NAME now, as its next fire time would (its\n"
+	"kind, payload, queue, priority and attempts, without a unique key), and\n"
+	"print the job's ID. The schedule's last and next fire times do not move;\n"
+	"a paused schedule stays paused. Written to the action log (skiplock jobs\n"
+	"actions) as USER@HOST, role cli. An operator's action: the worker role may\n"
+	"not.\n"
 	"\n";
 
 static const char tick_usage[] =
@@ -457,6 +471,20 @@ static int cron_resume(cron_args *a, skl_client *c, char **argv, int nargs)
 	return by_name(a, skl_cron_resume(c, argv[0], a->at, &err), &err, argv[0], "resumed");
 }
 
+static int cron_run(cron_args *a, skl_client *c, char **argv, int nargs)
+{
+	(void)nargs;
+	char actor[200];
+	cli_default_actor(actor, sizeof(actor));
+	skl_actor who = {actor, CLI_ACTOR_ROLE};
+	int64_t id = 0;
+	skl_error err;
+	if (skl_schedule_run_now(c, argv[0], &who, &id, &err) != SKL_OK)
+		return cli_fail(a->cc, &err);
+	printf("schedule \"%s\" enqueued job %" PRId64 "\n", argv[0], id);
+	return CLI_OK;
+}
+
 static int cron_tick(cron_args *a, skl_client *c, char **argv, int nargs)
 {
 	(void)argv, (void)nargs;
@@ -492,6 +520,7 @@ static const cli_sub subs[] = {
 	CRON_SUB("remove", "cron remove", remove_usage, name_opts, 1, 1, "NAME", cron_remove),
 	CRON_SUB("pause", "cron pause", pause_usage, name_opts, 1, 1, "NAME", cron_pause),
 	CRON_SUB("resume", "cron resume", resume_usage, resume_opts, 1, 1, "NAME", cron_resume),
+	CRON_SUB("run", "cron run", run_usage, name_opts, 1, 1, "NAME", cron_run),
 	CRON_SUB("tick", "cron tick", tick_usage, tick_opts, 0, 0, "", cron_tick),
 };
 
