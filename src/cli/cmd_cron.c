@@ -142,7 +142,8 @@ static const char pause_usage[] =
 	"Usage: skiplock cron pause NAME\n"
 	"\n"
 	"Stop schedule NAME from firing until it is resumed. Pausing a paused\n"
-	"schedule changes nothing.\n"
+	"schedule changes nothing. Written to the action log (skiplock jobs\n"
+	"actions) as USER@HOST, role cli.\n"
 	"\n";
 
 static const char resume_usage[] =
@@ -150,7 +151,10 @@ static const char resume_usage[] =
 	"\n"
 	"Let paused schedule NAME fire again. Fire times that passed while it was\n"
 	"paused are skipped, whatever its catch-up policy: the next job is for the\n"
-	"next fire time. Resuming an enabled schedule changes nothing.\n"
+	"next fire time. Resuming an enabled schedule changes nothing. The\n"
+	"schedule is due at once: the next tick of any worker skips what passed\n"
+	"and sets its next fire time. Written to the action log as USER@HOST, role\n"
+	"cli.\n"
 	"\n";
 
 static const char run_usage[] =
@@ -457,18 +461,30 @@ static int cron_remove(cron_args *a, skl_client *c, char **argv, int nargs)
 	return by_name(a, skl_cron_remove(c, argv[0], &err), &err, argv[0], "removed");
 }
 
+/* Pause, and resume at now(): logged (skiplock/control.h); resume --at
+ * TIME, for tests, is not. */
+static int set_paused(cron_args *a, skl_client *c, const char *name, bool paused)
+{
+	skl_error err;
+	if (!paused && a->at)
+		return by_name(a, skl_cron_resume(c, name, a->at, &err), &err, name, "resumed");
+	char actor[200];
+	cli_default_actor(actor, sizeof(actor));
+	skl_actor who = {actor, CLI_ACTOR_ROLE};
+	return by_name(a, skl_schedule_set_paused(c, name, paused, &who, NULL, &err), &err, name,
+	               paused ? "paused" : "resumed");
+}
+
 static int cron_pause(cron_args *a, skl_client *c, char **argv, int nargs)
 {
 	(void)nargs;
-	skl_error err;
-	return by_name(a, skl_cron_pause(c, argv[0], &err), &err, argv[0], "paused");
+	return set_paused(a, c, argv[0], true);
 }
 
 static int cron_resume(cron_args *a, skl_client *c, char **argv, int nargs)
 {
 	(void)nargs;
-	skl_error err;
-	return by_name(a, skl_cron_resume(c, argv[0], a->at, &err), &err, argv[0], "resumed");
+	return set_paused(a, c, argv[0], false);
 }
 
 static int cron_run(cron_args *a, skl_client *c, char **argv, int nargs)

@@ -3,7 +3,8 @@
 # 500 discarded jobs by filter while a real worker runs (each ends completed
 # exactly once, the action log says 500), dry runs, the --yes rule, bad
 # filters (exit 2, one line, nothing written), pausing a queue and a kind
-# under a running worker, cron run, logged breakers, and the action log.
+# under a running worker, cron run, pause and resume, logged breakers, and
+# the action log.
 # shellcheck disable=SC2015  # A && pass || fail
 . "$(dirname "$0")/lib.sh"
 S=$SKL_BIN
@@ -99,10 +100,15 @@ check_eq "the job is the schedule's" "$(q "SELECT kind || ' ' || queue || ' ' ||
 	'report reports {"full": true}'
 check_eq "next fire unchanged" "$(q "SELECT next_fire FROM skiplock.schedules")" "$before"
 expect_exit "cron run of no schedule" 1 'no schedule "nope"' -- "$S" cron run --url "$URL" nope
+check_eq "cron pause and resume" "$("$S" cron pause --url "$URL" nightly; "$S" cron resume --url "$URL" nightly)" \
+	'schedule "nightly" paused
+schedule "nightly" resumed'
+check_eq "a resumed schedule is due, its fire times handled up to now" \
+	"$(q "SELECT enabled AND next_fire <= now() AND last_fire <= now() FROM skiplock.schedules")" t
 "$S" breakers open report --url "$URL" >/dev/null && "$S" breakers close report --url "$URL" >/dev/null ||
 	fail "breakers open/close"
 check_eq "pauses, resumes, run and breakers are logged" \
 	"$(q "SELECT string_agg(action || ':' || changed, ' ' ORDER BY id) FROM skiplock.actions WHERE action NOT IN ('retry', 'discard')")" \
-	"pause:1 pause:0 pause:1 resume:1 resume:1 resume:0 schedule_run:1 breaker_open:1 breaker_close:1"
+	"pause:1 pause:0 pause:1 resume:1 resume:1 resume:0 schedule_run:1 schedule_pause:1 schedule_resume:1 breaker_open:1 breaker_close:1"
 no_leftovers
 finish
