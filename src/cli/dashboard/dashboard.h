@@ -71,4 +71,17 @@ dash_reply dash_api_get(dash_server *s, dash_role role, const char *path, dash_a
 /* POST /api/jobs/ID/retry and /api/jobs/ID/cancel. */
 dash_reply dash_api_post(dash_server *s, const char *path);
 
+/* Replies shared by the endpoints' files (dashboard_api.c): a document
+ * (out of memory: an error), {"error": msg}, and a library failure (404 no
+ * such row, 409 a state that forbids it, 400 bad input, else 503). */
+dash_reply dash_ok(unsigned status, json_t *body);
+dash_reply dash_fail(unsigned status, const char *msg);
+dash_reply dash_lib_fail(skl_rc rc, const skl_error *err);
+/* A query argument, NULL when absent or empty. */
+const char *dash_arg(dash_arg_fn arg, void *ctx, const char *name);
+
+/* GET /api/chart?queue=&kind=&range= (dashboard_chart.c); called under
+ * the server's lock. */
+dash_reply dash_get_chart(dash_server *s, dash_arg_fn arg, void *ctx);
+
 #endif
