@@ -22,6 +22,7 @@
 #include "skiplock/worker.h"
 #include "skiplock/webhook.h"
 #include "skiplock/inspect.h"
+#include "skiplock/control.h"
 #include "skiplock/retention.h"
 #include "skiplock/cron.h"
 #include "skiplock/idem.h"
