@@ -189,6 +189,51 @@ check_eq "queues: lease expired, oldest due age, failure rates (5 and 60 min)" \
 	'[["default",0,"number",1,1,1,1],["q2",1,"null",0,null,0,null]]'
 stop_dash find
 
+# --- charts: one queue and kind over time; bad range or name 400 ---
+# Kind ch: 3 jobs completed 10 minutes ago after waits of 1, 2 and 3 s, one
+# discarded 30 minutes ago after 2 failed attempts (its last claim waited a
+# minute), one failed attempt of a
+# live job 5 minutes ago, and a completion 2 hours ago (outside 1 h).
+q "INSERT INTO skiplock.finished_jobs (kind, state, attempt, run_at, attempted_at, finished_at, errors,
+                                     expires_at)
+   SELECT 'ch', 'completed', 1, now() - interval '10 minutes' - w * interval '1 second',
+          now() - interval '10 minutes', now() - interval '10 minutes', '[]'::jsonb, 'infinity'::timestamptz
+     FROM generate_series(1, 3) w
+   UNION ALL
+   SELECT 'ch', 'discarded', 2, now() - interval '31 minutes', now() - interval '30 minutes',
+          now() - interval '30 minutes', jsonb_build_array(
+            jsonb_build_object('attempt', 1, 'at', now() - interval '31 minutes', 'error', 'x'),
+            jsonb_build_object('attempt', 2, 'at', now() - interval '30 minutes', 'error', 'y')),
+          'infinity'
+   UNION ALL
+   SELECT 'ch', 'completed', 1, now() - interval '2 hours', now() - interval '2 hours',
+          now() - interval '2 hours', '[]', 'infinity'" >/dev/null
+q "INSERT INTO skiplock.jobs (kind, attempt, run_at, errors) VALUES ('ch', 1, now() + interval '1 hour',
+   jsonb_build_array(jsonb_build_object('attempt', 1, 'at', now() - interval '5 minutes', 'error', 'z')))" >/dev/null
+start_dash chart --listen 127.0.0.1:0
+SUMS='[(.completed, .failed, .discarded, .claims | add), (.wait_p50_ms, .wait_p95_ms | map(select(. != null)))]'
+check_eq "chart: 200" "$(http GET '/api/chart?kind=ch')" 200
+check_eq "chart, 1 h: 60 one-minute buckets" "$(jq -c '[.range, .bucket_ms, (.completed, .failed, .wait_p50_ms | length)]' "$TMP/body")" \
+	'["1h",60000,60,60,60]'
+check_eq "chart, 1 h: 3 completed, 3 failed attempts, 1 discarded, 4 claims; waits p50 1 min, 2 s; p95 1 min, 2.9 s" \
+	"$(jq -c "$SUMS" "$TMP/body")" '[3,3,1,4,[60000,2000],[60000,2900]]'
+check_eq "chart, 1 h: the failures 31, 30 and 5 minutes ago" \
+	"$(jq -c '[.failed | to_entries[] | select(.value > 0) | .key]' "$TMP/body")" '[28,29,54]'
+check_eq "chart, 24 h: 200" "$(http GET '/api/chart?kind=ch&range=24h')" 200
+check_eq "chart, 24 h: 96 buckets of 15 min, the old completion too" \
+	"$(jq -c '[.bucket_ms, (.completed | length), (.completed | add)]' "$TMP/body")" '[900000,96,4]'
+check_eq "chart, 7 d: 84 buckets of 2 h" "$(http GET '/api/chart?range=7d&queue=default&kind=ch')" 200
+check_eq "chart, 7 d: shape" "$(jq -c '[.bucket_ms, (.completed | length), .queue, .kind]' "$TMP/body")" \
+	'[7200000,84,"default","ch"]'
+check_eq "chart of another queue: 200" "$(http GET '/api/chart?queue=q2&kind=ch')" 200
+check_eq "chart of another queue: nothing" "$(jq -c "$SUMS" "$TMP/body")" '[0,0,0,0,[],[]]'
+check_eq "chart, range 2h: 400" "$(http GET '/api/chart?range=2h')" 400
+check_eq "chart, range 2h: says which" "$(jq -r .error "$TMP/body")" "range must be 1h, 6h, 24h or 7d"
+check_eq "chart, a 129-byte kind: 400" "$(http GET "/api/chart?kind=$(printf 'k%.0s' $(seq 129))")" 400
+check_eq "chart keeps the Host rule: 403" "$(http GET '/api/chart' -H "Host: rebind.example:$PORT")" 403
+stop_dash chart
+q "DELETE FROM skiplock.finished_jobs WHERE kind = 'ch'; DELETE FROM skiplock.jobs WHERE kind = 'ch'" >/dev/null
+
 # --- roles: an operator token acts, a viewer token only reads ---
 printf 'op-%s\n' "$(head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n')" >"$TMP/op"
 printf 'vw-%s\n' "$(head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n')" >"$TMP/vw"
@@ -275,5 +320,63 @@ plan_check "lease expired" jobs_rescue_idx \
 	"NULL, NULL, 'running', 100, NULL, NULL, 'lease', NULL, NULL, NULL, 0"
 plan_check "discarded in the last 5 minutes" finished_jobs_forever_finished_at_idx \
 	"NULL, NULL, 'discarded', 100, NULL, NULL, 'finished', NULL, 300000, NULL, NULL"
+# The chart's statement (chart_sql in src/lib/queue/chart.c) over those
+# 20000 finished jobs (5.5 hours of them): the last hour is a range of their
+# finished_at index, never a scan of the partition; the live jobs are read
+# whole (they may hold any error).  A range that covers most of the table
+# (6 h here) reads it whole, as it should.
+SINCE="(now() - \$1::int * \$2::bigint * interval '1 millisecond')"
+PAIR() { echo "(\$3::text IS NULL OR $1.queue = \$3) AND (\$4::text IS NULL OR $1.kind = \$4)"; }
+CHART="PREPARE chart(int, bigint, text, text) AS
+WITH j AS (
+  SELECT f.state, f.finished_at, f.attempted_at, f.run_at, f.errors
+    FROM skiplock.finished_jobs f WHERE f.finished_at >= $SINCE AND $(PAIR f)
+  UNION ALL
+  SELECT l.state, l.finished_at, l.attempted_at, l.run_at, l.errors
+    FROM skiplock.jobs l
+   WHERE (l.state IN ('available', 'running') OR l.finished_at >= $SINCE) AND $(PAIR l)),
+ e AS (
+  SELECT j.state AS what, j.finished_at AS at, NULL::float8 AS wait_ms FROM j
+   WHERE j.state IN ('completed', 'discarded')
+  UNION ALL
+  SELECT 'failed', CASE WHEN (x.v ->> 'at') ~ '^[0-9]{4}-[0-9]{2}-[0-9]{2}[T ][0-9:.]+([+-][0-9:]+|Z)?\$'
+                   THEN (x.v ->> 'at')::timestamptz END, NULL FROM j,
+         jsonb_array_elements(CASE WHEN jsonb_typeof(j.errors) = 'array' THEN j.errors ELSE '[]' END) x(v)
+  UNION ALL
+  SELECT 'claimed', j.attempted_at, extract(epoch FROM j.attempted_at - j.run_at) * 1000
+    FROM j WHERE j.state IN ('running', 'completed', 'discarded') AND j.attempted_at >= j.run_at),
+ g AS (
+  SELECT least(floor(extract(epoch FROM e.at - $SINCE) * 1000 / \$2::bigint)::int, \$1::int - 1) AS b,
+         count(*) FILTER (WHERE e.what = 'completed') AS completed,
+         count(*) FILTER (WHERE e.what = 'failed') AS failed,
+         count(*) FILTER (WHERE e.what = 'discarded') AS discarded,
+         count(*) FILTER (WHERE e.what = 'claimed') AS claims,
+         round(percentile_cont(0.5) WITHIN GROUP (ORDER BY e.wait_ms)) AS p50,
+         round(percentile_cont(0.95) WITHIN GROUP (ORDER BY e.wait_ms)) AS p95
+    FROM e WHERE e.at >= $SINCE GROUP BY 1)
+ SELECT s.b, coalesce(g.completed, 0), coalesce(g.failed, 0), coalesce(g.discarded, 0),
+        coalesce(g.claims, 0), coalesce(g.p50, -1)::bigint, coalesce(g.p95, -1)::bigint,
+        to_char($SINCE AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"')
+   FROM generate_series(0, \$1::int - 1) s(b) LEFT JOIN g ON g.b = s.b ORDER BY s.b"
+chart_plan() { # NAME ARGS
+	local plan
+	plan=$(printf '%s;\nEXPLAIN EXECUTE chart(%s);\n' "$CHART" "$2" | psql -X -q -At "$DIRECT_URL")
+	if grep -q finished_jobs_forever_finished_at_idx <<<"$plan" &&
+		! grep -qE "Seq Scan on finished_jobs_forever( |$)" <<<"$plan"; then
+		pass "plan: the chart, $1, reads a range of finished_at"
+	else
+		fail "plan: the chart, $1, does not read a range of finished_at: $plan"
+	fi
+}
+chart_plan "1 h, every queue and kind" "60, 60000, NULL, NULL"
+chart_plan "1 h, one kind" "60, 60000, NULL, 'p1'"
+chart_plan "1 h, one queue and kind" "60, 60000, 'default', 'p1'"
+# The statement above is the library's: the dashboard answers the same.
+start_dash plans --listen 127.0.0.1:0
+check_eq "chart over 20000 jobs: 200" "$(http GET '/api/chart?kind=p1&range=6h')" 200
+check_eq "chart over 20000 jobs: as the statement" "$(jq -c '[(.completed, .failed, .discarded | add)]' "$TMP/body")" \
+	"$(printf '%s;\nCREATE TEMP TABLE x(b, c, f, d, n, p, q, s) AS EXECUTE chart(72, 300000, NULL, %s);\nSELECT format($$[%%s,%%s,%%s]$$, sum(c), sum(f), sum(d)) FROM x;\n' \
+	  "$CHART" "'p1'" | psql -X -q -At "$DIRECT_URL" 2>&1)"
+stop_dash plans
 no_leftovers
 finish

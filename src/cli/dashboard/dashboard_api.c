@@ -19,6 +19,7 @@
  *   GET  /api/breakers           circuit breakers and their state
  *   GET  /api/doctor/locks       `doctor locks` findings (report only)
  *   POST /api/jobs/ID/retry, /api/jobs/ID/cancel
+ * and the operator's fleet-wide actions of dashboard_act.c.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -123,19 +124,29 @@ static dash_reply get_queues(dash_server *s)
 	return dash_ok(200, arr);
 }
 
-static dash_reply get_jobs(dash_server *s, dash_role role, dash_arg_fn arg, void *ctx)
+dash_reply dash_filter(const dash_server *s, dash_role role, dash_arg_fn arg, void *ctx,
+                       skl_list_opts *o)
 {
-	skl_list_opts o = {
+	*o = (skl_list_opts){
 		.queue = dash_arg(arg, ctx, "queue"), .kind = dash_arg(arg, ctx, "kind"),
 		.state = dash_arg(arg, ctx, "state"), .limit = 100,
-		.payload_contains = dash_arg(arg, ctx, "payload"), .error_contains = dash_arg(arg, ctx, "error"),
-		.time_field = dash_arg(arg, ctx, "time"), .from = dash_arg(arg, ctx, "from"),
-		.to = dash_arg(arg, ctx, "to")};
-	if (o.state && !skl_job_state_valid(o.state))
+		.payload_contains = dash_arg(arg, ctx, "payload"),
+		.error_contains = dash_arg(arg, ctx, "error"), .time_field = dash_arg(arg, ctx, "time"),
+		.from = dash_arg(arg, ctx, "from"), .to = dash_arg(arg, ctx, "to")};
+	if (o->state && !skl_job_state_valid(o->state))
 		return dash_fail(400, "unknown job state");
 	/* Matching on what a viewer may not read would reveal it bit by bit. */
-	if (o.payload_contains && role == DASH_VIEWER && s->hide_payloads)
+	if (o->payload_contains && role == DASH_VIEWER && s->hide_payloads)
 		return dash_fail(403, "payloads are hidden from viewers");
+	return (dash_reply){0, NULL};
+}
+
+static dash_reply get_jobs(dash_server *s, dash_role role, dash_arg_fn arg, void *ctx)
+{
+	skl_list_opts o;
+	dash_reply bad = dash_filter(s, role, arg, ctx, &o);
+	if (bad.body)
+		return bad;
 	const char *limit = arg(ctx, "limit");
 	if (limit) {
 		char *end;
@@ -326,6 +337,9 @@ static dash_reply route_get(dash_server *s, dash_role role, const char *path, da
 		return get_queues(s);
 	if (strcmp(path, "/api/jobs") == 0)
 		return get_jobs(s, role, arg, ctx);
+	dash_reply act = dash_act_get(s, role, path, arg, ctx);
+	if (act.body)
+		return act;
 	if (strncmp(path, "/api/jobs/", 10) == 0)
 		return get_job(s, role, path + 10, arg, ctx);
 	if (strcmp(path, "/api/schedules") == 0)
@@ -352,8 +366,12 @@ dash_reply dash_api_get(dash_server *s, dash_role role, const char *path, dash_a
 	return r;
 }
 
-dash_reply dash_api_post(dash_server *s, const char *path)
+dash_reply dash_api_post(dash_server *s, const char *path, dash_arg_fn arg, void *ctx,
+                         const skl_actor *who)
 {
+	dash_reply act = dash_act_post(s, path, arg, ctx, who);
+	if (act.body)
+		return act;
 	int64_t id;
 	const char *action;
 	if (strncmp(path, "/api/jobs/", 10) != 0 || !parse_id(path + 10, &id, &action))
