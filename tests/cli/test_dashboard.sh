@@ -234,6 +234,64 @@ check_eq "chart keeps the Host rule: 403" "$(http GET '/api/chart' -H "Host: reb
 stop_dash chart
 q "DELETE FROM skiplock.finished_jobs WHERE kind = 'ch'; DELETE FROM skiplock.jobs WHERE kind = 'ch'" >/dev/null
 
+# --- acting on the fleet: count, bulk, pause, breakers, schedules, the log ---
+ba=$("$S" enqueue --url "$URL" --queue bulkq bk '{"b": 1}')
+bb=$("$S" enqueue --url "$URL" --queue bulkq bk '{"b": 2}')
+bc=$("$S" enqueue --url "$URL" --queue bulkq bk '{"b": 3}')
+start_dash act --listen 127.0.0.1:0
+http GET / >/dev/null
+CSRF=$(sed -n 's|.*name="csrf-token" content="\([0-9a-f]*\)".*|\1|p' "$TMP/body")
+P=(-H "X-CSRF-Token: $CSRF")
+check_eq "count: 200" "$(http GET '/api/jobs/count?queue=bulkq&state=available')" 200
+check_eq "count: as SQL" "$(jq .count "$TMP/body")" \
+	"$(q "SELECT count(*) FROM skiplock.all_jobs WHERE queue = 'bulkq' AND state = 'available'")"
+check_eq "count, bad state: 400" "$(http GET '/api/jobs/count?state=lost')" 400
+check_eq "count, a word for a time: 400" "$(http GET '/api/jobs/count?time=created&from=yesterday')" 400
+check_eq "count keeps the Host rule: 403" "$(http GET '/api/jobs/count' -H "Host: rebind.example:$PORT")" 403
+check_eq "bulk without CSRF: 403" "$(http POST '/api/bulk/cancel?queue=bulkq')" 403
+check_eq "bulk, no filter and no ids: 400" "$(http POST '/api/bulk/cancel' "${P[@]}")" 400
+check_eq "bulk, bad filter: 400" "$(http POST '/api/bulk/cancel?time=born&from=1h' "${P[@]}")" 400
+check_eq "bulk, bad ids: 400" "$(http POST '/api/bulk/cancel?ids=1,x' "${P[@]}")" 400
+check_eq "bulk, unknown action: 404" "$(http POST '/api/bulk/explode?queue=bulkq' "${P[@]}")" 404
+check_eq "refused bulk actions changed nothing" \
+	"$(q "SELECT string_agg(state, ',') FROM skiplock.all_jobs WHERE queue = 'bulkq'")" "available,available,available"
+check_eq "bulk cancel of one picked job: 200" "$(http POST "/api/bulk/cancel?ids=$ba" "${P[@]}")" 200
+check_eq "bulk cancel of ids: counts" "$(jq -c '[.action, .matched, .changed, .skipped]' "$TMP/body")" '["cancel",1,1,0]'
+check_eq "bulk discard by filter: 200" "$(http POST '/api/bulk/discard?queue=bulkq&state=available' "${P[@]}")" 200
+check_eq "bulk discard by filter: counts" "$(jq -c '[.matched, .changed, .skipped]' "$TMP/body")" '[2,2,0]'
+check_eq "bulk retry by filter: 200" "$(http POST '/api/bulk/retry?queue=bulkq&kind=bk' "${P[@]}")" 200
+check_eq "bulk retry by filter: counts" "$(jq -c '[.matched, .changed]' "$TMP/body")" '[3,3]'
+check_eq "bulk retry: all available again" \
+	"$(q "SELECT string_agg(state, ',') FROM skiplock.all_jobs WHERE id IN ($ba, $bb, $bc)")" "available,available,available"
+check_eq "pause, neither queue nor kind: 400" "$(http POST '/api/pause' "${P[@]}")" 400
+check_eq "pause, both: 400" "$(http POST '/api/pause?queue=a&kind=b' "${P[@]}")" 400
+check_eq "pause without CSRF: 403" "$(http POST '/api/pause?queue=bulkq')" 403
+check_eq "pause queue bulkq: 200" "$(http POST '/api/pause?queue=bulkq' "${P[@]}")" 200
+check_eq "pause: changed" "$(jq -c .changed "$TMP/body")" true
+check_eq "pauses: 200" "$(http GET /api/pauses)" 200
+check_eq "pauses: bulkq, by the dashboard" "$(jq -c 'map([.queue, .kind, .paused_by, .role])' "$TMP/body")" \
+	'[["bulkq","*","dashboard@127.0.0.1","operator"]]'
+check_eq "resume queue bulkq: 200" "$(http POST '/api/resume?queue=bulkq' "${P[@]}")" 200
+check_eq "breaker open: 200" "$(http POST '/api/breakers/open?kind=bk' "${P[@]}")" 200
+check_eq "breaker open: open" "$("$S" breakers --json --url "$URL" | jq -r 'map(select(.kind == "bk"))[0].state')" open
+check_eq "breaker close: 200" "$(http POST '/api/breakers/close?kind=bk' "${P[@]}")" 200
+check_eq "breaker without a kind: 400" "$(http POST '/api/breakers/open' "${P[@]}")" 400
+"$S" cron add --url "$URL" nightly '0 3 * * *' bk '{"n": 0}' >/dev/null 2>&1 || fail "cron add"
+check_eq "schedule pause: 200" "$(http POST '/api/schedules/pause?name=nightly' "${P[@]}")" 200
+check_eq "schedule resume: 200" "$(http POST '/api/schedules/resume?name=nightly' "${P[@]}")" 200
+check_eq "schedule run now: 200" "$(http POST '/api/schedules/run?name=nightly' "${P[@]}")" 200
+check_eq "schedule run now: the job" "$(q "SELECT kind || ' ' || state FROM skiplock.jobs WHERE id = $(jq .job_id "$TMP/body")")" \
+	"bk available"
+check_eq "no such schedule: 404" "$(http POST '/api/schedules/run?name=none' "${P[@]}")" 404
+check_eq "actions, limit 0: 400" "$(http GET '/api/actions?limit=0')" 400
+check_eq "actions: 200" "$(http GET '/api/actions?limit=20')" 200
+check_eq "actions: each logged, newest first, by the dashboard as operator" \
+	"$(jq -c 'map([.action, .matched, .changed, .actor, .role]) | map(join(" "))' "$TMP/body")" \
+	'["schedule_run 1 1 dashboard@127.0.0.1 operator","schedule_resume 1 1 dashboard@127.0.0.1 operator","schedule_pause 1 1 dashboard@127.0.0.1 operator","breaker_close 1 1 dashboard@127.0.0.1 operator","breaker_open 1 1 dashboard@127.0.0.1 operator","resume 1 1 dashboard@127.0.0.1 operator","pause 1 1 dashboard@127.0.0.1 operator","retry 3 3 dashboard@127.0.0.1 operator","discard 2 2 dashboard@127.0.0.1 operator","cancel 1 1 dashboard@127.0.0.1 operator"]'
+stop_dash act
+q "DELETE FROM skiplock.jobs WHERE kind = 'bk'; DELETE FROM skiplock.finished_jobs WHERE kind = 'bk'" >/dev/null
+"$S" cron remove --url "$URL" nightly >/dev/null 2>&1 || fail "cron remove"
+
 # --- roles: an operator token acts, a viewer token only reads ---
 printf 'op-%s\n' "$(head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n')" >"$TMP/op"
 printf 'vw-%s\n' "$(head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n')" >"$TMP/vw"
@@ -253,6 +311,15 @@ check_eq "viewer cancel with CSRF: 403" "$(http POST "/api/jobs/$d1/cancel" -H "
 	-H "X-CSRF-Token: $CSRF")" 403
 grep -q 'a viewer cannot act' "$TMP/body" && pass "viewer refusal says why" || fail "viewer: $(cat "$TMP/body")"
 check_eq "viewer: job still available" "$(q "SELECT state FROM skiplock.all_jobs WHERE id = $d1")" available
+n0=$(q "SELECT count(*) FROM skiplock.actions")
+for a in "bulk/retry?ids=$d1" "pause?queue=default" "resume?queue=default" "breakers/open?kind=k" \
+	"schedules/run?name=none"; do
+	check_eq "viewer POST /api/$a with CSRF: 403" "$(http POST "/api/$a" -H "Authorization: Bearer $VW" \
+		-H "X-CSRF-Token: $CSRF")" 403
+done
+check_eq "viewer reads the action log: 200" "$(http GET /api/actions -H "Authorization: Bearer $VW")" 200
+check_eq "viewer reads a count: 200" "$(http GET /api/jobs/count?state=available -H "Authorization: Bearer $VW")" 200
+check_eq "viewer's refused actions logged nothing" "$(q "SELECT count(*) FROM skiplock.actions")" "$n0"
 check_eq "operator without CSRF: 403" "$(http POST "/api/jobs/$d1/cancel" -H "Authorization: Bearer $OP")" 403
 check_eq "operator cancel: 200" "$(http POST "/api/jobs/$d1/cancel" -H "Authorization: Bearer $OP" \
 	-H "X-CSRF-Token: $CSRF")" 200
