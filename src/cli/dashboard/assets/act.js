@@ -55,6 +55,8 @@ function filterText(q) {
   return [...q].map(([k, v]) => k + '=' + v).join(', ') || 'no filter';
 }
 
+const DONE = {retry: 'retried', cancel: 'cancelled', discard: 'discarded'};
+
 async function bulk(action, picked) {
   const q = picked ? new URLSearchParams({ids: [...selected].join(',')}) : filterQuery();
   let count;
@@ -69,8 +71,7 @@ async function bulk(action, picked) {
     return;
   if (picked) selected.clear();
   await operate(action, '/api/bulk/' + action + '?' + q, r =>
-    r.matched + ' matched, ' + r.changed + ' ' + action + (action === 'cancel' ? 'led' : 'ed') +
-    ', ' + r.skipped + ' skipped');
+    r.matched + ' matched, ' + r.changed + ' ' + DONE[action] + ', ' + r.skipped + ' skipped');
   showSelection();
 }
 
