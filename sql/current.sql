@@ -70,6 +70,25 @@ CREATE TYPE skiplock.rescued_job AS (
 	kind text
 );
 
+CREATE FUNCTION skiplock.action_record(actor text, role text, action text, target jsonb, matched bigint, changed bigint) RETURNS bigint
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+#variable_conflict use_variable
+DECLARE
+  v_id bigint;
+BEGIN
+  PERFORM skiplock.check_actor(actor, role);
+  INSERT INTO skiplock.actions (actor, role, action, target, matched, changed)
+  VALUES (actor, role, action, coalesce(target, '{}'), coalesce(matched, 0),
+          coalesce(changed, 0))
+  RETURNING id INTO v_id;
+  RETURN v_id;
+END
+$$;
+
+COMMENT ON FUNCTION skiplock.action_record(actor text, role text, action text, target jsonb, matched bigint, changed bigint) IS 'write one row of the action log (operators)';
+
 CREATE FUNCTION skiplock.backoff_delay(strategy text, n integer, base_ms bigint, cap_ms bigint, prev_ms bigint, r double precision) RETURNS bigint
     LANGUAGE sql IMMUTABLE PARALLEL SAFE
     AS $$
@@ -99,6 +118,48 @@ CREATE FUNCTION skiplock.breaker_configure(kind text, failure_pct integer, min_c
    WHERE (b.failure_pct, b.min_calls, b.window_calls, b.window_ms, b.open_ms, b.probes)
          IS DISTINCT FROM ($2, $3, $4, $5, $6, $7)
 $_$;
+
+CREATE FUNCTION skiplock.breaker_set(kind text, open boolean, actor text, role text) RETURNS boolean
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+#variable_conflict use_variable
+DECLARE
+  v_prev text;
+BEGIN
+  PERFORM skiplock.check_actor(actor, role);
+  IF kind IS NULL OR length(kind) NOT BETWEEN 1 AND 128 OR open IS NULL THEN
+    RAISE EXCEPTION 'breaker_set: a kind of 1 to 128 characters and open are required'
+      USING ERRCODE = '22023';
+  END IF;
+  IF open THEN
+    INSERT INTO skiplock.breakers AS b (kind, state, open_until) VALUES (kind, 'open', 'infinity')
+    ON CONFLICT ON CONSTRAINT breakers_pkey DO UPDATE SET prev_state = b.state, state = 'open',
+       open_until = 'infinity', probes_left = 0, probe_ok = 0, changed_at = now()
+    RETURNING b.prev_state INTO v_prev;
+  ELSE
+    UPDATE skiplock.breakers b SET prev_state = b.state, state = 'closed', calls = 0,
+           failures = 0, window_started_at = now(), probes_left = 0, probe_ok = 0,
+           open_until = NULL, changed_at = now()
+     WHERE b.kind = kind
+    RETURNING b.prev_state INTO v_prev;
+    IF NOT FOUND THEN
+      RETURN NULL;
+    END IF;
+  END IF;
+  INSERT INTO skiplock.breaker_events (kind, from_state, to_state, reason)
+  VALUES (kind, v_prev, CASE WHEN open THEN 'open' ELSE 'closed' END,
+          format('%s by %s (%s)', CASE WHEN open THEN 'opened' ELSE 'closed' END, actor, role));
+  PERFORM skiplock.action_record(actor, role,
+                                 CASE WHEN open THEN 'breaker_open' ELSE 'breaker_close' END,
+                                 jsonb_build_object('breaker', kind), 1,
+                                 (v_prev IS DISTINCT FROM
+                                  CASE WHEN open THEN 'open' ELSE 'closed' END)::int);
+  RETURN v_prev IS DISTINCT FROM CASE WHEN open THEN 'open' ELSE 'closed' END;
+END
+$$;
+
+COMMENT ON FUNCTION skiplock.breaker_set(kind text, open boolean, actor text, role text) IS 'force a breaker open or close it, logged (operators)';
 
 CREATE TABLE skiplock.breakers (
     kind text NOT NULL,
@@ -162,6 +223,17 @@ BEGIN
     END IF;
   END IF;
   RETURN n;
+END
+$$;
+
+CREATE FUNCTION skiplock.check_actor(p_actor text, p_role text) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+  IF p_actor IS NULL OR length(p_actor) NOT BETWEEN 1 AND 200
+     OR p_role IS NULL OR length(p_role) NOT BETWEEN 1 AND 200 THEN
+    RAISE EXCEPTION 'actor and role must be 1 to 200 characters' USING ERRCODE = '22023';
+  END IF;
 END
 $$;
 
@@ -257,17 +329,23 @@ CREATE FUNCTION skiplock.claim_pick(p_owner text, p_kinds text[], p_queues text[
     AS $$
 DECLARE
   v_kinds text[] := p_kinds;
+  v_skip text[] := '{}';
   v_probes bigint[] := '{}';
   v_m int;
   v_after timestamptz;
 BEGIN
   PERFORM skiplock.check_claim_args(p_owner, p_kinds, p_n, p_lease);
-  IF EXISTS (SELECT 1 FROM skiplock.breakers b
-              WHERE b.kind = ANY (p_kinds) AND b.state <> 'closed') THEN
-    v_probes := skiplock.claim_probes(p_kinds, p_queues, p_n);
+  IF EXISTS (SELECT 1 FROM skiplock.pauses) THEN
     v_kinds := ARRAY(SELECT unnest(p_kinds) EXCEPT
+                     SELECT p.kind FROM skiplock.pauses p WHERE p.queue = '*');
+    v_skip := ARRAY(SELECT p.queue FROM skiplock.pauses p WHERE p.kind = '*');
+  END IF;
+  IF EXISTS (SELECT 1 FROM skiplock.breakers b
+              WHERE b.kind = ANY (v_kinds) AND b.state <> 'closed') THEN
+    v_probes := skiplock.claim_probes(v_kinds, p_queues, p_n, v_skip);
+    v_kinds := ARRAY(SELECT unnest(v_kinds) EXCEPT
                      SELECT b.kind FROM skiplock.breakers b
-                      WHERE b.kind = ANY (p_kinds) AND b.state <> 'closed');
+                      WHERE b.kind = ANY (v_kinds) AND b.state <> 'closed');
   END IF;
   v_m := p_n - cardinality(v_probes);
   IF v_m <= 0 THEN
@@ -277,6 +355,7 @@ BEGIN
       SELECT j.id FROM skiplock.jobs j
        WHERE j.state = 'available' AND j.run_at <= now()
          AND (p_queues IS NULL OR j.queue = ANY (p_queues)) AND j.kind = ANY (v_kinds)
+         AND j.queue <> ALL (v_skip)
        ORDER BY j.priority DESC, j.run_at, j.id LIMIT v_m FOR UPDATE SKIP LOCKED);
   END IF;
   v_after := timestamptz 'epoch' + p_after_run_at_us * interval '1 microsecond';
@@ -285,6 +364,7 @@ BEGIN
       SELECT j.id FROM skiplock.jobs j
        WHERE j.state = 'available' AND j.run_at <= now()
          AND (p_queues IS NULL OR j.queue = ANY (p_queues)) AND j.kind = ANY (v_kinds)
+         AND j.queue <> ALL (v_skip)
          AND j.priority = p_after_priority AND (j.run_at, j.id) > (v_after, p_after_id)
        ORDER BY j.priority DESC, j.run_at, j.id LIMIT v_m FOR UPDATE SKIP LOCKED) a
     UNION ALL
@@ -292,6 +372,7 @@ BEGIN
       SELECT j.id FROM skiplock.jobs j
        WHERE j.state = 'available' AND j.run_at <= now()
          AND (p_queues IS NULL OR j.queue = ANY (p_queues)) AND j.kind = ANY (v_kinds)
+         AND j.queue <> ALL (v_skip)
          AND j.priority < p_after_priority
        ORDER BY j.priority DESC, j.run_at, j.id LIMIT v_m FOR UPDATE SKIP LOCKED) b
     LIMIT v_m);
@@ -301,8 +382,16 @@ $$;
 COMMENT ON FUNCTION skiplock.claim_pick(p_owner text, p_kinds text[], p_queues text[], p_n integer, p_lease interval, p_after_priority integer, p_after_run_at_us bigint, p_after_id bigint) IS 'the ids a claim takes (probes, then due jobs), locked SKIP LOCKED; record_claim updates them';
 
 CREATE FUNCTION skiplock.claim_probes(p_kinds text[], p_queues text[], p_n integer) RETURNS bigint[]
-    LANGUAGE plpgsql SECURITY DEFINER
-    SET search_path TO 'pg_catalog', 'pg_temp'
+    LANGUAGE sql
+    AS $$
+  SELECT skiplock.claim_probes(
+           ARRAY(SELECT unnest(p_kinds) EXCEPT
+                 SELECT p.kind FROM skiplock.pauses p WHERE p.queue = '*'),
+           p_queues, p_n, ARRAY(SELECT p.queue FROM skiplock.pauses p WHERE p.kind = '*'))
+$$;
+
+CREATE FUNCTION skiplock.claim_probes(p_kinds text[], p_queues text[], p_n integer, p_skip text[]) RETURNS bigint[]
+    LANGUAGE plpgsql
     AS $$
 DECLARE
   v_ids bigint[];
@@ -317,7 +406,7 @@ BEGIN
     SELECT x.id, pk.kind FROM pk CROSS JOIN LATERAL (
       SELECT j.id FROM skiplock.jobs j
        WHERE j.state = 'available' AND j.run_at <= now() AND j.kind = pk.kind
-         AND (p_queues IS NULL OR j.queue = ANY (p_queues))
+         AND (p_queues IS NULL OR j.queue = ANY (p_queues)) AND j.queue <> ALL (p_skip)
        ORDER BY j.priority DESC, j.run_at, j.id LIMIT 1 FOR UPDATE SKIP LOCKED) x
     LIMIT p_n),
   probe AS (
@@ -662,17 +751,23 @@ BEGIN
   EXECUTE format('GRANT SELECT ON skiplock.jobs, skiplock.finished_jobs, skiplock.all_jobs, '
                  'skiplock.retention, skiplock.maintenance, skiplock.finished_partitions, '
                  'skiplock.breakers, skiplock.breaker_events, skiplock.schedules, '
-                 'skiplock.leases, skiplock.schema_version TO %I', p_role);
+                 'skiplock.leases, skiplock.schema_version, skiplock.pauses TO %I', p_role);
+  IF p_kind <> 'worker' THEN
+    EXECUTE format('GRANT SELECT ON skiplock.actions TO %I', p_role);
+  END IF;
   FOR f IN SELECT p.oid::regprocedure FROM pg_proc p
             WHERE p.pronamespace = 'skiplock'::regnamespace AND p.prokind = 'f'
               AND (p.proname IN ('installed_version', 'backoff_delay', 'retry_delay_ms',
                                  'breaker_step', 'check_job_times', 'interval_ms',
                                  'check_claim_args', 'lease_check_args', 'lease_check_reserved',
-                                 'keep_until', 'errors_append')
+                                 'keep_until', 'errors_append', 'jobs_matching')
                    OR (p_kind = 'worker' AND p.prosecdef
                        AND p.proname NOT IN ('job_cancel', 'job_retry', 'jobs_prune',
                                              'retention_set', 'retention_reset',
-                                             'partition_width_set'))
+                                             'partition_width_set', 'action_record', 'pause',
+                                             'resume', 'job_discard', 'jobs_act',
+                                             'schedule_run_now', 'schedule_set_paused',
+                                             'breaker_set'))
                    OR (p_kind = 'operator' AND p.prosecdef))
   LOOP
     EXECUTE format('GRANT EXECUTE ON FUNCTION %s TO %I', f, p_role);
@@ -940,6 +1035,31 @@ $$;
 
 COMMENT ON FUNCTION skiplock.job_cancel(id bigint) IS 'cancel an unfinished job (operators)';
 
+CREATE FUNCTION skiplock.job_discard(id bigint) RETURNS skiplock.job_action_result
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+#variable_conflict use_column
+DECLARE
+  v_state text;
+BEGIN
+  IF job_discard.id IS NULL THEN
+    RAISE EXCEPTION 'job_discard: id must not be NULL' USING ERRCODE = '22004';
+  END IF;
+  UPDATE skiplock.jobs j SET state = 'discarded', finished_at = now(), fencing = j.fencing + 1,
+         lease_owner = NULL, lease_expires_at = NULL
+   WHERE j.id = job_discard.id AND j.state IN ('available', 'running');
+  IF FOUND THEN
+    PERFORM skiplock.move_finished(ARRAY[job_discard.id]);
+    RETURN (true, 'discarded'::text);
+  END IF;
+  SELECT j.state INTO v_state FROM skiplock.all_jobs j WHERE j.id = job_discard.id LIMIT 1;
+  RETURN (false, v_state);
+END
+$$;
+
+COMMENT ON FUNCTION skiplock.job_discard(id bigint) IS 'discard an available or running job, fencing its claim out (operators)';
+
 CREATE FUNCTION skiplock.job_fence(id bigint, fencing bigint) RETURNS void
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -1012,6 +1132,205 @@ END
 $$;
 
 COMMENT ON FUNCTION skiplock.job_retry(id bigint, attempts integer) IS 'retry a discarded, cancelled or waiting job now (operators)';
+
+CREATE FUNCTION skiplock.jobs_act(p_action_id bigint, p_ids bigint[], OUT visited integer, OUT changed integer, OUT last_id bigint) RETURNS record
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+  v_action text;
+  v_id bigint;
+  v_r skiplock.job_action_result;
+BEGIN
+  SELECT a.action INTO v_action FROM skiplock.actions a
+   WHERE a.id = p_action_id AND a.action IN ('retry', 'cancel', 'discard') FOR UPDATE;
+  IF NOT FOUND THEN
+    RAISE EXCEPTION 'jobs_act: no bulk action %', p_action_id USING ERRCODE = '22023';
+  END IF;
+  visited := 0;
+  changed := 0;
+  FOREACH v_id IN ARRAY coalesce(p_ids, '{}') LOOP
+    visited := visited + 1;
+    last_id := least(last_id, v_id);
+    IF v_action = 'cancel' THEN
+      v_r := skiplock.job_cancel(v_id);
+    ELSIF v_action = 'discard' THEN
+      v_r := skiplock.job_discard(v_id);
+    ELSIF NOT EXISTS (SELECT 1 FROM skiplock.all_jobs j
+                       WHERE j.id = v_id AND j.unique_key IS NOT NULL) THEN
+      v_r := skiplock.job_retry(v_id);
+    ELSE
+      BEGIN -- a subtransaction only for a job with a unique key
+        v_r := skiplock.job_retry(v_id);
+      EXCEPTION WHEN unique_violation THEN
+        v_r := (false, NULL::text);
+      END;
+    END IF;
+    changed := changed + v_r.changed::int;
+  END LOOP;
+  UPDATE skiplock.actions a SET changed = a.changed + jobs_act.changed WHERE a.id = p_action_id;
+END
+$$;
+
+COMMENT ON FUNCTION skiplock.jobs_act(p_action_id bigint, p_ids bigint[], OUT visited integer, OUT changed integer, OUT last_id bigint) IS 'one batch of a logged bulk retry, cancel or discard (operators)';
+
+CREATE TABLE skiplock.jobs (
+    id bigint NOT NULL,
+    queue text DEFAULT 'default'::text NOT NULL,
+    kind text NOT NULL,
+    payload jsonb DEFAULT '{}'::jsonb NOT NULL,
+    state text DEFAULT 'available'::text NOT NULL,
+    priority integer DEFAULT 0 NOT NULL,
+    run_at timestamp with time zone DEFAULT now() NOT NULL,
+    attempt integer DEFAULT 0 NOT NULL,
+    max_attempts integer DEFAULT 25 NOT NULL,
+    fencing bigint DEFAULT 0 NOT NULL,
+    lease_owner text,
+    lease_expires_at timestamp with time zone,
+    unique_key text,
+    timeout_ms integer,
+    backoff_base_ms integer,
+    backoff_cap_ms integer,
+    errors jsonb DEFAULT '[]'::jsonb NOT NULL,
+    result jsonb,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    attempted_at timestamp with time zone,
+    finished_at timestamp with time zone,
+    backoff text,
+    last_delay_ms bigint,
+    CONSTRAINT jobs_attempts_check CHECK (((max_attempts >= 1) AND (attempt >= 0))),
+    CONSTRAINT jobs_backoff_check CHECK ((backoff = ANY (ARRAY['full'::text, 'equal'::text, 'decorrelated'::text, 'exponential'::text, 'fixed'::text]))),
+    CONSTRAINT jobs_durations_check CHECK (((timeout_ms >= 0) AND (backoff_base_ms >= 0) AND (backoff_cap_ms >= 0))),
+    CONSTRAINT jobs_kind_check CHECK (((length(kind) >= 1) AND (length(kind) <= 128))),
+    CONSTRAINT jobs_lease_check CHECK (((state <> 'running'::text) OR (lease_expires_at IS NOT NULL))),
+    CONSTRAINT jobs_queue_check CHECK (((length(queue) >= 1) AND (length(queue) <= 128))),
+    CONSTRAINT jobs_run_at_check CHECK (((run_at >= '1970-01-01 00:00:00+00'::timestamp with time zone) AND (run_at < '2200-01-01 00:00:00+00'::timestamp with time zone))),
+    CONSTRAINT jobs_state_check CHECK ((state = ANY (ARRAY['available'::text, 'running'::text, 'completed'::text, 'discarded'::text, 'cancelled'::text]))),
+    CONSTRAINT jobs_unique_key_check CHECK (((length(unique_key) >= 1) AND (length(unique_key) <= 512)))
+)
+WITH (fillfactor='80', autovacuum_vacuum_scale_factor='0.01', autovacuum_vacuum_cost_delay='0', autovacuum_analyze_scale_factor='0.02');
+
+CREATE SEQUENCE skiplock.jobs_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1;
+
+ALTER SEQUENCE skiplock.jobs_id_seq OWNED BY skiplock.jobs.id;
+
+CREATE TABLE skiplock.finished_jobs (
+    id bigint DEFAULT nextval('skiplock.jobs_id_seq'::regclass) NOT NULL,
+    queue text DEFAULT 'default'::text NOT NULL,
+    kind text NOT NULL,
+    payload jsonb DEFAULT '{}'::jsonb NOT NULL,
+    state text DEFAULT 'available'::text NOT NULL,
+    priority integer DEFAULT 0 NOT NULL,
+    run_at timestamp with time zone DEFAULT now() NOT NULL,
+    attempt integer DEFAULT 0 NOT NULL,
+    max_attempts integer DEFAULT 25 NOT NULL,
+    fencing bigint DEFAULT 0 NOT NULL,
+    lease_owner text,
+    lease_expires_at timestamp with time zone,
+    unique_key text,
+    timeout_ms integer,
+    backoff_base_ms integer,
+    backoff_cap_ms integer,
+    errors jsonb DEFAULT '[]'::jsonb NOT NULL,
+    result jsonb,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    attempted_at timestamp with time zone,
+    finished_at timestamp with time zone,
+    backoff text,
+    last_delay_ms bigint,
+    expires_at timestamp with time zone NOT NULL,
+    CONSTRAINT finished_jobs_state_check CHECK ((state = ANY (ARRAY['completed'::text, 'discarded'::text, 'cancelled'::text])))
+)
+PARTITION BY RANGE (expires_at);
+
+COMMENT ON TABLE skiplock.finished_jobs IS 'finished jobs (completed, discarded, cancelled), partitioned by expires_at; see skiplock.retention';
+
+CREATE VIEW skiplock.all_jobs AS
+ SELECT jobs.id,
+    jobs.queue,
+    jobs.kind,
+    jobs.payload,
+    jobs.state,
+    jobs.priority,
+    jobs.run_at,
+    jobs.attempt,
+    jobs.max_attempts,
+    jobs.fencing,
+    jobs.lease_owner,
+    jobs.lease_expires_at,
+    jobs.unique_key,
+    jobs.timeout_ms,
+    jobs.backoff_base_ms,
+    jobs.backoff_cap_ms,
+    jobs.errors,
+    jobs.result,
+    jobs.created_at,
+    jobs.attempted_at,
+    jobs.finished_at,
+    jobs.backoff,
+    jobs.last_delay_ms,
+    NULL::timestamp with time zone AS expires_at
+   FROM skiplock.jobs
+UNION ALL
+ SELECT finished_jobs.id,
+    finished_jobs.queue,
+    finished_jobs.kind,
+    finished_jobs.payload,
+    finished_jobs.state,
+    finished_jobs.priority,
+    finished_jobs.run_at,
+    finished_jobs.attempt,
+    finished_jobs.max_attempts,
+    finished_jobs.fencing,
+    finished_jobs.lease_owner,
+    finished_jobs.lease_expires_at,
+    finished_jobs.unique_key,
+    finished_jobs.timeout_ms,
+    finished_jobs.backoff_base_ms,
+    finished_jobs.backoff_cap_ms,
+    finished_jobs.errors,
+    finished_jobs.result,
+    finished_jobs.created_at,
+    finished_jobs.attempted_at,
+    finished_jobs.finished_at,
+    finished_jobs.backoff,
+    finished_jobs.last_delay_ms,
+    finished_jobs.expires_at
+   FROM skiplock.finished_jobs;
+
+COMMENT ON VIEW skiplock.all_jobs IS 'every job, live (skiplock.jobs) or finished (finished_jobs)';
+
+CREATE FUNCTION skiplock.jobs_matching(p_queue text, p_kind text, p_state text, p_payload jsonb, p_error text, p_time_field text, p_from timestamp with time zone, p_from_ago_ms bigint, p_to timestamp with time zone, p_to_ago_ms bigint) RETURNS SETOF skiplock.all_jobs
+    LANGUAGE sql STABLE
+    AS $$
+  SELECT j.* FROM skiplock.all_jobs j
+   WHERE (p_queue IS NULL OR j.queue = p_queue) AND (p_kind IS NULL OR j.kind = p_kind)
+     AND (p_state IS NULL OR j.state = p_state)
+     AND (p_payload IS NULL OR j.payload @> p_payload)
+     AND (p_error IS NULL OR EXISTS (
+           SELECT FROM pg_catalog.jsonb_array_elements(
+                    CASE WHEN pg_catalog.jsonb_typeof(j.errors) = 'array' THEN j.errors
+                         ELSE '[]' END) x(v)
+            WHERE pg_catalog.strpos(pg_catalog.lower(coalesce(x.v ->> 'error', x.v #>> '{}')),
+                                    pg_catalog.lower(p_error)) > 0))
+     AND (p_from IS NULL AND p_from_ago_ms IS NULL
+          OR CASE p_time_field WHEN 'created' THEN j.created_at WHEN 'run' THEN j.run_at
+               WHEN 'attempted' THEN j.attempted_at WHEN 'finished' THEN j.finished_at
+               WHEN 'lease' THEN j.lease_expires_at END
+             >= coalesce(p_from, now() - p_from_ago_ms * interval '1 millisecond'))
+     AND (p_to IS NULL AND p_to_ago_ms IS NULL
+          OR CASE p_time_field WHEN 'created' THEN j.created_at WHEN 'run' THEN j.run_at
+               WHEN 'attempted' THEN j.attempted_at WHEN 'finished' THEN j.finished_at
+               WHEN 'lease' THEN j.lease_expires_at END
+             < coalesce(p_to, now() - p_to_ago_ms * interval '1 millisecond'))
+$$;
+
+COMMENT ON FUNCTION skiplock.jobs_matching(p_queue text, p_kind text, p_state text, p_payload jsonb, p_error text, p_time_field text, p_from timestamp with time zone, p_from_ago_ms bigint, p_to timestamp with time zone, p_to_ago_ms bigint) IS 'the jobs matching the filters of a job list (inlined into the caller''s statement)';
 
 CREATE FUNCTION skiplock.jobs_prune(older_than interval, n integer DEFAULT 10000) RETURNS bigint
     LANGUAGE plpgsql SECURITY DEFINER
@@ -1270,6 +1589,51 @@ BEGIN
 END
 $$;
 
+CREATE FUNCTION skiplock.pause(queue text, kind text, actor text, role text) RETURNS boolean
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+#variable_conflict use_variable
+DECLARE
+  k record;
+  v_changed boolean;
+BEGIN
+  PERFORM skiplock.check_actor(actor, role);
+  SELECT * INTO k FROM skiplock.pause_key(queue, kind);
+  INSERT INTO skiplock.pauses (queue, kind, paused_by, role)
+  VALUES (k.queue, k.kind, actor, role) ON CONFLICT DO NOTHING;
+  v_changed := FOUND;
+  PERFORM skiplock.action_record(actor, role, 'pause', skiplock.pause_target(k.queue, k.kind),
+                                 1, v_changed::int);
+  RETURN v_changed;
+END
+$$;
+
+COMMENT ON FUNCTION skiplock.pause(queue text, kind text, actor text, role text) IS 'pause a queue or a kind fleet-wide (operators); true when it was not paused';
+
+CREATE FUNCTION skiplock.pause_key(p_queue text, p_kind text, OUT queue text, OUT kind text) RETURNS record
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+  queue := coalesce(nullif(p_queue, '*'), '*');
+  kind := coalesce(nullif(p_kind, '*'), '*');
+  IF (queue = '*') = (kind = '*') THEN
+    RAISE EXCEPTION 'pause: name a queue or a kind, not both nor neither'
+      USING ERRCODE = '22023';
+  END IF;
+  IF length(queue) > 128 OR length(kind) > 128 THEN
+    RAISE EXCEPTION 'pause: a queue or kind is 1 to 128 characters' USING ERRCODE = '22023';
+  END IF;
+END
+$$;
+
+CREATE FUNCTION skiplock.pause_target(p_queue text, p_kind text) RETURNS jsonb
+    LANGUAGE sql IMMUTABLE
+    AS $$
+  SELECT CASE WHEN p_kind = '*' THEN jsonb_build_object('queue', p_queue)
+              ELSE jsonb_build_object('kind', p_kind) END
+$$;
+
 CREATE FUNCTION skiplock.record(ids bigint[], fencings bigint[], outcomes text[], results jsonb[] DEFAULT NULL::jsonb[], errors text[] DEFAULT NULL::text[], retry_after_ms bigint[] DEFAULT NULL::bigint[], deferred boolean[] DEFAULT NULL::boolean[], backoffs text[] DEFAULT NULL::text[], backoff_bases_ms bigint[] DEFAULT NULL::bigint[], backoff_caps_ms bigint[] DEFAULT NULL::bigint[]) RETURNS SETOF skiplock.recorded_outcome
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -1430,6 +1794,27 @@ $$;
 
 COMMENT ON FUNCTION skiplock.rescue(n integer) IS 'give back up to n running jobs whose lease expired';
 
+CREATE FUNCTION skiplock.resume(queue text, kind text, actor text, role text) RETURNS boolean
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+#variable_conflict use_variable
+DECLARE
+  k record;
+  v_changed boolean;
+BEGIN
+  PERFORM skiplock.check_actor(actor, role);
+  SELECT * INTO k FROM skiplock.pause_key(queue, kind);
+  DELETE FROM skiplock.pauses p WHERE p.queue = k.queue AND p.kind = k.kind;
+  v_changed := FOUND;
+  PERFORM skiplock.action_record(actor, role, 'resume', skiplock.pause_target(k.queue, k.kind),
+                                 1, v_changed::int);
+  RETURN v_changed;
+END
+$$;
+
+COMMENT ON FUNCTION skiplock.resume(queue text, kind text, actor text, role text) IS 'resume a paused queue or kind (operators); true when it was paused';
+
 CREATE FUNCTION skiplock.retention_reset(queue text) RETURNS void
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -1531,136 +1916,88 @@ BEGIN
 END
 $$;
 
-CREATE TABLE skiplock.jobs (
-    id bigint NOT NULL,
-    queue text DEFAULT 'default'::text NOT NULL,
-    kind text NOT NULL,
-    payload jsonb DEFAULT '{}'::jsonb NOT NULL,
-    state text DEFAULT 'available'::text NOT NULL,
-    priority integer DEFAULT 0 NOT NULL,
-    run_at timestamp with time zone DEFAULT now() NOT NULL,
-    attempt integer DEFAULT 0 NOT NULL,
-    max_attempts integer DEFAULT 25 NOT NULL,
-    fencing bigint DEFAULT 0 NOT NULL,
-    lease_owner text,
-    lease_expires_at timestamp with time zone,
-    unique_key text,
-    timeout_ms integer,
-    backoff_base_ms integer,
-    backoff_cap_ms integer,
-    errors jsonb DEFAULT '[]'::jsonb NOT NULL,
-    result jsonb,
-    created_at timestamp with time zone DEFAULT now() NOT NULL,
-    attempted_at timestamp with time zone,
-    finished_at timestamp with time zone,
-    backoff text,
-    last_delay_ms bigint,
-    CONSTRAINT jobs_attempts_check CHECK (((max_attempts >= 1) AND (attempt >= 0))),
-    CONSTRAINT jobs_backoff_check CHECK ((backoff = ANY (ARRAY['full'::text, 'equal'::text, 'decorrelated'::text, 'exponential'::text, 'fixed'::text]))),
-    CONSTRAINT jobs_durations_check CHECK (((timeout_ms >= 0) AND (backoff_base_ms >= 0) AND (backoff_cap_ms >= 0))),
-    CONSTRAINT jobs_kind_check CHECK (((length(kind) >= 1) AND (length(kind) <= 128))),
-    CONSTRAINT jobs_lease_check CHECK (((state <> 'running'::text) OR (lease_expires_at IS NOT NULL))),
-    CONSTRAINT jobs_queue_check CHECK (((length(queue) >= 1) AND (length(queue) <= 128))),
-    CONSTRAINT jobs_run_at_check CHECK (((run_at >= '1970-01-01 00:00:00+00'::timestamp with time zone) AND (run_at < '2200-01-01 00:00:00+00'::timestamp with time zone))),
-    CONSTRAINT jobs_state_check CHECK ((state = ANY (ARRAY['available'::text, 'running'::text, 'completed'::text, 'discarded'::text, 'cancelled'::text]))),
-    CONSTRAINT jobs_unique_key_check CHECK (((length(unique_key) >= 1) AND (length(unique_key) <= 512)))
-)
-WITH (fillfactor='80', autovacuum_vacuum_scale_factor='0.01', autovacuum_vacuum_cost_delay='0', autovacuum_analyze_scale_factor='0.02');
+CREATE FUNCTION skiplock.schedule_run_now(name text, actor text, role text) RETURNS bigint
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+#variable_conflict use_variable
+DECLARE
+  s skiplock.schedules;
+  v_id bigint;
+BEGIN
+  PERFORM skiplock.check_actor(actor, role);
+  SELECT * INTO s FROM skiplock.schedules x WHERE x.name = name FOR SHARE;
+  IF NOT FOUND THEN
+    RETURN NULL;
+  END IF;
+  v_id := (skiplock.enqueue_many(NULL, ARRAY[s.kind], ARRAY[s.payload], ARRAY[s.queue], NULL,
+             NULL, ARRAY[s.priority], NULL, ARRAY[s.max_attempts], NULL, NULL, NULL))[1];
+  PERFORM skiplock.action_record(actor, role, 'schedule_run',
+                                 jsonb_build_object('schedule', name, 'job', v_id), 1, 1);
+  RETURN v_id;
+END
+$$;
 
-CREATE SEQUENCE skiplock.jobs_id_seq
+COMMENT ON FUNCTION skiplock.schedule_run_now(name text, actor text, role text) IS 'enqueue one job of a schedule now, its fire times unchanged (operators)';
+
+CREATE FUNCTION skiplock.schedule_set_paused(name text, paused boolean, actor text, role text) RETURNS boolean
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+#variable_conflict use_variable
+DECLARE
+  v_was boolean;
+BEGIN
+  PERFORM skiplock.check_actor(actor, role);
+  IF paused IS NULL THEN
+    RAISE EXCEPTION 'schedule_set_paused: paused must not be NULL' USING ERRCODE = '22004';
+  END IF;
+  SELECT NOT x.enabled INTO v_was FROM skiplock.schedules x WHERE x.name = name FOR UPDATE;
+  IF NOT FOUND THEN
+    RETURN NULL;
+  END IF;
+  IF v_was <> paused THEN
+    UPDATE skiplock.schedules x
+       SET enabled = NOT paused, updated_at = now(),
+           last_fire = CASE WHEN paused THEN x.last_fire ELSE now() END,
+           next_fire = CASE WHEN paused THEN x.next_fire ELSE now() END
+     WHERE x.name = name;
+  END IF;
+  PERFORM skiplock.action_record(actor, role,
+                                 CASE WHEN paused THEN 'schedule_pause' ELSE 'schedule_resume' END,
+                                 jsonb_build_object('schedule', name), 1, (v_was <> paused)::int);
+  RETURN v_was <> paused;
+END
+$$;
+
+COMMENT ON FUNCTION skiplock.schedule_set_paused(name text, paused boolean, actor text, role text) IS 'pause or resume a schedule, logged (operators)';
+
+CREATE TABLE skiplock.actions (
+    id bigint NOT NULL,
+    at timestamp with time zone DEFAULT now() NOT NULL,
+    actor text NOT NULL,
+    role text NOT NULL,
+    action text NOT NULL,
+    target jsonb NOT NULL,
+    matched bigint DEFAULT 0 NOT NULL,
+    changed bigint DEFAULT 0 NOT NULL,
+    CONSTRAINT actions_action_check CHECK ((action = ANY (ARRAY['retry'::text, 'cancel'::text, 'discard'::text, 'pause'::text, 'resume'::text, 'breaker_open'::text, 'breaker_close'::text, 'schedule_pause'::text, 'schedule_resume'::text, 'schedule_run'::text]))),
+    CONSTRAINT actions_actor_check CHECK (((length(actor) >= 1) AND (length(actor) <= 200))),
+    CONSTRAINT actions_changed_check CHECK ((changed >= 0)),
+    CONSTRAINT actions_matched_check CHECK ((matched >= 0)),
+    CONSTRAINT actions_role_check CHECK (((length(role) >= 1) AND (length(role) <= 200)))
+);
+
+COMMENT ON TABLE skiplock.actions IS 'the operators'' action log: one row per action, with the jobs matched and changed';
+
+ALTER TABLE skiplock.actions ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
+    SEQUENCE NAME skiplock.actions_id_seq
     START WITH 1
     INCREMENT BY 1
     NO MINVALUE
     NO MAXVALUE
-    CACHE 1;
-
-ALTER SEQUENCE skiplock.jobs_id_seq OWNED BY skiplock.jobs.id;
-
-CREATE TABLE skiplock.finished_jobs (
-    id bigint DEFAULT nextval('skiplock.jobs_id_seq'::regclass) NOT NULL,
-    queue text DEFAULT 'default'::text NOT NULL,
-    kind text NOT NULL,
-    payload jsonb DEFAULT '{}'::jsonb NOT NULL,
-    state text DEFAULT 'available'::text NOT NULL,
-    priority integer DEFAULT 0 NOT NULL,
-    run_at timestamp with time zone DEFAULT now() NOT NULL,
-    attempt integer DEFAULT 0 NOT NULL,
-    max_attempts integer DEFAULT 25 NOT NULL,
-    fencing bigint DEFAULT 0 NOT NULL,
-    lease_owner text,
-    lease_expires_at timestamp with time zone,
-    unique_key text,
-    timeout_ms integer,
-    backoff_base_ms integer,
-    backoff_cap_ms integer,
-    errors jsonb DEFAULT '[]'::jsonb NOT NULL,
-    result jsonb,
-    created_at timestamp with time zone DEFAULT now() NOT NULL,
-    attempted_at timestamp with time zone,
-    finished_at timestamp with time zone,
-    backoff text,
-    last_delay_ms bigint,
-    expires_at timestamp with time zone NOT NULL,
-    CONSTRAINT finished_jobs_state_check CHECK ((state = ANY (ARRAY['completed'::text, 'discarded'::text, 'cancelled'::text])))
-)
-PARTITION BY RANGE (expires_at);
-
-COMMENT ON TABLE skiplock.finished_jobs IS 'finished jobs (completed, discarded, cancelled), partitioned by expires_at; see skiplock.retention';
-
-CREATE VIEW skiplock.all_jobs AS
- SELECT jobs.id,
-    jobs.queue,
-    jobs.kind,
-    jobs.payload,
-    jobs.state,
-    jobs.priority,
-    jobs.run_at,
-    jobs.attempt,
-    jobs.max_attempts,
-    jobs.fencing,
-    jobs.lease_owner,
-    jobs.lease_expires_at,
-    jobs.unique_key,
-    jobs.timeout_ms,
-    jobs.backoff_base_ms,
-    jobs.backoff_cap_ms,
-    jobs.errors,
-    jobs.result,
-    jobs.created_at,
-    jobs.attempted_at,
-    jobs.finished_at,
-    jobs.backoff,
-    jobs.last_delay_ms,
-    NULL::timestamp with time zone AS expires_at
-   FROM skiplock.jobs
-UNION ALL
- SELECT finished_jobs.id,
-    finished_jobs.queue,
-    finished_jobs.kind,
-    finished_jobs.payload,
-    finished_jobs.state,
-    finished_jobs.priority,
-    finished_jobs.run_at,
-    finished_jobs.attempt,
-    finished_jobs.max_attempts,
-    finished_jobs.fencing,
-    finished_jobs.lease_owner,
-    finished_jobs.lease_expires_at,
-    finished_jobs.unique_key,
-    finished_jobs.timeout_ms,
-    finished_jobs.backoff_base_ms,
-    finished_jobs.backoff_cap_ms,
-    finished_jobs.errors,
-    finished_jobs.result,
-    finished_jobs.created_at,
-    finished_jobs.attempted_at,
-    finished_jobs.finished_at,
-    finished_jobs.backoff,
-    finished_jobs.last_delay_ms,
-    finished_jobs.expires_at
-   FROM skiplock.finished_jobs;
-
-COMMENT ON VIEW skiplock.all_jobs IS 'every job, live (skiplock.jobs) or finished (finished_jobs)';
+    CACHE 1
+);
 
 CREATE TABLE skiplock.breaker_events (
     id bigint NOT NULL,
@@ -1799,6 +2136,21 @@ CREATE TABLE skiplock.maintenance (
     CONSTRAINT maintenance_partition_width_check CHECK (((partition_width >= '00:00:01'::interval) AND (partition_width <= '1 day'::interval)))
 );
 
+CREATE TABLE skiplock.pauses (
+    queue text NOT NULL,
+    kind text NOT NULL,
+    paused_at timestamp with time zone DEFAULT now() NOT NULL,
+    paused_by text NOT NULL,
+    role text NOT NULL,
+    CONSTRAINT pauses_check CHECK (((queue = '*'::text) <> (kind = '*'::text))),
+    CONSTRAINT pauses_kind_check CHECK (((length(kind) >= 1) AND (length(kind) <= 128))),
+    CONSTRAINT pauses_paused_by_check CHECK (((length(paused_by) >= 1) AND (length(paused_by) <= 200))),
+    CONSTRAINT pauses_queue_check CHECK (((length(queue) >= 1) AND (length(queue) <= 128))),
+    CONSTRAINT pauses_role_check CHECK (((length(role) >= 1) AND (length(role) <= 200)))
+);
+
+COMMENT ON TABLE skiplock.pauses IS 'paused queues (kind ''*'') and kinds (queue ''*''): claims take none of their jobs';
+
 CREATE TABLE skiplock.retention (
     queue text NOT NULL,
     state text NOT NULL,
@@ -1850,6 +2202,9 @@ ALTER TABLE ONLY skiplock.breaker_events ALTER COLUMN id SET DEFAULT nextval('sk
 
 ALTER TABLE ONLY skiplock.jobs ALTER COLUMN id SET DEFAULT nextval('skiplock.jobs_id_seq'::regclass);
 
+ALTER TABLE ONLY skiplock.actions
+    ADD CONSTRAINT actions_pkey PRIMARY KEY (id);
+
 ALTER TABLE ONLY skiplock.breaker_events
     ADD CONSTRAINT breaker_events_pkey PRIMARY KEY (id);
 
@@ -1876,6 +2231,9 @@ ALTER TABLE ONLY skiplock.leases
 
 ALTER TABLE ONLY skiplock.maintenance
     ADD CONSTRAINT maintenance_pkey PRIMARY KEY (one);
+
+ALTER TABLE ONLY skiplock.pauses
+    ADD CONSTRAINT pauses_pkey PRIMARY KEY (queue, kind);
 
 ALTER TABLE ONLY skiplock.retention
     ADD CONSTRAINT retention_pkey PRIMARY KEY (queue, state);

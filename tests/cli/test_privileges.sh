@@ -42,6 +42,11 @@ for R in $OP $RD; do
 	allowed "$R" "read leases and schema_version" \
 		"SELECT (SELECT count(*) FROM skiplock.leases) + (SELECT count(*) FROM skiplock.schema_version)"
 	allowed "$R" "call a pure helper" "SELECT skiplock.installed_version()"
+	allowed "$R" "read the pauses and the action log" \
+		"SELECT (SELECT count(*) FROM skiplock.pauses) + (SELECT count(*) FROM skiplock.actions)"
+	allowed "$R" "list jobs through jobs_matching" \
+		"SELECT count(*) FROM skiplock.jobs_matching('q', NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL)"
+	refused "$R" "delete from the action log" "DELETE FROM skiplock.actions"
 	refused "$R" "read idempotency keys" "SELECT * FROM skiplock.idempotency_keys"
 	refused "$R" "read the migrations" "SELECT * FROM skiplock.migrations"
 	refused "$R" "write the migrations" "DELETE FROM skiplock.migrations"
@@ -68,6 +73,14 @@ allowed "$OP" "edit schedules" "DELETE FROM skiplock.schedules"
 allowed "$OP" "set retention" "SELECT skiplock.retention_set('q', NULL, '1 hour')"
 allowed "$OP" "cancel and retry through the functions" "SELECT * FROM skiplock.job_cancel(0), skiplock.job_retry(0)"
 allowed "$OP" "prune through jobs_prune" "SELECT skiplock.jobs_prune('1 day')"
+allowed "$OP" "pause and resume a queue and a kind" \
+	"SELECT skiplock.pause('q', NULL, 'op', 'cli'), skiplock.resume(NULL, 'k', 'op', 'cli')"
+allowed "$OP" "discard through job_discard" "SELECT * FROM skiplock.job_discard(0)"
+allowed "$OP" "act in bulk" "SELECT * FROM skiplock.jobs_act(skiplock.action_record('op', 'cli', 'retry', '{}', 0, 0), '{0}')"
+allowed "$OP" "run a schedule now, pause it, force a breaker" \
+	"SELECT skiplock.schedule_run_now('none', 'op', 'cli'), skiplock.schedule_set_paused('none', true, 'op', 'cli'), skiplock.breaker_set('k', true, 'op', 'cli')"
+refused "$OP" "write the action log around its functions" "INSERT INTO skiplock.actions (actor, role, action, target) VALUES ('op', 'x', 'pause', '{}')"
+refused "$OP" "rewrite the action log" "UPDATE skiplock.actions SET actor = 'someone'"
 allowed "$OP" "force a breaker" "INSERT INTO skiplock.breakers (kind, state, open_until) VALUES ('k', 'open', 'infinity')"
 out=$(as_role "$OP" "SELECT skiplock.lease_acquire('skiplock.migrate:skiplock.migrations', 'op', '1 h')")
 # SET ROLE keeps the session user (the test's superuser): the migration
@@ -85,6 +98,10 @@ refused "$RD" "update jobs" "UPDATE skiplock.jobs SET fencing = 99"
 refused "$RD" "edit schedules" "DELETE FROM skiplock.schedules"
 refused "$RD" "set retention" "SELECT skiplock.retention_set('q', NULL, '1 hour')"
 refused "$RD" "run the maintenance" "SELECT skiplock.maintain('rd', 1)"
+refused "$RD" "pause a queue" "SELECT skiplock.pause('q', NULL, 'rd', 'cli')"
+refused "$RD" "act in bulk" "SELECT * FROM skiplock.jobs_act(1, '{1}')"
+refused "$RD" "write the action log" "SELECT skiplock.action_record('rd', 'cli', 'pause', '{}', 1, 1)"
+refused "$RD" "run a schedule now" "SELECT skiplock.schedule_run_now('none', 'rd', 'cli')"
 refused "$RD" "lock jobs exclusively" "LOCK TABLE skiplock.jobs IN ACCESS EXCLUSIVE MODE"
 
 check_eq "nothing changed by the checks" "$(q "SELECT count(*) || ' ' || min(state) FROM skiplock.all_jobs")" "1 available"

@@ -79,24 +79,11 @@ enum { JOB_COLUMNS(COL_ENUM) C_PAYLOAD, C_RESULT, C_LIST_NCOLS = C_RESULT + 1, C
 static const char *const job_cols[C_GET_NCOLS] = {
 	JOB_COLUMNS(COL_NAME) "payload", "result", "err_ord", "err_attempt", "err_at", "err_text"};
 
-/* The time a window of skl_jobs_list bounds (list_filter.c checks f). */
-#define LIST_TIME(f)                                                                          \
-	"CASE " f "::text WHEN 'created' THEN j.created_at WHEN 'run' THEN j.run_at"              \
-	" WHEN 'attempted' THEN j.attempted_at WHEN 'finished' THEN j.finished_at"               \
-	" WHEN 'lease' THEN j.lease_expires_at END"
-
+/* The filters are skiplock.jobs_matching's (list_filter.h), shared with
+ * the count and the bulk actions of control.h. */
 static const char *const list_sql =
 	"SELECT " JOB_COLUMNS(COL_SELECT) "NULL::text AS payload, NULL::text AS result"
-	"  FROM skiplock.all_jobs j"
-	" WHERE ($1::text IS NULL OR j.queue = $1) AND ($2::text IS NULL OR j.kind = $2)"
-	"   AND ($3::text IS NULL OR j.state = $3)"
-	"   AND ($5::jsonb IS NULL OR j.payload @> $5::jsonb)"
-	"   AND ($6::text IS NULL OR EXISTS (SELECT FROM jsonb_array_elements(" SKL_ERRORS_ARRAY ") x(v)"
-	"        WHERE strpos(lower(" SKL_ERR_TEXT("x.v") "), lower($6)) > 0))"
-	"   AND ($8::text IS NULL AND $9::bigint IS NULL OR " LIST_TIME("$7") " >= "
-	"        coalesce($8::timestamptz, now() - $9::bigint * interval '1 millisecond'))"
-	"   AND ($10::text IS NULL AND $11::bigint IS NULL OR " LIST_TIME("$7") " < "
-	"        coalesce($10::timestamptz, now() - $11::bigint * interval '1 millisecond'))"
+	"  FROM " SKL_JOBS_MATCHING " j"
 	" ORDER BY j.id DESC LIMIT $4";
 
 /* One row per entry of the error history (one row with NULLs when it is
@@ -222,7 +209,7 @@ void skl_job_info_free(skl_job_info *jobs, size_t n)
 typedef struct read_call {
 	const char *sql;
 	int nparams;
-	const char *params[4 + SKL_LIST_FILTER_NPARAMS];
+	const char *params[SKL_MATCHING_NPARAMS];
 	bool one;               /* get: one job, rows are its error history */
 	skl_job_info *jobs;
 	size_t n;
@@ -273,21 +260,16 @@ skl_rc skl_jobs_list(skl_client *c, const skl_list_opts *o, skl_job_info **jobs,
 	static const skl_list_opts none = {0};
 	if (o == NULL)
 		o = &none;
-	if (o->state && !skl_job_state_valid(o->state))
-		return skl__seterr(err, SKL_INVALID,
-		                   "unknown job state \"%s\" (expected available, running, completed, "
-		                   "discarded or cancelled)", o->state);
 	if (o->limit < 0)
 		return skl__seterr(err, SKL_INVALID, "limit must not be negative");
 	skl__list_filter f;
-	skl_rc r = skl__list_filter_check(o, &f, err);
+	read_call rc = {.sql = list_sql, .nparams = SKL_MATCHING_NPARAMS};
+	skl_rc r = skl__matching_params(o, &f, rc.params, err);
 	if (r != SKL_OK)
 		return r;
 	char limit[16];
 	snprintf(limit, sizeof(limit), "%d", o->limit ? o->limit : 50);
-	read_call rc = {.sql = list_sql, .nparams = 4 + SKL_LIST_FILTER_NPARAMS,
-	                .params = {o->queue, o->kind, o->state, limit}};
-	memcpy(rc.params + 4, f.params, sizeof(f.params));
+	rc.params[3] = limit;
 	r = skl__run(c, &read_opts, jobs_fn, &rc, err);
 	if (r != SKL_OK) {
 		read_reset(&rc);

@@ -144,3 +144,21 @@ skl_rc skl__list_filter_check(const skl_list_opts *o, skl__list_filter *f, skl_e
 	f->params[1] = o->error_contains;
 	return check_time(o, f, err);
 }
+
+skl_rc skl__matching_params(const skl_list_opts *o, skl__list_filter *f,
+                            const char *params[SKL_MATCHING_NPARAMS], skl_error *err)
+{
+	if (o->state && !skl_job_state_valid(o->state))
+		return skl__seterr(err, SKL_INVALID,
+		                   "unknown job state \"%s\" (expected available, running, completed, "
+		                   "discarded or cancelled)", o->state);
+	skl_rc r = skl__list_filter_check(o, f, err);
+	if (r != SKL_OK)
+		return r;
+	params[0] = o->queue;
+	params[1] = o->kind;
+	params[2] = o->state;
+	params[3] = NULL;
+	memcpy(params + 4, f->params, sizeof(f->params));
+	return SKL_OK;
+}
