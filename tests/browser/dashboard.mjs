@@ -11,7 +11,7 @@
 // STATUS"), the phone's width ("phone-width PX") and the screenshots
 // ("screenshot PATH"); exits non-zero on any error (a missing element or a
 // timeout included).
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createRequire } from 'node:module';
@@ -31,7 +31,7 @@ const failedTotal = p => p.$eval('#chart-counts path[data-series="failed"]', e =
 
 async function rows(page) {
   return page.$$eval('#queues tbody tr', trs => trs.map(tr =>
-    [...tr.children].map(td => td.textContent).join(' ')));
+    [...tr.children].slice(0, 7).map(td => td.textContent).join(' ')));
 }
 
 const profile = mkdtempSync(join(tmpdir(), 'skl-chromium.'));
@@ -89,7 +89,15 @@ try {
       / [1-9][0-9]* failed attempts/.test(x.textContent)).length) > 0 ? 'hover' : 'no-hover'));
 
   // Bulk retry of every discarded job of kind bulk while the worker runs:
-  // the count, the dialog stating it, the answer, the action log.
+  // the count, the dialog stating it, the answer, the action log.  The 500
+  // jobs were discarded a minute ago.
+  sql(`INSERT INTO skiplock.finished_jobs (queue, kind, state, attempt, max_attempts, run_at,
+         attempted_at, finished_at, errors, expires_at)
+       SELECT 'bulk', 'bulk', 'discarded', 1, 1, now() - interval '61 seconds',
+              now() - interval '61 seconds', now() - interval '60 seconds',
+              jsonb_build_array(jsonb_build_object('attempt', 1, 'at', now() - interval '60 seconds',
+                                                   'error', 'down')), now() + interval '7 days'
+         FROM generate_series(1, 500)`);
   await page.goto(url + '#state=discarded&kind=bulk');
   await page.waitForSelector('body[data-loaded="true"]');
   await page.click('#bulk-matching button[data-bulk="retry"]');
@@ -118,6 +126,21 @@ try {
   for (let i = 0; i < 100 && sql(`SELECT state FROM skiplock.all_jobs WHERE id = ${pz}`) !== 'completed'; i++)
     await sleep(100);
   console.log('resumed-job ' + sql(`SELECT state || ' ' || attempt FROM skiplock.all_jobs WHERE id = ${pz}`));
+
+  // The worker stops (an idle worker rescues expired leases); then the
+  // stuck job: running for an hour, its lease expired a minute ago.
+  const bulkDone = () => sql(`SELECT count(*) FROM skiplock.all_jobs WHERE kind = 'bulk' AND state = 'completed'`);
+  for (let i = 0; i < 1200 && bulkDone() !== '500'; i++) await sleep(100);
+  process.kill(Number(process.env.W2_PID), 'SIGTERM');
+  const running = pid => { // not gone and not a zombie (its parent, the script, reaps it)
+    try { return !/^\d+ \(.*\) Z/.test(readFileSync(`/proc/${pid}/stat`, 'utf8')); } catch { return false; }
+  };
+  for (let i = 0; i < 300 && running(process.env.W2_PID); i++) await sleep(100);
+  sql(`UPDATE skiplock.jobs SET state = 'running', attempt = 1, fencing = fencing + 1,
+         lease_owner = 'gone', attempted_at = now() - interval '1 hour',
+         lease_expires_at = now() - interval '1 minute' WHERE id = ${process.env.STUCK}`);
+  await page.reload();
+  await page.waitForSelector('body[data-loaded="true"]');
 
   // The strip: the stuck job (its lease expired an hour into its attempt).
   console.log('strip-state ' + await page.getAttribute('#now', 'data-state'));
