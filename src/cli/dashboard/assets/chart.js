@@ -42,13 +42,15 @@ function niceMax(v) {
   return [1, 2, 5, 10].map(m => m * p).find(m => m >= v);
 }
 
-// The points of one series as path segments; a null breaks the line.
+// The points of one series as path segments; a null breaks the line, and
+// a point alone is a dot (a zero-length segment with round caps).
 function seriesPath(values, x, y) {
-  let d = '', pen = false;
+  let d = '';
   values.forEach((v, i) => {
-    if (v === null) { pen = false; return; }
-    d += (pen ? 'L' : 'M') + x(i).toFixed(1) + ' ' + y(v).toFixed(1);
-    pen = true;
+    if (v === null) return;
+    const at = x(i).toFixed(1) + ' ' + y(v).toFixed(1);
+    const joined = i > 0 && values[i - 1] !== null;
+    d += joined ? 'L' + at : 'M' + at + (values[i + 1] == null ? 'l0.01 0' : '');
   });
   return d;
 }
@@ -59,8 +61,8 @@ function lineChart(doc, series, width, fmt, label) {
   const max = niceMax(Math.max(0, ...all));
   const x = i => PAD_L + (n > 1 ? i * inner / (n - 1) : 0);
   const y = v => PAD_T + (CHART_H - PAD_T - PAD_B) * (1 - v / max);
-  const svg = svgEl('svg', {class: 'chart', width, height: CHART_H, role: 'img',
-    'aria-label': label, viewBox: `0 0 ${width} ${CHART_H}`});
+  const svg = svgEl('svg', {class: 'chart', role: 'img', 'aria-label': label,
+    viewBox: `0 0 ${width} ${CHART_H}`});
   svg.append(svgEl('line', {class: 'axis', x1: PAD_L, x2: width - PAD_R, y1: y(0), y2: y(0)}),
     svgEl('line', {class: 'grid', x1: PAD_L, x2: width - PAD_R, y1: y(max), y2: y(max)}),
     svgEl('text', {x: PAD_L - 4, y: y(max) + 4, 'text-anchor': 'end'}, fmt(max)),
@@ -111,7 +113,9 @@ function renderChart(doc) {
   if (!lastChart) return;
   doc = lastChart;
   const box = document.getElementById('charts');
-  const width = Math.max(240, Math.min(900, box.clientWidth - 4));
+  // Drawn for the box's width (so text keeps its size), scaled by CSS if
+  // the box changes before the next refresh.
+  const width = box.clientWidth > 0 ? Math.max(240, Math.min(900, box.clientWidth - 4)) : 900;
   const counts = lineChart(doc, COUNT_SERIES, width, v => v === null ? '-' : String(v),
     'jobs per ' + duration(doc.bucket_ms));
   counts.id = 'chart-counts';
