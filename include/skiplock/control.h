@@ -155,9 +155,12 @@ SKL_API skl_rc skl_jobs_bulk(skl_client *c, const skl_bulk_opts *o, const skl_ac
 SKL_API skl_rc skl_schedule_run_now(skl_client *c, const char *name, const skl_actor *who,
                                     int64_t *job_id, skl_error *err);
 
-/* skl_cron_pause / skl_cron_resume (resume at now()) with the action
- * logged; *changed (may be NULL) false when it was so already.  SKL_EMPTY
- * when there is no schedule of that name. */
+/* Pauses or resumes a schedule with the action logged, in one statement
+ * (skiplock.schedule_set_paused); *changed (may be NULL) false when it was
+ * so already.  A resumed schedule is due at once with its fire times
+ * handled up to now: the next tick (any worker) skips what passed while it
+ * was paused and sets its next fire time, as skl_cron_resume does at once.
+ * SKL_EMPTY when there is no schedule of that name. */
 SKL_API skl_rc skl_schedule_set_paused(skl_client *c, const char *name, bool paused,
                                        const skl_actor *who, bool *changed, skl_error *err);
 

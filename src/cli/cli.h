@@ -104,6 +104,10 @@ int cli_open(const cli_common *cc, skl_client **out);
 
 /* An owner name for a lease: PREFIX HOST:PID:RANDOM, unique per process. */
 void cli_default_owner(char *buf, size_t cap, const char *prefix);
+/* Who acts, for the action log (skiplock/control.h): USER@HOST. */
+void cli_default_actor(char *buf, size_t cap);
+/* The role the command records in the action log. */
+#define CLI_ACTOR_ROLE "cli"
 
 /* Maps a failed library call to an exit code after printing one line. */
 int cli_fail(const cli_common *cc, const skl_error *err);
@@ -169,5 +173,6 @@ int cmd_doctor_pooler(int argc, char **argv);
 int cmd_doctor_indexes(int argc, char **argv);
 int cmd_explain(int argc, char **argv);
 int cmd_dashboard(int argc, char **argv);
+int cmd_queue(int argc, char **argv);
 
 #endif

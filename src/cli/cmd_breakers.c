@@ -1,7 +1,7 @@
 /*
  * cmd_breakers.c — `skiplock breakers [list|open KIND|close KIND]`: the
  * fleet-wide circuit breakers (skiplock/retry.h) and the operator's
- * override.  Operands are checked before the database is contacted.
+ * override, logged (skiplock/control.h).  Operands are checked before the database is contacted.
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -31,7 +31,9 @@ static const char usage[] =
 	"  open KIND    force KIND's breaker open until closed (creates it with the\n"
 	"               default settings when KIND has none)\n"
 	"  close KIND   close KIND's breaker now and start a new window\n"
-	"Transitions are recorded in skiplock.breaker_events.\n"
+	"Transitions are recorded in skiplock.breaker_events; open and close are\n"
+	"also written to the action log (skiplock jobs actions) as USER@HOST, role\n"
+	"cli.\n"
 	"\n"
 	"Breakers options:\n"
 	"  --json                 print a JSON array instead of a table: [{\"kind\",\n"
@@ -138,7 +140,10 @@ static int list(breakers_args *a, skl_client *c)
 static int force(breakers_args *a, skl_client *c, const char *kind, bool open)
 {
 	skl_error err;
-	if (skl_breaker_force(c, kind, open, &err) != SKL_OK)
+	char actor[200];
+	cli_default_actor(actor, sizeof(actor));
+	skl_actor who = {actor, CLI_ACTOR_ROLE};
+	if (skl_breaker_set(c, kind, open, &who, &err) != SKL_OK)
 		return cli_fail(a->cc, &err);
 	printf("breaker of %s %s\n", kind, open ? "forced open" : "closed");
 	return CLI_OK;

@@ -1,11 +1,13 @@
 /*
- * cmd_jobs.c — `skiplock jobs list|show|retry|cancel|prune`: inspect jobs
- * and act on one.
+ * cmd_jobs.c — `skiplock jobs list|show|retry|cancel|discard|prune|actions`:
+ * inspect jobs and act on one, on several, or on every job a filter matches.
  *
- * Reading goes through skiplock/inspect.h and acting through the operator
- * calls of skiplock/queue.h; this file parses and prints (jobs_print.c
- * formats a job).  Every operand and option is checked before the database
- * is contacted, so bad input writes nothing.
+ * Reading goes through skiplock/inspect.h, acting on one job with
+ * --attempts through skiplock/queue.h, and every other action through the
+ * logged calls of skiplock/control.h (the actor is USER@HOST, role "cli");
+ * this file parses and prints (jobs_print.c formats a job).  Every operand
+ * and option is checked before the database is contacted, so bad input
+ * writes nothing.
  */
 #include <ctype.h>
 #include <errno.h>
@@ -13,26 +15,33 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli.h"
 #include "print/jobs_print.h"
 #include "print/output.h"
 
 static const char jobs_usage[] =
-	"Usage: skiplock jobs list [--queue Q] [--kind K] [--state S] [--limit N] [--json]\n"
+	"Usage: skiplock jobs list [FILTER...] [--limit N] [--json]\n"
 	"       skiplock jobs show ID [--json]\n"
 	"       skiplock jobs retry ID [--attempts N]\n"
-	"       skiplock jobs cancel ID\n"
+	"       skiplock jobs retry|cancel|discard (ID... | FILTER...) [--dry-run] [--yes]\n"
+	"                                          [--batch N]\n"
 	"       skiplock jobs prune --older-than DUR [--batch N]\n"
+	"       skiplock jobs actions [--limit N] [--json]\n"
 	"\n"
-	"Inspect jobs and act on one. \"skiplock jobs SUBCOMMAND --help\" shows the\n"
-	"options of each, the connection options included.\n"
+	"Inspect jobs and act on one, on several, or on every job a filter matches.\n"
+	"\"skiplock jobs SUBCOMMAND --help\" shows the options of each, the connection\n"
+	"options included.\n"
 	"\n"
-	"  list    jobs, newest first, filtered by queue, kind and state\n"
-	"  show    one job: every column, payload, result and error history\n"
-	"  retry   make a discarded, cancelled or available job available now\n"
-	"  cancel  cancel an available or running job\n"
-	"  prune   delete jobs that finished longer ago than a bound\n"
+	"  list     jobs, newest first, filtered by queue, kind, state, payload,\n"
+	"           error text and a time window\n"
+	"  show     one job: every column, payload, result and error history\n"
+	"  retry    make discarded, cancelled or available jobs available now\n"
+	"  cancel   cancel available or running jobs\n"
+	"  discard  discard available or running jobs (failed for good)\n"
+	"  prune    delete jobs that finished longer ago than a bound\n"
+	"  actions  the action log: who did what, when, to how many jobs\n"
 	"\n"
 	"Job states: available (waiting: due now, or scheduled for later, which\n"
 	"includes a retry waiting out its backoff), running (claimed under a lease),\n"
@@ -42,8 +51,43 @@ static const char jobs_usage[] =
 	"action, 2 bad usage or bad input (nothing written), 3 database unreachable\n"
 	"within --retry-for.\n";
 
+/* What retry, cancel and discard say of the forms with several IDs or a
+ * filter, and their options. */
+#define BULK_TEXT                                                                        \
+	"\n"                                                                                 \
+	"With several IDs, or with filters instead of IDs (at least one), it acts\n"       \
+	"on every job that matches: the count first, then batches of N jobs per\n"        \
+	"transaction, newest first, each job through the same fenced step as one\n"      \
+	"ID. Safe with workers running: a job a worker finished or claimed since the\n"  \
+	"count is skipped, never acted on twice. It prints \"M matched, C <done>, S\n"   \
+	"skipped\" and is written to the action log (skiplock jobs actions) as USER@HOST\n" \
+	"with role cli; one ID is logged too. Without --yes it asks first when stdin\n"  \
+	"is a terminal, and refuses (exit 2) when it is not.\n"
+#define BULK_HELP                                                                        \
+	FILTER_HELP                                                                          \
+	"  --dry-run              print how many jobs match; change nothing\n"              \
+	"  --yes                  act without asking\n"                                     \
+	"  --batch N              jobs per transaction (default 500, at most 10000)\n"
+
+/* The filters of list and of the bulk actions (skl_list_opts). */
+#define FILTER_HELP                                                                      \
+	"  --queue Q              only jobs of queue Q\n"                                      \
+	"  --kind K               only jobs of kind K\n"                                       \
+	"  --state S              only jobs in state S: available, running, completed,\n"      \
+	"                         discarded or cancelled\n"                                    \
+	"  --payload JSON         only jobs whose payload contains JSON (jsonb @>)\n"          \
+	"  --error TEXT           only jobs with TEXT in an entry of their error history,\n"  \
+	"                         ignoring case\n"                                             \
+	"  --time-field F         the time --since, --from and --to bound: created, run,\n"    \
+	"                         attempted, finished or lease (default: finished with a\n"    \
+	"                         --state of a finished job, else created)\n"                  \
+	"  --since DUR            F within the last DUR (15m, 1h, 2d): --from DUR\n"           \
+	"  --from T               F at or after T: an ISO 8601 time (UTC unless it names a\n" \
+	"                         zone) or a duration before now\n"                            \
+	"  --to T                 F before T (the same forms)\n"
+
 static const char list_usage[] =
-	"Usage: skiplock jobs list [--queue Q] [--kind K] [--state S] [--limit N] [--json]\n"
+	"Usage: skiplock jobs list [FILTER...] [--limit N] [--json]\n"
 	"\n"
 	"List jobs, newest (highest id) first. Columns: ID; QUEUE; KIND; STATE;\n"
 	"ATTEMPT, attempts started of max_attempts; PRIORITY; RUN AT, when the job\n"
@@ -52,10 +96,7 @@ static const char list_usage[] =
 	"With --json: one JSON array of job objects, times in ISO 8601 UTC.\n"
 	"\n"
 	"List options:\n"
-	"  --queue Q              only jobs of queue Q\n"
-	"  --kind K               only jobs of kind K\n"
-	"  --state S              only jobs in state S: available, running, completed,\n"
-	"                         discarded or cancelled\n"
+	FILTER_HELP
 	"  --limit N              at most N jobs (default 50, at most 100000)\n"
 	"  --json                 print JSON instead of a table\n"
 	"\n";
@@ -82,32 +123,72 @@ static const char show_exit[] =
 
 static const char retry_usage[] =
 	"Usage: skiplock jobs retry ID [--attempts N]\n"
+	"       skiplock jobs retry (ID... | FILTER...) [--dry-run] [--yes] [--batch N]\n"
 	"\n"
-	"Make job ID available to run now. Allowed when it is discarded, cancelled\n"
+	"Make jobs available to run now. Allowed when a job is discarded, cancelled\n"
 	"or available (one waiting out a retry backoff runs at once). A discarded or\n"
 	"cancelled job gets a fresh budget: as many attempts again as it had\n"
-	"(max_attempts becomes attempt + max_attempts), or N with --attempts N; an\n"
-	"available job keeps its budget unless --attempts is given. The attempt\n"
-	"count, the error history and the fencing token stay. Refused while another\n"
-	"unfinished job holds the job's unique key. An operator's action: it needs\n"
-	"UPDATE on skiplock.jobs, which the worker role does not have.\n"
+	"(max_attempts becomes attempt + max_attempts), or N with --attempts N (one\n"
+	"ID only); an available job keeps its budget unless --attempts is given. The\n"
+	"attempt count, the error history and the fencing token stay. A job whose\n"
+	"unique key another unfinished job holds is refused. An operator's action:\n"
+	"the worker role may not.\n"
+	BULK_TEXT
 	"\n"
 	"Retry options:\n"
-	"  --attempts N           allow N more attempts (1 to 1000000; default: the\n"
-	"                         job's max_attempts)\n"
+	"  --attempts N           one ID only: allow N more attempts (1 to 1000000;\n"
+	"                         default: the job's max_attempts); not logged\n"
+	BULK_HELP
 	"\n";
 
 static const char cancel_usage[] =
-	"Usage: skiplock jobs cancel ID\n"
+	"Usage: skiplock jobs cancel (ID... | FILTER...) [--dry-run] [--yes] [--batch N]\n"
 	"\n"
-	"Cancel job ID. Allowed when it is available or running. A running job's\n"
+	"Cancel jobs. Allowed when a job is available or running. A running job's\n"
 	"claim ends at once: its worker finds the claim lost at the next heartbeat\n"
 	"and stops the handler, and the handler's outcome is refused.\n"
+	BULK_TEXT
+	"\n"
+	"Cancel options:\n"
+	BULK_HELP
+	"\n";
+
+static const char discard_usage[] =
+	"Usage: skiplock jobs discard (ID... | FILTER...) [--dry-run] [--yes] [--batch N]\n"
+	"\n"
+	"Discard jobs: failed for good, kept as discarded jobs are. Allowed when a\n"
+	"job is available or running. A running job's fencing token is raised, so\n"
+	"its worker's outcome is refused.\n"
+	BULK_TEXT
+	"\n"
+	"Discard options:\n"
+	BULK_HELP
 	"\n";
 
 static const char act_exit[] =
-	"\nExit status: 0 done, 1 no such job or its state does not allow it, 2 bad\n"
-	"usage (a missing or malformed ID), 3 database unreachable within --retry-for.\n";
+	"\nExit status: 0 done (also when some jobs were skipped), 1 one ID given and\n"
+	"no such job or its state does not allow it, 2 bad usage or bad input\n"
+	"(nothing written; also without --yes when stdin is not a terminal), 3\n"
+	"database unreachable within --retry-for.\n";
+
+static const char actions_usage[] =
+	"Usage: skiplock jobs actions [--limit N] [--json]\n"
+	"\n"
+	"The action log, newest first: every operator action taken through\n"
+	"skiplock (bulk retry, cancel and discard, queue and kind pauses, breaker\n"
+	"and schedule actions, from the command or the dashboard). Columns: ID; AT\n"
+	"(UTC); ACTOR; ROLE; ACTION; MATCHED, jobs matched when it started; CHANGED,\n"
+	"jobs (or things) it changed; TARGET, the filter, ids, queue, kind, breaker\n"
+	"or schedule as JSON.\n"
+	"\n"
+	"Actions options:\n"
+	"  --limit N              at most N rows (default 50, at most 10000)\n"
+	"  --json                 print JSON instead of a table\n"
+	"\n";
+
+static const char actions_exit[] =
+	"\nExit status: 0 listed, 1 the database refused (the worker role may not read\n"
+	"the log), 2 bad usage, 3 database unreachable within --retry-for.\n";
 
 static const char prune_usage[] =
 	"Usage: skiplock jobs prune --older-than DUR [--batch N]\n"
@@ -126,25 +207,41 @@ static const char prune_exit[] =
 	"refused, 2 bad usage or bad input, 3 database unreachable within --retry-for.\n";
 
 enum { O_QUEUE = OPT_COMMON_LAST + 1, O_KIND, O_STATE, O_LIMIT, O_JSON, O_OLDER, O_BATCH,
-       O_ATTEMPTS };
+       O_ATTEMPTS, O_PAYLOAD, O_ERROR, O_TIME_FIELD, O_SINCE, O_FROM, O_TO, O_DRY_RUN, O_YES };
+
+#define FILTER_OPTS                                                                      \
+	{"queue", required_argument, NULL, O_QUEUE},                                         \
+	{"kind", required_argument, NULL, O_KIND},                                           \
+	{"state", required_argument, NULL, O_STATE},                                         \
+	{"payload", required_argument, NULL, O_PAYLOAD},                                     \
+	{"error", required_argument, NULL, O_ERROR},                                         \
+	{"time-field", required_argument, NULL, O_TIME_FIELD},                               \
+	{"since", required_argument, NULL, O_SINCE},                                         \
+	{"from", required_argument, NULL, O_FROM},                                           \
+	{"to", required_argument, NULL, O_TO}
+#define BULK_OPTS                                                                        \
+	FILTER_OPTS, {"dry-run", no_argument, NULL, O_DRY_RUN}, {"yes", no_argument, NULL, O_YES}, \
+	{"batch", required_argument, NULL, O_BATCH}
 
 static const struct option list_opts[] = {
-	CLI_COMMON_LONGOPTS,
-	{"queue", required_argument, NULL, O_QUEUE},
-	{"kind", required_argument, NULL, O_KIND},
-	{"state", required_argument, NULL, O_STATE},
+	CLI_COMMON_LONGOPTS, FILTER_OPTS,
 	{"limit", required_argument, NULL, O_LIMIT},
 	{"json", no_argument, NULL, O_JSON},
 	{0}};
 static const struct option show_opts[] = {
 	CLI_COMMON_LONGOPTS, {"json", no_argument, NULL, O_JSON}, {0}};
-static const struct option act_opts[] = {CLI_COMMON_LONGOPTS, {0}};
+static const struct option act_opts[] = {CLI_COMMON_LONGOPTS, BULK_OPTS, {0}};
 static const struct option retry_opts[] = {
-	CLI_COMMON_LONGOPTS, {"attempts", required_argument, NULL, O_ATTEMPTS}, {0}};
+	CLI_COMMON_LONGOPTS, BULK_OPTS, {"attempts", required_argument, NULL, O_ATTEMPTS}, {0}};
 static const struct option prune_opts[] = {
 	CLI_COMMON_LONGOPTS,
 	{"older-than", required_argument, NULL, O_OLDER},
 	{"batch", required_argument, NULL, O_BATCH},
+	{0}};
+static const struct option actions_opts[] = {
+	CLI_COMMON_LONGOPTS,
+	{"limit", required_argument, NULL, O_LIMIT},
+	{"json", no_argument, NULL, O_JSON},
 	{0}};
 
 typedef struct jobs_args {
@@ -154,7 +251,13 @@ typedef struct jobs_args {
 	bool has_older;
 	int64_t older_than_ms;
 	int batch;
+	bool batch_set;
 	int attempts;             /* retry --attempts; 0: the job's max_attempts */
+	bool dry_run, yes;
+	bool filtered;            /* a filter option was given */
+	int64_t *ids;             /* retry, cancel, discard: the IDs given */
+	size_t nids;
+	char actor[200];
 } jobs_args;
 
 static int name_option(jobs_args *a, const char *name, const char *arg, const char **out)
@@ -168,10 +271,40 @@ static int name_option(jobs_args *a, const char *name, const char *arg, const ch
 	return CLI_OK;
 }
 
+/* The filters beyond queue, kind and state (checked by the library before
+ * any statement). */
+static int filter_option(jobs_args *a, int code, const char *arg)
+{
+	a->filtered = true;
+	switch (code) {
+	case O_PAYLOAD: a->lo.payload_contains = arg; return CLI_OK;
+	case O_ERROR:
+		if (arg[0] == '\0') {
+			cli_error(a->cc, "--error must not be empty");
+			return CLI_USAGE;
+		}
+		a->lo.error_contains = arg;
+		return CLI_OK;
+	case O_TIME_FIELD: a->lo.time_field = arg; return CLI_OK;
+	case O_SINCE:
+	case O_FROM:
+		if (a->lo.from) {
+			cli_error(a->cc, "give one of --since and --from");
+			return CLI_USAGE;
+		}
+		a->lo.from = arg;
+		return CLI_OK;
+	case O_TO: a->lo.to = arg; return CLI_OK;
+	default: return CLI_USAGE;
+	}
+}
+
 static int own_option(int code, const char *arg, void *ctx)
 {
 	jobs_args *a = ctx;
 	long long v = 0;
+	if (code == O_QUEUE || code == O_KIND || code == O_STATE)
+		a->filtered = true;
 	switch (code) {
 	case O_QUEUE: return name_option(a, "--queue", arg, &a->lo.queue);
 	case O_KIND: return name_option(a, "--kind", arg, &a->lo.kind);
@@ -196,14 +329,29 @@ static int own_option(int code, const char *arg, void *ctx)
 		if (!cli_int(a->cc, "--batch", arg, 1, 100000, &v))
 			return CLI_USAGE;
 		a->batch = (int)v;
+		a->batch_set = true;
 		return CLI_OK;
 	case O_ATTEMPTS:
 		if (!cli_int(a->cc, "--attempts", arg, 1, 1000000, &v))
 			return CLI_USAGE;
 		a->attempts = (int)v;
 		return CLI_OK;
-	default: return CLI_USAGE;
+	case O_DRY_RUN: a->dry_run = true; return CLI_OK;
+	case O_YES: a->yes = true; return CLI_OK;
+	default: return filter_option(a, code, arg);
 	}
+}
+
+/* A window without --time-field bounds the finished time of a finished
+ * state, else the creation time. */
+static void default_time_field(jobs_args *a)
+{
+	if (a->lo.time_field || (!a->lo.from && !a->lo.to))
+		return;
+	bool finished = a->lo.state && (strcmp(a->lo.state, "completed") == 0 ||
+	                                strcmp(a->lo.state, "discarded") == 0 ||
+	                                strcmp(a->lo.state, "cancelled") == 0);
+	a->lo.time_field = finished ? "finished" : "created";
 }
 
 static int output_failed(const jobs_args *a)
@@ -238,48 +386,183 @@ static int jobs_show(jobs_args *a, skl_client *c, int64_t id)
 	return ok ? CLI_OK : output_failed(a);
 }
 
-/* A refused action: name the state that refused it when that is why. */
-static void explain_conflict(skl_client *c, int64_t id, bool cancel, skl_error *err)
+/* ---- acting: one job, several, or every job a filter matches ---- */
+
+static const char *const done_word[] = {"retried", "cancelled", "discarded"};
+
+/* Why one job was not acted on: no such job, or its state. */
+static int refused_one(jobs_args *a, skl_client *c, int64_t id, skl_bulk_action act)
 {
-	static const char *const allowed[2][3] = {{"available", "discarded", "cancelled"},
-	                                          {"available", "running", NULL}};
+	static const char *const allowed[] = {"discarded, cancelled or available",
+	                                      "available or running", "available or running"};
 	skl_job_info *job;
-	skl_error ignored;
-	if (skl_job_get(c, id, &job, &ignored) != SKL_OK)
-		return;
-	bool ok = false;
-	for (int i = 0; i < 3; i++)
-		ok |= allowed[cancel][i] && strcmp(job->state, allowed[cancel][i]) == 0;
-	if (!ok)
-		snprintf(err->message, sizeof(err->message),
-		         "cannot %s job %" PRId64 ": it is %s (only %s jobs can be %s)",
-		         cancel ? "cancel" : "retry", id, job->state,
-		         cancel ? "available or running" : "discarded, cancelled or available",
-		         cancel ? "cancelled" : "retried");
+	skl_error err;
+	if (skl_job_get(c, id, &job, &err) != SKL_OK)
+		return cli_fail(a->cc, &err);
+	if (strstr(allowed[act], job->state) != NULL)
+		cli_error(a->cc, "cannot %s job %" PRId64 ": %s", skl_bulk_action_name(act), id,
+		          act == SKL_BULK_RETRY && job->unique_key
+		              ? "another unfinished job holds its unique key"
+		              : "it changed meanwhile; try again");
+	else
+		cli_error(a->cc, "cannot %s job %" PRId64 ": it is %s (only %s jobs can be %s)",
+		          skl_bulk_action_name(act), id, job->state, allowed[act], done_word[act]);
 	skl_job_info_free(job, 1);
+	return CLI_PROBLEM;
 }
 
-static int jobs_act(jobs_args *a, skl_client *c, int64_t id, bool cancel)
+/* One ID: today's line, exit 1 when nothing was done; logged. */
+static int act_one(jobs_args *a, skl_client *c, skl_bulk_action act)
 {
+	static const char *const line[] = {"is available", "cancelled", "discarded"};
+	int64_t id = a->ids[0];
 	skl_error err;
-	skl_rc rc = cancel ? skl_job_cancel(c, id, &err)
-	                   : skl_job_retry_attempts(c, id, a->attempts, &err);
-	if (rc == SKL_CONFLICT)
-		explain_conflict(c, id, cancel, &err);
-	if (rc != SKL_OK)
-		return cli_fail(a->cc, &err);
-	printf("job %" PRId64 " %s\n", id, cancel ? "cancelled" : "is available");
+	if (act == SKL_BULK_RETRY && a->attempts > 0) { /* the budget: not a bulk step */
+		skl_rc rc = skl_job_retry_attempts(c, id, a->attempts, &err);
+		if (rc == SKL_CONFLICT)
+			return refused_one(a, c, id, act);
+		if (rc != SKL_OK)
+			return cli_fail(a->cc, &err);
+	} else {
+		skl_bulk_opts o = {.action = act, .ids = &id, .nids = 1};
+		skl_actor who = {a->actor, CLI_ACTOR_ROLE};
+		skl_bulk_result r;
+		if (skl_jobs_bulk(c, &o, &who, &r, &err) != SKL_OK)
+			return cli_fail(a->cc, &err);
+		if (r.matched == 0) {
+			cli_error(a->cc, "no job %" PRId64, id);
+			return CLI_PROBLEM;
+		}
+		if (r.changed == 0)
+			return refused_one(a, c, id, act);
+	}
+	printf("job %" PRId64 " %s\n", id, line[act]);
 	return CLI_OK;
+}
+
+/* Asks on the terminal; true for y or yes. */
+static bool confirm(int64_t matched, skl_bulk_action act)
+{
+	fprintf(stderr, "%" PRId64 " job%s match. %s %s? [y/N] ", matched, matched == 1 ? "" : "s",
+	        act == SKL_BULK_RETRY ? "Retry" : act == SKL_BULK_CANCEL ? "Cancel" : "Discard",
+	        matched == 1 ? "it" : "them");
+	char line[16] = "";
+	if (fgets(line, sizeof(line), stdin) == NULL)
+		return false;
+	line[strcspn(line, "\n")] = '\0';
+	return strcmp(line, "y") == 0 || strcmp(line, "yes") == 0;
+}
+
+static int act_many(jobs_args *a, skl_client *c, skl_bulk_action act)
+{
+	skl_bulk_opts o = {.action = act, .filter = &a->lo, .ids = a->ids, .nids = a->nids,
+	                   .batch = a->batch_set ? a->batch : 0, .dry_run = true};
+	skl_actor who = {a->actor, CLI_ACTOR_ROLE};
+	skl_bulk_result r;
+	skl_error err;
+	if (a->dry_run || !a->yes) {
+		if (skl_jobs_bulk(c, &o, &who, &r, &err) != SKL_OK)
+			return cli_fail(a->cc, &err);
+		if (a->dry_run) {
+			printf("%" PRId64 " matched\n", r.matched);
+			return CLI_OK;
+		}
+		if (!confirm(r.matched, act)) {
+			fprintf(stderr, "nothing changed\n");
+			return CLI_OK;
+		}
+	}
+	o.dry_run = false;
+	skl_rc rc = skl_jobs_bulk(c, &o, &who, &r, &err);
+	if (r.action_id > 0)
+		printf("%" PRId64 " matched, %" PRId64 " %s, %" PRId64 " skipped\n", r.matched,
+		       r.changed, done_word[act], r.skipped);
+	return rc == SKL_OK ? CLI_OK : cli_fail(a->cc, &err);
+}
+
+static int act(jobs_args *a, skl_client *c, skl_bulk_action act)
+{
+	return a->nids == 1 && !a->filtered && !a->dry_run ? act_one(a, c, act)
+	                                                   : act_many(a, c, act);
 }
 
 static int jobs_retry(jobs_args *a, skl_client *c, int64_t id)
 {
-	return jobs_act(a, c, id, false);
+	(void)id;
+	return act(a, c, SKL_BULK_RETRY);
 }
 
 static int jobs_cancel(jobs_args *a, skl_client *c, int64_t id)
 {
-	return jobs_act(a, c, id, true);
+	(void)id;
+	return act(a, c, SKL_BULK_CANCEL);
+}
+
+static int jobs_discard(jobs_args *a, skl_client *c, int64_t id)
+{
+	(void)id;
+	return act(a, c, SKL_BULK_DISCARD);
+}
+
+static bool actions_print_table(const skl_action_info *rows, size_t n)
+{
+	cli_table t;
+	cli_table_init(&t, 8, "llllrrrl");
+	cli_table_add(&t, "ID");
+	cli_table_add(&t, "AT");
+	cli_table_add(&t, "ACTOR");
+	cli_table_add(&t, "ROLE");
+	cli_table_add(&t, "ACTION");
+	cli_table_add(&t, "MATCHED");
+	cli_table_add(&t, "CHANGED");
+	cli_table_add(&t, "TARGET");
+	for (size_t i = 0; i < n; i++) {
+		char at[32], target[4 * 60 + 8];
+		cli_table_add(&t, "%" PRId64, rows[i].id);
+		cli_table_add(&t, "%s", cli_fmt_time(rows[i].at, at, sizeof(at)));
+		cli_table_add(&t, "%s", rows[i].actor);
+		cli_table_add(&t, "%s", rows[i].role);
+		cli_table_add(&t, "%s", rows[i].action);
+		cli_table_add(&t, "%" PRId64, rows[i].matched);
+		cli_table_add(&t, "%" PRId64, rows[i].changed);
+		cli_table_add(&t, "%s", cli_fmt_oneline(rows[i].target, 60, target, sizeof(target)));
+	}
+	bool ok = cli_table_print(&t);
+	cli_table_free(&t);
+	return ok;
+}
+
+static json_t *actions_json(const skl_action_info *rows, size_t n)
+{
+	json_t *arr = json_array();
+	for (size_t i = 0; arr && i < n; i++)
+		json_array_append_new(arr, json_pack("{s:I, s:o, s:o, s:o, s:o, s:o, s:I, s:I}",
+		                                     "id", (json_int_t)rows[i].id,
+		                                     "at", cli_json_str(rows[i].at),
+		                                     "actor", cli_json_str(rows[i].actor),
+		                                     "role", cli_json_str(rows[i].role),
+		                                     "action", cli_json_str(rows[i].action),
+		                                     "target", cli_json_raw(rows[i].target),
+		                                     "matched", (json_int_t)rows[i].matched,
+		                                     "changed", (json_int_t)rows[i].changed));
+	return arr;
+}
+
+static int jobs_actions(jobs_args *a, skl_client *c, int64_t id)
+{
+	(void)id;
+	if (a->lo.limit > 10000) {
+		cli_error(a->cc, "--limit: at most 10000 actions");
+		return CLI_USAGE;
+	}
+	skl_action_info *rows;
+	size_t n;
+	skl_error err;
+	if (skl_actions_list(c, a->lo.limit, 0, &rows, &n, &err) != SKL_OK)
+		return cli_fail(a->cc, &err);
+	bool ok = a->json ? cli_json_print(actions_json(rows, n)) : actions_print_table(rows, n);
+	skl_actions_free(rows, n);
+	return ok ? CLI_OK : output_failed(a);
 }
 
 static int jobs_prune(jobs_args *a, skl_client *c, int64_t id)
@@ -295,26 +578,31 @@ static int jobs_prune(jobs_args *a, skl_client *c, int64_t id)
 
 /* ---- dispatch ---- */
 
+enum { IDS_NONE, IDS_ONE, IDS_ANY };
+
 typedef struct jobs_sub {
 	const char *command;      /* prefixes messages */
 	const char *usage;
 	const char *exit_help;
 	const struct option *opts;
-	bool takes_id;
+	int ids;                  /* IDS_*: the job IDs it takes */
 	bool needs_age;
 	int (*run)(jobs_args *a, skl_client *c, int64_t id);
 } jobs_sub;
 
 static int run_sub(const cli_sub *sub, int argc, char **argv);
-#define JOBS_SUB(name, usage, exit_help, opts, takes_id, needs_age, fn)                  \
+#define JOBS_SUB(name, usage, exit_help, opts, ids, needs_age, fn)                       \
 	{name, NULL, run_sub,                                                                \
-	 &(const jobs_sub){"jobs " name, usage, exit_help, opts, takes_id, needs_age, fn}, NULL}
+	 &(const jobs_sub){"jobs " name, usage, exit_help, opts, ids, needs_age, fn}, NULL}
 static const cli_sub subs[] = {
-	JOBS_SUB("list", list_usage, list_exit, list_opts, false, false, jobs_list),
-	JOBS_SUB("show", show_usage, show_exit, show_opts, true, false, jobs_show),
-	JOBS_SUB("retry", retry_usage, act_exit, retry_opts, true, false, jobs_retry),
-	JOBS_SUB("cancel", cancel_usage, act_exit, act_opts, true, false, jobs_cancel),
-	JOBS_SUB("prune", prune_usage, prune_exit, prune_opts, false, true, jobs_prune),
+	JOBS_SUB("list", list_usage, list_exit, list_opts, IDS_NONE, false, jobs_list),
+	JOBS_SUB("show", show_usage, show_exit, show_opts, IDS_ONE, false, jobs_show),
+	JOBS_SUB("retry", retry_usage, act_exit, retry_opts, IDS_ANY, false, jobs_retry),
+	JOBS_SUB("cancel", cancel_usage, act_exit, act_opts, IDS_ANY, false, jobs_cancel),
+	JOBS_SUB("discard", discard_usage, act_exit, act_opts, IDS_ANY, false, jobs_discard),
+	JOBS_SUB("prune", prune_usage, prune_exit, prune_opts, IDS_NONE, true, jobs_prune),
+	JOBS_SUB("actions", actions_usage, actions_exit, actions_opts, IDS_NONE, false,
+	         jobs_actions),
 };
 
 static bool parse_id(const cli_common *cc, const char *s, int64_t *id)
@@ -330,9 +618,51 @@ static bool parse_id(const cli_common *cc, const char *s, int64_t *id)
 	return true;
 }
 
-static int operands(const jobs_sub *s, const jobs_args *a, int argc, char **argv, int64_t *id)
+/* retry, cancel, discard: IDs or filters, and what goes with them. */
+static int act_operands(const jobs_sub *s, jobs_args *a, int nargs, char **args)
 {
-	int nargs = argc - optind, want = s->takes_id ? 1 : 0;
+	if (nargs == 0 && !a->filtered) {
+		cli_error(a->cc, "name the jobs: IDs, or at least one filter (see skiplock %s --help)",
+		          s->command);
+		return CLI_USAGE;
+	}
+	if (nargs > 0 && a->filtered) {
+		cli_error(a->cc, "give job IDs or filters, not both");
+		return CLI_USAGE;
+	}
+	if (nargs > 100000) {
+		cli_error(a->cc, "at most 100000 job IDs");
+		return CLI_USAGE;
+	}
+	a->ids = nargs ? calloc((size_t)nargs, sizeof(int64_t)) : NULL;
+	for (int i = 0; i < nargs; i++)
+		if (a->ids == NULL || !parse_id(a->cc, args[i], &a->ids[i]))
+			return CLI_USAGE;
+	a->nids = (size_t)nargs;
+	bool many = a->nids != 1 || a->filtered || a->dry_run;
+	if (a->attempts > 0 && many) {
+		cli_error(a->cc, "--attempts goes with one job ID only");
+		return CLI_USAGE;
+	}
+	if (a->batch_set && a->batch > 10000) {
+		cli_error(a->cc, "--batch: at most 10000 jobs per transaction");
+		return CLI_USAGE;
+	}
+	if (many && !a->dry_run && !a->yes && !isatty(STDIN_FILENO)) {
+		cli_error(a->cc, "acting on several jobs asks first: pass --yes (or --dry-run to count)");
+		return CLI_USAGE;
+	}
+	default_time_field(a);
+	cli_default_actor(a->actor, sizeof(a->actor));
+	return CLI_OK;
+}
+
+static int operands(const jobs_sub *s, jobs_args *a, int argc, char **argv, int64_t *id)
+{
+	int nargs = argc - optind, want = s->ids == IDS_ONE ? 1 : 0;
+	if (s->ids == IDS_ANY)
+		return act_operands(s, a, nargs, argv + optind);
+	default_time_field(a);
 	if (nargs < want) {
 		cli_error(a->cc, "missing job ID (see skiplock %s --help)", s->command);
 		return CLI_USAGE;
@@ -364,13 +694,13 @@ static int run_sub(const cli_sub *sub, int argc, char **argv)
 		return CLI_OK;
 	}
 	int64_t id = 0;
-	if ((rc = operands(s, &a, argc, argv, &id)) != CLI_OK)
-		return rc;
-	skl_client *c;
-	if ((rc = cli_open(&cc, &c)) != CLI_OK)
-		return rc;
-	rc = s->run(&a, c, id);
-	skl_client_close(c);
+	skl_client *c = NULL;
+	if ((rc = operands(s, &a, argc, argv, &id)) == CLI_OK &&
+	    (rc = cli_open(&cc, &c)) == CLI_OK) {
+		rc = s->run(&a, c, id);
+		skl_client_close(c);
+	}
+	free(a.ids);
 	return rc;
 }
 

@@ -2,6 +2,7 @@
  * common.c — the options every command shares, and opening a client.
  */
 #include <errno.h>
+#include <pwd.h>
 #include <sys/random.h>
 #include <unistd.h>
 #include <limits.h>
@@ -220,4 +221,21 @@ void cli_default_owner(char *buf, size_t cap, const char *prefix)
 	if (getrandom(&rnd, sizeof(rnd), 0) != (ssize_t)sizeof(rnd))
 		rnd = (unsigned int)getpid() * 2654435761u;
 	snprintf(buf, cap, "%s%s:%d:%08x", prefix, host, (int)getpid(), rnd);
+}
+
+/* USER@HOST for the action log: the login name (USER, else the password
+ * database, else the uid) and the host name. */
+void cli_default_actor(char *buf, size_t cap)
+{
+	char host[128] = "localhost";
+	gethostname(host, sizeof(host) - 1);
+	host[sizeof(host) - 1] = '\0';
+	const char *user = getenv("USER");
+	const struct passwd *pw = user && *user ? NULL : getpwuid(getuid());
+	if (pw)
+		user = pw->pw_name;
+	if (user && *user)
+		snprintf(buf, cap, "%.64s@%.120s", user, host);
+	else
+		snprintf(buf, cap, "uid%u@%.120s", (unsigned)getuid(), host);
 }

@@ -164,7 +164,7 @@ bad "missing ID" 'missing job ID' jobs show
 bad "bad ID" 'invalid job ID "abc"' jobs show abc
 bad "ID with trailing text" 'invalid job ID "12x"' jobs cancel 12x
 bad "zero ID" 'invalid job ID "0"' jobs retry 0
-bad "extra operand" 'unexpected argument "2"' jobs cancel "$a5" 2
+bad "several IDs without --yes and no terminal" "pass --yes" jobs cancel "$a5" 2
 bad "option of another subcommand" 'unknown option "--json"' jobs cancel --json "$a5"
 bad "prune without a bound" '--older-than DUR is required' jobs prune
 bad "bad duration" '--older-than.*"soon"' jobs prune --older-than soon
