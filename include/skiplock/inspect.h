@@ -188,6 +188,46 @@ SKL_API skl_rc skl_queue_throughput(skl_client *c, int nbuckets, int64_t bucket_
 /* Frees n rows returned by skl_queue_throughput.  Accepts NULL. */
 SKL_API void skl_queue_rate_free(skl_queue_rate *rows, size_t n);
 
+/* One time bucket of a chart.  Counters, by formula:
+ *   completed, discarded  jobs whose finished_at falls in the bucket
+ *   failed                entries of error histories recorded in it (failed
+ *                         attempts, timeouts, expired leases)
+ *   claims                running, completed and discarded jobs whose latest
+ *                         claim (attempted_at) falls in it
+ *   wait_p50_ms, wait_p95_ms  percentiles of attempted_at - run_at over those
+ *                         claims (the queue wait); -1 when claims is 0 */
+typedef struct skl_chart_bucket {
+	int64_t completed;
+	int64_t failed;
+	int64_t discarded;
+	int64_t claims;
+	int64_t wait_p50_ms;
+	int64_t wait_p95_ms;
+} skl_chart_bucket;
+
+/* A chart: nbuckets buckets of bucket_ms, oldest first; bucket i covers
+ * [start + i × bucket_ms, start + (i + 1) × bucket_ms), and the last ends
+ * at the database's now(). */
+typedef struct skl_chart {
+	int nbuckets;
+	int64_t bucket_ms;
+	const char *start;            /* ISO 8601 UTC, milliseconds */
+	skl_chart_bucket *buckets;    /* nbuckets entries */
+} skl_chart;
+
+/* Reads the chart of one queue and kind (queue or kind NULL: every one)
+ * over the last nbuckets × bucket_ms (1 to 1440 buckets of 1 s to 1 day):
+ * one read-only statement over finished jobs by a range of finished_at
+ * (their index) and over the live jobs.  Jobs already pruned by retention
+ * are not counted.  *chart (free with skl_chart_free) always has nbuckets
+ * buckets on SKL_OK.  SKL_INVALID for a bucket count or width out of
+ * range, before any statement.  Blocks up to the client's retry bound. */
+SKL_API skl_rc skl_queue_chart(skl_client *c, const char *queue, const char *kind, int nbuckets,
+                               int64_t bucket_ms, skl_chart **chart, skl_error *err);
+
+/* Frees a chart returned by skl_queue_chart.  Accepts NULL. */
+SKL_API void skl_chart_free(skl_chart *chart);
+
 #ifdef __cplusplus
 }
 #endif

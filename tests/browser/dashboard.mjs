@@ -11,19 +11,27 @@
 // STATUS"), the phone's width ("phone-width PX") and the screenshots
 // ("screenshot PATH"); exits non-zero on any error (a missing element or a
 // timeout included).
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createRequire } from 'node:module';
+import { execFileSync } from 'node:child_process';
 
 const require = createRequire(process.env.SKL_NPM_DIR + '/');
 const { chromium } = require('playwright-core');
 const [url, roUrl, viewerUrl, viewerToken, jobId, stuckId, shots] = process.argv.slice(2);
 const STATES = ['available', 'running', 'completed', 'discarded', 'cancelled'];
+// The command and the database, to make things happen while the page is open.
+const skl = (...args) => execFileSync(process.env.SKL_BIN, [...args, '--url', process.env.SKL_URL],
+  { encoding: 'utf8' }).trim();
+const sql = text => execFileSync('psql', ['-X', '-qAt', '-c', text, process.env.SKL_DIRECT_URL],
+  { encoding: 'utf8' }).trim();
+const sleep = ms => new Promise(r => setTimeout(r, ms));
+const failedTotal = p => p.$eval('#chart-counts path[data-series="failed"]', e => Number(e.dataset.total));
 
 async function rows(page) {
   return page.$$eval('#queues tbody tr', trs => trs.map(tr =>
-    [...tr.children].map(td => td.textContent).join(' ')));
+    [...tr.children].slice(0, 7).map(td => td.textContent).join(' ')));
 }
 
 const profile = mkdtempSync(join(tmpdir(), 'skl-chromium.'));
@@ -64,10 +72,75 @@ try {
     document.querySelector(sel)?.textContent === 'available', [cell, gen]);
   console.log(`retried ${jobId} ` + await page.textContent(cell));
   for (const r of await rows(page)) console.log('after ' + r);
+  console.log('after-sql ' + sql(process.env.SQL_ROWS).split('\n').join('\nafter-sql '));
 
   await page.click(`#jobs a[data-job="${jobId}"]`);
   await page.waitForSelector('#job:not([hidden]) dd[data-field="state"]');
   console.log('job-page ' + await page.textContent('#job dd[data-field="state"]'));
+
+  // The chart: failed attempts made now appear in it (each refresh reads it).
+  const f0 = await failedTotal(page);
+  skl('enqueue', 'flaky', '--queue', 'flaky', '--max-attempts', '2');
+  await page.waitForFunction(f => Number(document.querySelector(
+    '#chart-counts path[data-series="failed"]').dataset.total) >= f + 2, f0, { timeout: 30000 });
+  console.log('chart-failed ' + f0 + ' ' + await failedTotal(page) + ' ' +
+    await page.$$eval('#chart-counts rect.hit', r => r.length) + ' ' +
+    (await page.$$eval('#chart-counts rect.hit title', t => t.filter(x =>
+      / [1-9][0-9]* failed attempts/.test(x.textContent)).length) > 0 ? 'hover' : 'no-hover'));
+
+  // Bulk retry of every discarded job of kind bulk while the worker runs:
+  // the count, the dialog stating it, the answer, the action log.  The 500
+  // jobs were discarded a minute ago.
+  sql(`INSERT INTO skiplock.finished_jobs (queue, kind, state, attempt, max_attempts, run_at,
+         attempted_at, finished_at, errors, expires_at)
+       SELECT 'bulk', 'bulk', 'discarded', 1, 1, now() - interval '61 seconds',
+              now() - interval '61 seconds', now() - interval '60 seconds',
+              jsonb_build_array(jsonb_build_object('attempt', 1, 'at', now() - interval '60 seconds',
+                                                   'error', 'down')), now() + interval '7 days'
+         FROM generate_series(1, 500)`);
+  await page.goto(url + '#state=discarded&kind=bulk');
+  await page.waitForSelector('body[data-loaded="true"]');
+  await page.click('#bulk-matching button[data-bulk="retry"]');
+  await page.waitForSelector('#confirm[open]');
+  console.log('bulk-dialog ' + await page.textContent('#confirm-text'));
+  await page.click('#confirm-yes');
+  await page.waitForFunction(() => /^retry: /.test(document.getElementById('status').textContent),
+    null, { timeout: 60000 });
+  console.log('bulk-answer ' + await page.textContent('#status'));
+  await page.waitForSelector('#actions tbody tr[data-action="retry"]');
+  console.log('bulk-log ' + await page.$eval('#actions tbody tr[data-action="retry"]', tr =>
+    [...tr.children].map(td => td.textContent).slice(1).join(' | ')));
+
+  // Pause queue pz: a job enqueued there stays available while the worker
+  // runs; the row and the strip say paused; resume and it is claimed.
+  await page.goto(url + '#');
+  await page.waitForSelector('body[data-loaded="true"]');
+  await page.click('#queues tr[data-queue="pz"] button[data-pause="pause-queue"]');
+  await page.waitForSelector('#queues tr[data-queue="pz"] button[data-pause="resume-queue"]');
+  const pz = skl('enqueue', 'pzk', '--queue', 'pz');
+  await sleep(2000);
+  console.log('paused-job ' + sql(`SELECT state || ' ' || attempt FROM skiplock.all_jobs WHERE id = ${pz}`) +
+    ' ' + await page.textContent('#queues tr[data-queue="pz"] td[data-field="paused"]') + ' ' +
+    (await page.$$eval('#problems li[data-problem="paused"]', l => l.map(x => x.textContent))).join(';'));
+  await page.click('#queues tr[data-queue="pz"] button[data-pause="resume-queue"]');
+  for (let i = 0; i < 100 && sql(`SELECT state FROM skiplock.all_jobs WHERE id = ${pz}`) !== 'completed'; i++)
+    await sleep(100);
+  console.log('resumed-job ' + sql(`SELECT state || ' ' || attempt FROM skiplock.all_jobs WHERE id = ${pz}`));
+
+  // The worker stops (an idle worker rescues expired leases); then the
+  // stuck job: running for an hour, its lease expired a minute ago.
+  const bulkDone = () => sql(`SELECT count(*) FROM skiplock.all_jobs WHERE kind = 'bulk' AND state = 'completed'`);
+  for (let i = 0; i < 1200 && bulkDone() !== '500'; i++) await sleep(100);
+  process.kill(Number(process.env.W2_PID), 'SIGTERM');
+  const running = pid => { // not gone and not a zombie (its parent, the script, reaps it)
+    try { return !/^\d+ \(.*\) Z/.test(readFileSync(`/proc/${pid}/stat`, 'utf8')); } catch { return false; }
+  };
+  for (let i = 0; i < 300 && running(process.env.W2_PID); i++) await sleep(100);
+  sql(`UPDATE skiplock.jobs SET state = 'running', attempt = 1, fencing = fencing + 1,
+         lease_owner = 'gone', attempted_at = now() - interval '1 hour',
+         lease_expires_at = now() - interval '1 minute' WHERE id = ${process.env.STUCK}`);
+  await page.reload();
+  await page.waitForSelector('body[data-loaded="true"]');
 
   // The strip: the stuck job (its lease expired an hour into its attempt).
   console.log('strip-state ' + await page.getAttribute('#now', 'data-state'));
@@ -130,6 +203,11 @@ try {
   console.log('viewer-role ' + await vp.getAttribute('body', 'data-role') + ' ' +
     await vp.textContent('#mode'));
   console.log('viewer-buttons ' + await vp.locator('#jobs button[data-action]').count());
+  console.log('viewer-act-buttons ' + await vp.locator('button[data-bulk], button[data-pause], ' +
+    'button[data-breaker], button[data-schedule]').count());
+  console.log('viewer-pause ' + await vp.evaluate(async () => (await fetch('/api/pause?queue=pz',
+    { method: 'POST', headers: { 'X-CSRF-Token':
+      document.querySelector('meta[name="csrf-token"]').content } })).status));
   console.log('viewer-post ' + await vp.evaluate(async id => (await fetch(`/api/jobs/${id}/retry`,
     { method: 'POST', headers: { 'X-CSRF-Token':
       document.querySelector('meta[name="csrf-token"]').content } })).status, jobId));

@@ -72,13 +72,25 @@ for _ in $(seq 1 300); do
 	sleep 0.1
 done
 kill -TERM $W; wait $W
-# A stuck job: running for an hour, its lease expired a minute ago (its
-# worker gone), in a queue no worker serves.
+# A job of a queue no worker serves; the browser run makes it stuck
+# (running for an hour, its lease expired a minute ago, its worker gone)
+# once the worker below has stopped, since an idle worker rescues it.
 STUCK=$("$S" enqueue --url "$URL" --queue stuck hang) || fail "enqueue hang"
-q "UPDATE skiplock.jobs SET state = 'running', attempt = 1, fencing = fencing + 1,
-   lease_owner = 'gone', attempted_at = now() - interval '1 hour',
-   lease_expires_at = now() - interval '1 minute' WHERE id = $STUCK" >/dev/null
 "$S" breakers open bad --url "$URL" >/dev/null 2>&1 || fail "breakers open"
+# A worker runs while the page is open: kind flaky always fails, kind bulk
+# succeeds and writes its id to a ledger (a job run twice would show), pzk
+# succeeds (the browser run makes 500 of them, discarded), pzk succeeds.
+# Idle, it polls every 200 ms (--poll-idle), so through the pooler too it
+# claims a job soon after it is enqueued.  The browser run stops it
+# (SIGTERM); the script stops it too when the browser run failed first.
+"$S" worker --url "$URL" --poll 50ms --poll-max 200ms --log-level debug --concurrency 8 \
+	--queue bulk --queue flaky --queue pz --backoff fixed --backoff-base 100ms --poll-idle 200ms \
+	--handler 'flaky=exit 1' --handler "bulk=echo \$SKIPLOCK_JOB_ID >>$TMP/ledger" \
+	--handler 'pzk=true' 2>"$TMP/w2.log" &
+W2=$!
+PZ=$("$S" enqueue --url "$URL" --queue pz pzk) || fail "enqueue pzk"
+wait_until "the first pz job" 30 test "$(q "SELECT state FROM skiplock.all_jobs WHERE id = $PZ")" = completed ||
+	echo "the worker: $(q "SELECT state FROM skiplock.all_jobs WHERE id = $PZ"); $(tail -n 20 "$TMP/w2.log")"
 wait_until "the lock holder" 10 test -s "$TMP/holder.out"
 HOLDER_PID=$(cut -d'|' -f1 "$TMP/holder.out")
 JOB=$(q "SELECT min(id) FROM skiplock.all_jobs WHERE state = 'discarded'")
@@ -100,24 +112,48 @@ ROLES=$PID
 SHOTS=$SKL_BUILD_DIR/dashboard-screenshots-$MODE
 rm -rf "$SHOTS"
 mkdir -p "$SHOTS"
-SKL_NPM_DIR=$NPM node "$(dirname "$0")/dashboard.mjs" "http://127.0.0.1:$RW_PORT/" \
+W2_PID=$W2 STUCK=$STUCK SKL_URL=$URL SKL_DIRECT_URL=$DIRECT_URL SQL_ROWS=$SQL_ROWS SKL_NPM_DIR=$NPM node "$(dirname "$0")/dashboard.mjs" "http://127.0.0.1:$RW_PORT/" \
 	"http://127.0.0.1:$RO_PORT/" "http://127.0.0.1:$PORT/" "$(head -n1 "$TMP/vw")" "$JOB" "$STUCK" \
 	"$SHOTS" >"$TMP/obs" 2>"$TMP/node.err" || fail "browser run: $(tail -n 20 "$TMP/node.err")"
 kill -TERM $RW $RO $ROLES; wait $RW $RO $ROLES
+kill -TERM $W2 2>/dev/null
+wait $W2
+check_eq "the worker, stopped by the browser run, exits 0" $? 0
 exec 7>&-
 wait $HOLDER
 cat "$TMP/obs"
 check_eq "page counts equal SQL (before)" "$(sed -n 's/^row //p' "$TMP/obs")" "$before"
 check_eq "page totals" "$(sed -n 's/^total //p' "$TMP/obs")" \
-	"available=1 running=1 completed=2 discarded=3 cancelled=0"
+	"available=2 running=0 completed=3 discarded=3 cancelled=0"
 check_eq "throughput: finished in the last hour" "$(sed -n 's/^rate //p' "$TMP/obs")" \
-	"$(printf 'default bad 0 0 2 60\ndefault ok 2 2 0 60\nmail bad 0 0 1 60')"
+	"$(printf 'default bad 0 0 2 60\ndefault ok 2 2 0 60\nmail bad 0 0 1 60\npz pzk 1 1 0 60')"
 check_eq "breakers: forced open" "$(sed -n 's/^breaker //p' "$TMP/obs")" "bad open"
 check_eq "lock doctor: the idle holder is a finding" "$(sed -n 's/^finding //p' "$TMP/obs")" \
 	"orphan_suspect $HOLDER_PID"
 check_eq "retried job available on the page" "$(sed -n "s/^retried $JOB //p" "$TMP/obs")" available
 check_eq "retried job available in SQL" "$(q "SELECT state FROM skiplock.all_jobs WHERE id = $JOB")" available
-check_eq "page counts equal SQL (after)" "$(sed -n 's/^after //p' "$TMP/obs")" "$(q "$SQL_ROWS")"
+check_eq "page counts equal SQL (after)" "$(sed -n 's/^after //p' "$TMP/obs")" "$(sed -n 's/^after-sql //p' "$TMP/obs")"
+read -r f0 f1 points hover <<<"$(sed -n 's/^chart-failed //p' "$TMP/obs")"
+[ -n "$f1" ] && [ "$f1" -ge $((f0 + 2)) ] && pass "chart: 2 new failed attempts appear ($f0 then $f1)" ||
+	fail "chart: failed attempts did not appear: '$f0' then '$f1'"
+check_eq "chart: 60 points, the numbers on hover" "$points $hover" "60 hover"
+check_eq "bulk: the dialog states the count and the filter" "$(sed -n 's/^bulk-dialog //p' "$TMP/obs")" \
+	"retry 500 job(s) matching state=discarded, kind=bulk? Jobs a worker finishes first are skipped."
+check_eq "bulk: the answer" "$(sed -n 's/^bulk-answer //p' "$TMP/obs")" "retry: 500 matched, 500 retried, 0 skipped"
+check_eq "bulk: the action log on the page says 500" "$(sed -n 's/^bulk-log //p' "$TMP/obs")" \
+	'dashboard@127.0.0.1 | operator | retry | {"kind":"bulk","state":"discarded"} | 500 | 500'
+check_eq "bulk: 500 completed in SQL, each after one more claim" \
+	"$(q "SELECT count(*) || ' ' || count(*) FILTER (WHERE attempt = 2) FROM skiplock.all_jobs WHERE kind = 'bulk' AND state = 'completed'")" "500 500"
+check_eq "bulk: each job ran its handler once (500 ids, none twice)" \
+	"$(wc -l <"$TMP/ledger") $(sort -u "$TMP/ledger" | wc -l)" "500 500"
+check_eq "bulk: the ledger is the bulk jobs" "$(sort -n "$TMP/ledger" | tr '\n' ' ')" \
+	"$(q "SELECT string_agg(id::text, ' ' ORDER BY id) || ' ' FROM skiplock.all_jobs WHERE kind = 'bulk'")"
+grep -q "^paused-job available 0 paused queue pz is paused (since .*, by dashboard@127.0.0.1): its jobs wait$" "$TMP/obs" &&
+	pass "pause: the job waits unclaimed, the row and the strip say paused" ||
+	fail "pause: $(grep '^paused-job' "$TMP/obs")"
+check_eq "resume: the job is claimed and completed" "$(sed -n 's/^resumed-job //p' "$TMP/obs")" "completed 1"
+check_eq "viewer: no bulk, pause, breaker or schedule button" "$(sed -n 's/^viewer-act-buttons //p' "$TMP/obs")" 0
+check_eq "viewer: pause refused" "$(sed -n 's/^viewer-pause //p' "$TMP/obs")" 403
 check_eq "job page state" "$(sed -n 's/^job-page //p' "$TMP/obs")" available
 check_eq "read-only: no action buttons" "$(sed -n 's/^ro-buttons //p' "$TMP/obs")" 0
 check_eq "read-only: marked" "$(sed -n 's/^ro-mode //p' "$TMP/obs")" read-only

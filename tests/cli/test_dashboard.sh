@@ -189,6 +189,110 @@ check_eq "queues: lease expired, oldest due age, failure rates (5 and 60 min)" \
 	'[["default",0,"number",1,1,1,1],["q2",1,"null",0,null,0,null]]'
 stop_dash find
 
+# --- charts: one queue and kind over time; bad range or name 400 ---
+# Kind ch: 3 jobs completed 10 minutes ago after waits of 1, 2 and 3 s, one
+# discarded 30 minutes ago after 2 failed attempts (its last claim waited a
+# minute), one failed attempt of a
+# live job 5 minutes ago, and a completion 2 hours ago (outside 1 h).
+q "INSERT INTO skiplock.finished_jobs (kind, state, attempt, run_at, attempted_at, finished_at, errors,
+                                     expires_at)
+   SELECT 'ch', 'completed', 1, now() - interval '10 minutes' - w * interval '1 second',
+          now() - interval '10 minutes', now() - interval '10 minutes', '[]'::jsonb, 'infinity'::timestamptz
+     FROM generate_series(1, 3) w
+   UNION ALL
+   SELECT 'ch', 'discarded', 2, now() - interval '31 minutes', now() - interval '30 minutes',
+          now() - interval '30 minutes', jsonb_build_array(
+            jsonb_build_object('attempt', 1, 'at', now() - interval '31 minutes', 'error', 'x'),
+            jsonb_build_object('attempt', 2, 'at', now() - interval '30 minutes', 'error', 'y')),
+          'infinity'
+   UNION ALL
+   SELECT 'ch', 'completed', 1, now() - interval '2 hours', now() - interval '2 hours',
+          now() - interval '2 hours', '[]', 'infinity'" >/dev/null
+q "INSERT INTO skiplock.jobs (kind, attempt, run_at, errors) VALUES ('ch', 1, now() + interval '1 hour',
+   jsonb_build_array(jsonb_build_object('attempt', 1, 'at', now() - interval '5 minutes', 'error', 'z')))" >/dev/null
+start_dash chart --listen 127.0.0.1:0
+SUMS='[(.completed, .failed, .discarded, .claims | add), (.wait_p50_ms, .wait_p95_ms | map(select(. != null)))]'
+check_eq "chart: 200" "$(http GET '/api/chart?kind=ch')" 200
+check_eq "chart, 1 h: 60 one-minute buckets" "$(jq -c '[.range, .bucket_ms, (.completed, .failed, .wait_p50_ms | length)]' "$TMP/body")" \
+	'["1h",60000,60,60,60]'
+check_eq "chart, 1 h: 3 completed, 3 failed attempts, 1 discarded, 4 claims; waits p50 1 min, 2 s; p95 1 min, 2.9 s" \
+	"$(jq -c "$SUMS" "$TMP/body")" '[3,3,1,4,[60000,2000],[60000,2900]]'
+check_eq "chart, 1 h: the failures 31, 30 and 5 minutes ago" \
+	"$(jq -c '[.failed | to_entries[] | select(.value > 0) | .key]' "$TMP/body")" '[28,29,54]'
+check_eq "chart, 24 h: 200" "$(http GET '/api/chart?kind=ch&range=24h')" 200
+check_eq "chart, 24 h: 96 buckets of 15 min, the old completion too" \
+	"$(jq -c '[.bucket_ms, (.completed | length), (.completed | add)]' "$TMP/body")" '[900000,96,4]'
+check_eq "chart, 7 d: 84 buckets of 2 h" "$(http GET '/api/chart?range=7d&queue=default&kind=ch')" 200
+check_eq "chart, 7 d: shape" "$(jq -c '[.bucket_ms, (.completed | length), .queue, .kind]' "$TMP/body")" \
+	'[7200000,84,"default","ch"]'
+check_eq "chart of another queue: 200" "$(http GET '/api/chart?queue=q2&kind=ch')" 200
+check_eq "chart of another queue: nothing" "$(jq -c "$SUMS" "$TMP/body")" '[0,0,0,0,[],[]]'
+check_eq "chart, range 2h: 400" "$(http GET '/api/chart?range=2h')" 400
+check_eq "chart, range 2h: says which" "$(jq -r .error "$TMP/body")" "range must be 1h, 6h, 24h or 7d"
+check_eq "chart, a 129-byte kind: 400" "$(http GET "/api/chart?kind=$(printf 'k%.0s' $(seq 129))")" 400
+check_eq "chart keeps the Host rule: 403" "$(http GET '/api/chart' -H "Host: rebind.example:$PORT")" 403
+stop_dash chart
+q "DELETE FROM skiplock.finished_jobs WHERE kind = 'ch'; DELETE FROM skiplock.jobs WHERE kind = 'ch'" >/dev/null
+
+# --- acting on the fleet: count, bulk, pause, breakers, schedules, the log ---
+ba=$("$S" enqueue --url "$URL" --queue bulkq bk '{"b": 1}')
+bb=$("$S" enqueue --url "$URL" --queue bulkq bk '{"b": 2}')
+bc=$("$S" enqueue --url "$URL" --queue bulkq bk '{"b": 3}')
+start_dash act --listen 127.0.0.1:0
+http GET / >/dev/null
+CSRF=$(sed -n 's|.*name="csrf-token" content="\([0-9a-f]*\)".*|\1|p' "$TMP/body")
+P=(-H "X-CSRF-Token: $CSRF")
+check_eq "count: 200" "$(http GET '/api/jobs/count?queue=bulkq&state=available')" 200
+check_eq "count: as SQL" "$(jq .count "$TMP/body")" \
+	"$(q "SELECT count(*) FROM skiplock.all_jobs WHERE queue = 'bulkq' AND state = 'available'")"
+check_eq "count, bad state: 400" "$(http GET '/api/jobs/count?state=lost')" 400
+check_eq "count, a word for a time: 400" "$(http GET '/api/jobs/count?time=created&from=yesterday')" 400
+check_eq "count keeps the Host rule: 403" "$(http GET '/api/jobs/count' -H "Host: rebind.example:$PORT")" 403
+check_eq "bulk without CSRF: 403" "$(http POST '/api/bulk/cancel?queue=bulkq')" 403
+check_eq "bulk, no filter and no ids: 400" "$(http POST '/api/bulk/cancel' "${P[@]}")" 400
+check_eq "bulk, bad filter: 400" "$(http POST '/api/bulk/cancel?time=born&from=1h' "${P[@]}")" 400
+check_eq "bulk, bad ids: 400" "$(http POST '/api/bulk/cancel?ids=1,x' "${P[@]}")" 400
+check_eq "bulk, unknown action: 404" "$(http POST '/api/bulk/explode?queue=bulkq' "${P[@]}")" 404
+check_eq "refused bulk actions changed nothing" \
+	"$(q "SELECT string_agg(state, ',') FROM skiplock.all_jobs WHERE queue = 'bulkq'")" "available,available,available"
+check_eq "bulk cancel of one picked job: 200" "$(http POST "/api/bulk/cancel?ids=$ba" "${P[@]}")" 200
+check_eq "bulk cancel of ids: counts" "$(jq -c '[.action, .matched, .changed, .skipped]' "$TMP/body")" '["cancel",1,1,0]'
+check_eq "bulk discard by filter: 200" "$(http POST '/api/bulk/discard?queue=bulkq&state=available' "${P[@]}")" 200
+check_eq "bulk discard by filter: counts" "$(jq -c '[.matched, .changed, .skipped]' "$TMP/body")" '[2,2,0]'
+check_eq "bulk retry by filter: 200" "$(http POST '/api/bulk/retry?queue=bulkq&kind=bk' "${P[@]}")" 200
+check_eq "bulk retry by filter: counts" "$(jq -c '[.matched, .changed]' "$TMP/body")" '[3,3]'
+check_eq "bulk retry: all available again" \
+	"$(q "SELECT string_agg(state, ',') FROM skiplock.all_jobs WHERE id IN ($ba, $bb, $bc)")" "available,available,available"
+check_eq "pause, neither queue nor kind: 400" "$(http POST '/api/pause' "${P[@]}")" 400
+check_eq "pause, both: 400" "$(http POST '/api/pause?queue=a&kind=b' "${P[@]}")" 400
+check_eq "pause without CSRF: 403" "$(http POST '/api/pause?queue=bulkq')" 403
+check_eq "pause queue bulkq: 200" "$(http POST '/api/pause?queue=bulkq' "${P[@]}")" 200
+check_eq "pause: changed" "$(jq -c .changed "$TMP/body")" true
+check_eq "pauses: 200" "$(http GET /api/pauses)" 200
+check_eq "pauses: bulkq, by the dashboard" "$(jq -c 'map([.queue, .kind, .paused_by, .role])' "$TMP/body")" \
+	'[["bulkq","*","dashboard@127.0.0.1","operator"]]'
+check_eq "resume queue bulkq: 200" "$(http POST '/api/resume?queue=bulkq' "${P[@]}")" 200
+check_eq "breaker open: 200" "$(http POST '/api/breakers/open?kind=bk' "${P[@]}")" 200
+check_eq "breaker open: open" "$("$S" breakers --json --url "$URL" | jq -r 'map(select(.kind == "bk"))[0].state')" open
+check_eq "breaker close: 200" "$(http POST '/api/breakers/close?kind=bk' "${P[@]}")" 200
+check_eq "breaker without a kind: 400" "$(http POST '/api/breakers/open' "${P[@]}")" 400
+"$S" cron add --url "$URL" nightly '0 3 * * *' bk '{"n": 0}' >/dev/null 2>&1 || fail "cron add"
+check_eq "schedule pause: 200" "$(http POST '/api/schedules/pause?name=nightly' "${P[@]}")" 200
+check_eq "schedule resume: 200" "$(http POST '/api/schedules/resume?name=nightly' "${P[@]}")" 200
+check_eq "schedule run now: 200" "$(http POST '/api/schedules/run?name=nightly' "${P[@]}")" 200
+check_eq "schedule run now: the job" "$(q "SELECT kind || ' ' || state FROM skiplock.jobs WHERE id = $(jq .job_id "$TMP/body")")" \
+	"bk available"
+check_eq "no such schedule: 404" "$(http POST '/api/schedules/run?name=none' "${P[@]}")" 404
+check_eq "actions, limit 0: 400" "$(http GET '/api/actions?limit=0')" 400
+check_eq "actions: 200" "$(http GET '/api/actions?limit=20')" 200
+# (the earlier `skiplock breakers open|close` are logged too, role cli)
+check_eq "actions: each logged, newest first, by the dashboard as operator" \
+	"$(jq -c 'map(select(.role != "cli")) | map([.action, .matched, .changed, .actor, .role]) | map(join(" "))' "$TMP/body")" \
+	'["schedule_run 1 1 dashboard@127.0.0.1 operator","schedule_resume 1 1 dashboard@127.0.0.1 operator","schedule_pause 1 1 dashboard@127.0.0.1 operator","breaker_close 1 1 dashboard@127.0.0.1 operator","breaker_open 1 1 dashboard@127.0.0.1 operator","resume 1 1 dashboard@127.0.0.1 operator","pause 1 1 dashboard@127.0.0.1 operator","retry 3 3 dashboard@127.0.0.1 operator","discard 2 2 dashboard@127.0.0.1 operator","cancel 1 1 dashboard@127.0.0.1 operator"]'
+stop_dash act
+q "DELETE FROM skiplock.jobs WHERE kind = 'bk'; DELETE FROM skiplock.finished_jobs WHERE kind = 'bk'" >/dev/null
+"$S" cron remove --url "$URL" nightly >/dev/null 2>&1 || fail "cron remove"
+
 # --- roles: an operator token acts, a viewer token only reads ---
 printf 'op-%s\n' "$(head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n')" >"$TMP/op"
 printf 'vw-%s\n' "$(head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n')" >"$TMP/vw"
@@ -208,6 +312,15 @@ check_eq "viewer cancel with CSRF: 403" "$(http POST "/api/jobs/$d1/cancel" -H "
 	-H "X-CSRF-Token: $CSRF")" 403
 grep -q 'a viewer cannot act' "$TMP/body" && pass "viewer refusal says why" || fail "viewer: $(cat "$TMP/body")"
 check_eq "viewer: job still available" "$(q "SELECT state FROM skiplock.all_jobs WHERE id = $d1")" available
+n0=$(q "SELECT count(*) FROM skiplock.actions")
+for a in "bulk/retry?ids=$d1" "pause?queue=default" "resume?queue=default" "breakers/open?kind=k" \
+	"schedules/run?name=none"; do
+	check_eq "viewer POST /api/$a with CSRF: 403" "$(http POST "/api/$a" -H "Authorization: Bearer $VW" \
+		-H "X-CSRF-Token: $CSRF")" 403
+done
+check_eq "viewer reads the action log: 200" "$(http GET /api/actions -H "Authorization: Bearer $VW")" 200
+check_eq "viewer reads a count: 200" "$(http GET /api/jobs/count?state=available -H "Authorization: Bearer $VW")" 200
+check_eq "viewer's refused actions logged nothing" "$(q "SELECT count(*) FROM skiplock.actions")" "$n0"
 check_eq "operator without CSRF: 403" "$(http POST "/api/jobs/$d1/cancel" -H "Authorization: Bearer $OP")" 403
 check_eq "operator cancel: 200" "$(http POST "/api/jobs/$d1/cancel" -H "Authorization: Bearer $OP" \
 	-H "X-CSRF-Token: $CSRF")" 200
@@ -275,5 +388,63 @@ plan_check "lease expired" jobs_rescue_idx \
 	"NULL, NULL, 'running', 100, NULL, NULL, 'lease', NULL, NULL, NULL, 0"
 plan_check "discarded in the last 5 minutes" finished_jobs_forever_finished_at_idx \
 	"NULL, NULL, 'discarded', 100, NULL, NULL, 'finished', NULL, 300000, NULL, NULL"
+# The chart's statement (chart_sql in src/lib/queue/chart.c) over those
+# 20000 finished jobs (5.5 hours of them): the last hour is a range of their
+# finished_at index, never a scan of the partition; the live jobs are read
+# whole (they may hold any error).  A range that covers most of the table
+# (6 h here) reads it whole, as it should.
+SINCE="(now() - \$1::int * \$2::bigint * interval '1 millisecond')"
+PAIR() { echo "(\$3::text IS NULL OR $1.queue = \$3) AND (\$4::text IS NULL OR $1.kind = \$4)"; }
+CHART="PREPARE chart(int, bigint, text, text) AS
+WITH j AS (
+  SELECT f.state, f.finished_at, f.attempted_at, f.run_at, f.errors
+    FROM skiplock.finished_jobs f WHERE f.finished_at >= $SINCE AND $(PAIR f)
+  UNION ALL
+  SELECT l.state, l.finished_at, l.attempted_at, l.run_at, l.errors
+    FROM skiplock.jobs l
+   WHERE (l.state IN ('available', 'running') OR l.finished_at >= $SINCE) AND $(PAIR l)),
+ e AS (
+  SELECT j.state AS what, j.finished_at AS at, NULL::float8 AS wait_ms FROM j
+   WHERE j.state IN ('completed', 'discarded')
+  UNION ALL
+  SELECT 'failed', CASE WHEN (x.v ->> 'at') ~ '^[0-9]{4}-[0-9]{2}-[0-9]{2}[T ][0-9:.]+([+-][0-9:]+|Z)?\$'
+                   THEN (x.v ->> 'at')::timestamptz END, NULL FROM j,
+         jsonb_array_elements(CASE WHEN jsonb_typeof(j.errors) = 'array' THEN j.errors ELSE '[]' END) x(v)
+  UNION ALL
+  SELECT 'claimed', j.attempted_at, extract(epoch FROM j.attempted_at - j.run_at) * 1000
+    FROM j WHERE j.state IN ('running', 'completed', 'discarded') AND j.attempted_at >= j.run_at),
+ g AS (
+  SELECT least(floor(extract(epoch FROM e.at - $SINCE) * 1000 / \$2::bigint)::int, \$1::int - 1) AS b,
+         count(*) FILTER (WHERE e.what = 'completed') AS completed,
+         count(*) FILTER (WHERE e.what = 'failed') AS failed,
+         count(*) FILTER (WHERE e.what = 'discarded') AS discarded,
+         count(*) FILTER (WHERE e.what = 'claimed') AS claims,
+         round(percentile_cont(0.5) WITHIN GROUP (ORDER BY e.wait_ms)) AS p50,
+         round(percentile_cont(0.95) WITHIN GROUP (ORDER BY e.wait_ms)) AS p95
+    FROM e WHERE e.at >= $SINCE GROUP BY 1)
+ SELECT s.b, coalesce(g.completed, 0), coalesce(g.failed, 0), coalesce(g.discarded, 0),
+        coalesce(g.claims, 0), coalesce(g.p50, -1)::bigint, coalesce(g.p95, -1)::bigint,
+        to_char($SINCE AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"')
+   FROM generate_series(0, \$1::int - 1) s(b) LEFT JOIN g ON g.b = s.b ORDER BY s.b"
+chart_plan() { # NAME ARGS
+	local plan
+	plan=$(printf '%s;\nEXPLAIN EXECUTE chart(%s);\n' "$CHART" "$2" | psql -X -q -At "$DIRECT_URL")
+	if grep -q finished_jobs_forever_finished_at_idx <<<"$plan" &&
+		! grep -qE "Seq Scan on finished_jobs_forever( |$)" <<<"$plan"; then
+		pass "plan: the chart, $1, reads a range of finished_at"
+	else
+		fail "plan: the chart, $1, does not read a range of finished_at: $plan"
+	fi
+}
+chart_plan "1 h, every queue and kind" "60, 60000, NULL, NULL"
+chart_plan "1 h, one kind" "60, 60000, NULL, 'p1'"
+chart_plan "1 h, one queue and kind" "60, 60000, 'default', 'p1'"
+# The statement above is the library's: the dashboard answers the same.
+start_dash plans --listen 127.0.0.1:0
+check_eq "chart over 20000 jobs: 200" "$(http GET '/api/chart?kind=p1&range=6h')" 200
+check_eq "chart over 20000 jobs: as the statement" "$(jq -c '[(.completed, .failed, .discarded | add)]' "$TMP/body")" \
+	"$(printf '%s;\nCREATE TEMP TABLE x(b, c, f, d, n, p, q, s) AS EXECUTE chart(72, 300000, NULL, %s);\nSELECT format($$[%%s,%%s,%%s]$$, sum(c), sum(f), sum(d)) FROM x;\n' \
+	  "$CHART" "'p1'" | psql -X -q -At "$DIRECT_URL" 2>&1)"
+stop_dash plans
 no_leftovers
 finish

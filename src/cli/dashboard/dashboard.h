@@ -68,7 +68,38 @@ typedef struct dash_reply {
 typedef const char *(*dash_arg_fn)(void *ctx, const char *name);
 dash_reply dash_api_get(dash_server *s, dash_role role, const char *path, dash_arg_fn arg,
                         void *ctx);
-/* POST /api/jobs/ID/retry and /api/jobs/ID/cancel. */
-dash_reply dash_api_post(dash_server *s, const char *path);
+/* POST /api/jobs/ID/retry and /api/jobs/ID/cancel, and dash_act_post's;
+ * who is on whose behalf (the role and the peer's address), for the
+ * action log. */
+dash_reply dash_api_post(dash_server *s, const char *path, dash_arg_fn arg, void *ctx,
+                         const skl_actor *who);
+
+/* Replies shared by the endpoints' files (dashboard_api.c): a document
+ * (out of memory: an error), {"error": msg}, and a library failure (404 no
+ * such row, 409 a state that forbids it, 400 bad input, else 503). */
+dash_reply dash_ok(unsigned status, json_t *body);
+dash_reply dash_fail(unsigned status, const char *msg);
+dash_reply dash_lib_fail(skl_rc rc, const skl_error *err);
+/* A query argument, NULL when absent or empty. */
+const char *dash_arg(dash_arg_fn arg, void *ctx, const char *name);
+
+/* GET /api/chart?queue=&kind=&range= (dashboard_chart.c); called under
+ * the server's lock. */
+dash_reply dash_get_chart(dash_server *s, dash_arg_fn arg, void *ctx);
+
+/* The job list's filters from the query (state, queue, kind, payload,
+ * error, time, from, to) into *o: a reply with a body (400, or 403 for a
+ * viewer's payload filter under --hide-payloads) when refused. */
+dash_reply dash_filter(const dash_server *s, dash_role role, dash_arg_fn arg, void *ctx,
+                       skl_list_opts *o);
+
+/* dashboard_act.c: GET /api/jobs/count, /api/pauses, /api/actions (under
+ * the server's lock), and the operator's POSTs: bulk retry, cancel and
+ * discard, pause and resume, breakers, schedules (each takes the lock).
+ * A reply without a body: not one of theirs. */
+dash_reply dash_act_get(dash_server *s, dash_role role, const char *path, dash_arg_fn arg,
+                        void *ctx);
+dash_reply dash_act_post(dash_server *s, const char *path, dash_arg_fn arg, void *ctx,
+                         const skl_actor *who);
 
 #endif

@@ -14,9 +14,12 @@
  *   GET  /api/leases             leases with their fencing token
  *   GET  /api/throughput         jobs finished per minute, last hour, per
  *                                queue and kind
+ *   GET  /api/chart?queue=&kind=&range=  one queue and kind over time
+ *                                (dashboard_chart.c)
  *   GET  /api/breakers           circuit breakers and their state
  *   GET  /api/doctor/locks       `doctor locks` findings (report only)
  *   POST /api/jobs/ID/retry, /api/jobs/ID/cancel
+ * and the operator's fleet-wide actions of dashboard_act.c.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -30,22 +33,26 @@
 #include "print/jobs_print.h"
 #include "print/output.h"
 
-static dash_reply reply(unsigned status, json_t *body)
+dash_reply dash_ok(unsigned status, json_t *body)
 {
 	return (dash_reply){status, body ? body : json_pack("{s:s}", "error", "out of memory")};
 }
 
-static dash_reply fail(unsigned status, const char *msg)
+dash_reply dash_fail(unsigned status, const char *msg)
 {
-	return reply(status, json_pack("{s:s}", "error", msg));
+	return dash_ok(status, json_pack("{s:s}", "error", msg));
 }
 
-/* A library failure: 404 for no such row, 409 for a state that does not
- * allow the action, 400 for bad input, else 503 (database trouble). */
-static dash_reply lib_fail(skl_rc rc, const skl_error *err)
+dash_reply dash_lib_fail(skl_rc rc, const skl_error *err)
 {
 	unsigned st = rc == SKL_EMPTY ? 404 : rc == SKL_CONFLICT ? 409 : rc == SKL_INVALID ? 400 : 503;
-	return fail(st, err->message[0] ? err->message : skl_strerror(rc));
+	return dash_fail(st, err->message[0] ? err->message : skl_strerror(rc));
+}
+
+const char *dash_arg(dash_arg_fn arg, void *ctx, const char *name)
+{
+	const char *v = arg(ctx, name);
+	return v && *v ? v : NULL;
 }
 
 /* A failure rate as JSON: null when nothing ran in its window (-1). */
@@ -108,41 +115,44 @@ static dash_reply get_queues(dash_server *s)
 	if (rc == SKL_OK && (rc = skl_queue_status_get(s->client, WINDOW_60M, &hour, &nh, &err)) != SKL_OK)
 		skl_queue_status_free(rows, n);
 	if (rc != SKL_OK)
-		return lib_fail(rc, &err);
+		return dash_lib_fail(rc, &err);
 	json_t *arr = json_array();
 	for (size_t i = 0; arr && i < n; i++)
 		json_array_append_new(arr, queue_json(&rows[i], find_pair(hour, nh, &rows[i])));
 	skl_queue_status_free(rows, n);
 	skl_queue_status_free(hour, nh);
-	return reply(200, arr);
+	return dash_ok(200, arr);
 }
 
-/* A query argument, NULL when absent or empty. */
-static const char *arg_of(dash_arg_fn arg, void *ctx, const char *name)
+dash_reply dash_filter(const dash_server *s, dash_role role, dash_arg_fn arg, void *ctx,
+                       skl_list_opts *o)
 {
-	const char *v = arg(ctx, name);
-	return v && *v ? v : NULL;
+	*o = (skl_list_opts){
+		.queue = dash_arg(arg, ctx, "queue"), .kind = dash_arg(arg, ctx, "kind"),
+		.state = dash_arg(arg, ctx, "state"), .limit = 100,
+		.payload_contains = dash_arg(arg, ctx, "payload"),
+		.error_contains = dash_arg(arg, ctx, "error"), .time_field = dash_arg(arg, ctx, "time"),
+		.from = dash_arg(arg, ctx, "from"), .to = dash_arg(arg, ctx, "to")};
+	if (o->state && !skl_job_state_valid(o->state))
+		return dash_fail(400, "unknown job state");
+	/* Matching on what a viewer may not read would reveal it bit by bit. */
+	if (o->payload_contains && role == DASH_VIEWER && s->hide_payloads)
+		return dash_fail(403, "payloads are hidden from viewers");
+	return (dash_reply){0, NULL};
 }
 
 static dash_reply get_jobs(dash_server *s, dash_role role, dash_arg_fn arg, void *ctx)
 {
-	skl_list_opts o = {
-		.queue = arg_of(arg, ctx, "queue"), .kind = arg_of(arg, ctx, "kind"),
-		.state = arg_of(arg, ctx, "state"), .limit = 100,
-		.payload_contains = arg_of(arg, ctx, "payload"), .error_contains = arg_of(arg, ctx, "error"),
-		.time_field = arg_of(arg, ctx, "time"), .from = arg_of(arg, ctx, "from"),
-		.to = arg_of(arg, ctx, "to")};
-	if (o.state && !skl_job_state_valid(o.state))
-		return fail(400, "unknown job state");
-	/* Matching on what a viewer may not read would reveal it bit by bit. */
-	if (o.payload_contains && role == DASH_VIEWER && s->hide_payloads)
-		return fail(403, "payloads are hidden from viewers");
+	skl_list_opts o;
+	dash_reply bad = dash_filter(s, role, arg, ctx, &o);
+	if (bad.body)
+		return bad;
 	const char *limit = arg(ctx, "limit");
 	if (limit) {
 		char *end;
 		long v = strtol(limit, &end, 10);
 		if (*end || v < 1 || v > 1000)
-			return fail(400, "limit must be an integer from 1 to 1000");
+			return dash_fail(400, "limit must be an integer from 1 to 1000");
 		o.limit = (int)v;
 	}
 	skl_job_info *jobs;
@@ -150,10 +160,10 @@ static dash_reply get_jobs(dash_server *s, dash_role role, dash_arg_fn arg, void
 	skl_error err;
 	skl_rc rc = skl_jobs_list(s->client, &o, &jobs, &n, &err);
 	if (rc != SKL_OK)
-		return lib_fail(rc, &err);
+		return dash_lib_fail(rc, &err);
 	json_t *arr = jobs_json_list(jobs, n);
 	skl_job_info_free(jobs, n);
-	return reply(200, arr);
+	return dash_ok(200, arr);
 }
 
 /* "123" or "123/retry": the id, and *rest the text after it. */
@@ -177,9 +187,9 @@ static dash_reply payload_rule(const dash_server *s, dash_role role, const char 
 	if (ask == NULL)
 		return (dash_reply){0, NULL};
 	if (strcmp(ask, "show") != 0)
-		return fail(400, "payload must be show");
+		return dash_fail(400, "payload must be show");
 	if (role == DASH_VIEWER && s->hide_payloads)
-		return fail(403, "payloads are hidden from viewers");
+		return dash_fail(403, "payloads are hidden from viewers");
 	*show = true;
 	return (dash_reply){0, NULL};
 }
@@ -190,16 +200,16 @@ static dash_reply get_job(dash_server *s, dash_role role, const char *idtext, da
 	int64_t id;
 	const char *rest;
 	if (!parse_id(idtext, &id, &rest) || *rest)
-		return fail(404, "no such page");
+		return dash_fail(404, "no such page");
 	bool show;
-	dash_reply refused = payload_rule(s, role, arg_of(arg, ctx, "payload"), &show);
+	dash_reply refused = payload_rule(s, role, dash_arg(arg, ctx, "payload"), &show);
 	if (refused.body)
 		return refused;
 	skl_job_info *job;
 	skl_error err;
 	skl_rc rc = skl_job_get(s->client, id, &job, &err);
 	if (rc != SKL_OK)
-		return lib_fail(rc, &err);
+		return dash_lib_fail(rc, &err);
 	json_t *o = jobs_json_one(job);
 	skl_job_info_free(job, 1);
 	if (o && !show) {
@@ -208,7 +218,7 @@ static dash_reply get_job(dash_server *s, dash_role role, const char *idtext, da
 	}
 	if (o)
 		json_object_set_new(o, "payload_hidden", json_boolean(!show));
-	return reply(200, o);
+	return dash_ok(200, o);
 }
 
 static json_t *schedule_json(const skl_schedule_info *c)
@@ -231,12 +241,12 @@ static dash_reply get_schedules(dash_server *s)
 	skl_error err;
 	skl_rc rc = skl_cron_list(s->client, &rows, &n, &err);
 	if (rc != SKL_OK)
-		return lib_fail(rc, &err);
+		return dash_lib_fail(rc, &err);
 	json_t *arr = json_array();
 	for (size_t i = 0; arr && i < n; i++)
 		json_array_append_new(arr, schedule_json(&rows[i]));
 	skl_schedule_info_free(rows, n);
-	return reply(200, arr);
+	return dash_ok(200, arr);
 }
 
 static json_t *lease_json(const skl_lease_info *l)
@@ -256,12 +266,12 @@ static dash_reply get_leases(dash_server *s)
 	skl_error err;
 	skl_rc rc = skl_lease_list(s->client, &rows, &n, &err);
 	if (rc != SKL_OK)
-		return lib_fail(rc, &err);
+		return dash_lib_fail(rc, &err);
 	json_t *arr = json_array();
 	for (size_t i = 0; arr && i < n; i++)
 		json_array_append_new(arr, lease_json(&rows[i]));
 	skl_lease_list_free(rows, n);
-	return reply(200, arr);
+	return dash_ok(200, arr);
 }
 
 /* The sparklines' data: one bucket a minute over the last hour. */
@@ -282,7 +292,7 @@ static dash_reply get_throughput(dash_server *s)
 	skl_error err;
 	skl_rc rc = skl_queue_throughput(s->client, RATE_BUCKETS, RATE_BUCKET_MS, &rows, &n, &err);
 	if (rc != SKL_OK)
-		return lib_fail(rc, &err);
+		return dash_lib_fail(rc, &err);
 	json_t *arr = json_array();
 	for (size_t i = 0; arr && i < n; i++)
 		json_array_append_new(arr, json_pack("{s:o, s:o, s:o, s:o}", "queue",
@@ -291,7 +301,7 @@ static dash_reply get_throughput(dash_server *s)
 		                                     counts_json(rows[i].completed), "discarded",
 		                                     counts_json(rows[i].discarded)));
 	skl_queue_rate_free(rows, n);
-	return reply(200, json_pack("{s:i, s:o}", "bucket_ms", RATE_BUCKET_MS, "queues", arr));
+	return dash_ok(200, json_pack("{s:i, s:o}", "bucket_ms", RATE_BUCKET_MS, "queues", arr));
 }
 
 static dash_reply get_breakers(dash_server *s)
@@ -301,10 +311,10 @@ static dash_reply get_breakers(dash_server *s)
 	skl_error err;
 	skl_rc rc = skl_breakers_list(s->client, &rows, &n, &err);
 	if (rc != SKL_OK)
-		return lib_fail(rc, &err);
+		return dash_lib_fail(rc, &err);
 	json_t *arr = breakers_json(rows, n);
 	skl_breakers_free(rows, n);
-	return reply(200, arr);
+	return dash_ok(200, arr);
 }
 
 /* The report only: the dashboard never terminates anything. */
@@ -314,10 +324,10 @@ static dash_reply get_doctor_locks(dash_server *s)
 	skl_error err;
 	skl_rc rc = skl_doctor_locks(s->client, s->idle_for_ms, &r, &err);
 	if (rc != SKL_OK)
-		return lib_fail(rc, &err);
+		return dash_lib_fail(rc, &err);
 	json_t *doc = doctor_locks_doc(r, NULL, 0, r->nfindings > 0);
 	skl_lock_report_free(r);
-	return reply(200, doc);
+	return dash_ok(200, doc);
 }
 
 static dash_reply route_get(dash_server *s, dash_role role, const char *path, dash_arg_fn arg,
@@ -327,6 +337,9 @@ static dash_reply route_get(dash_server *s, dash_role role, const char *path, da
 		return get_queues(s);
 	if (strcmp(path, "/api/jobs") == 0)
 		return get_jobs(s, role, arg, ctx);
+	dash_reply act = dash_act_get(s, role, path, arg, ctx);
+	if (act.body)
+		return act;
 	if (strncmp(path, "/api/jobs/", 10) == 0)
 		return get_job(s, role, path + 10, arg, ctx);
 	if (strcmp(path, "/api/schedules") == 0)
@@ -335,11 +348,13 @@ static dash_reply route_get(dash_server *s, dash_role role, const char *path, da
 		return get_leases(s);
 	if (strcmp(path, "/api/throughput") == 0)
 		return get_throughput(s);
+	if (strcmp(path, "/api/chart") == 0)
+		return dash_get_chart(s, arg, ctx);
 	if (strcmp(path, "/api/breakers") == 0)
 		return get_breakers(s);
 	if (strcmp(path, "/api/doctor/locks") == 0)
 		return get_doctor_locks(s);
-	return fail(404, "no such page");
+	return dash_fail(404, "no such page");
 }
 
 dash_reply dash_api_get(dash_server *s, dash_role role, const char *path, dash_arg_fn arg,
@@ -351,21 +366,25 @@ dash_reply dash_api_get(dash_server *s, dash_role role, const char *path, dash_a
 	return r;
 }
 
-dash_reply dash_api_post(dash_server *s, const char *path)
+dash_reply dash_api_post(dash_server *s, const char *path, dash_arg_fn arg, void *ctx,
+                         const skl_actor *who)
 {
+	dash_reply act = dash_act_post(s, path, arg, ctx, who);
+	if (act.body)
+		return act;
 	int64_t id;
 	const char *action;
 	if (strncmp(path, "/api/jobs/", 10) != 0 || !parse_id(path + 10, &id, &action))
-		return fail(404, "no such page");
+		return dash_fail(404, "no such page");
 	bool retry = strcmp(action, "/retry") == 0;
 	if (!retry && strcmp(action, "/cancel") != 0)
-		return fail(404, "no such page");
+		return dash_fail(404, "no such page");
 	skl_error err;
 	pthread_mutex_lock(&s->lock);
 	skl_rc rc = retry ? skl_job_retry(s->client, id, &err) : skl_job_cancel(s->client, id, &err);
 	pthread_mutex_unlock(&s->lock);
 	if (rc != SKL_OK)
-		return lib_fail(rc, &err);
-	return reply(200, json_pack("{s:I, s:s}", "id", (json_int_t)id, "done",
+		return dash_lib_fail(rc, &err);
+	return dash_ok(200, json_pack("{s:I, s:s}", "id", (json_int_t)id, "done",
 	                            retry ? "retried" : "cancelled"));
 }

@@ -4,7 +4,9 @@
  * request its role, the embedded page (one per role) and assets, the JSON
  * endpoints, and the CSRF token and the role that guard every POST.
  */
+#include <arpa/inet.h>
 #include <inttypes.h>
+#include <netinet/in.h>
 #include <openssl/crypto.h>
 #include <openssl/rand.h>
 #include <openssl/sha.h>
@@ -159,6 +161,24 @@ static const char *query_arg(void *ctx, const char *name)
 	return MHD_lookup_connection_value(ctx, MHD_GET_ARGUMENT_KIND, name);
 }
 
+/* Who acts, for the action log: "dashboard@" and the peer's address (the
+ * token says which role; the address, from where). */
+static const char *peer_name(struct MHD_Connection *conn, char *buf, size_t len)
+{
+	const union MHD_ConnectionInfo *ci =
+		MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+	const struct sockaddr *sa = ci ? ci->client_addr : NULL;
+	char addr[INET6_ADDRSTRLEN] = "unknown";
+	if (sa && sa->sa_family == AF_INET)
+		inet_ntop(AF_INET, &((const struct sockaddr_in *)(const void *)sa)->sin_addr, addr,
+		          sizeof(addr));
+	else if (sa && sa->sa_family == AF_INET6)
+		inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)(const void *)sa)->sin6_addr, addr,
+		          sizeof(addr));
+	snprintf(buf, len, "dashboard@%s", addr);
+	return buf;
+}
+
 static enum MHD_Result do_get(dash_server *s, dash_role role, struct MHD_Connection *conn,
                               const char *url)
 {
@@ -182,7 +202,9 @@ static enum MHD_Result do_post(dash_server *s, dash_role role, struct MHD_Connec
 	const char *t = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "X-CSRF-Token");
 	if (t == NULL || !dash_secret_equal(t, s->csrf))
 		return send_error(conn, 403, "missing or wrong CSRF token");
-	return send_json(conn, dash_api_post(s, url));
+	char name[INET6_ADDRSTRLEN + 16];
+	skl_actor who = {peer_name(conn, name, sizeof(name)), "operator"};
+	return send_json(conn, dash_api_post(s, url, query_arg, conn, &who));
 }
 
 static enum MHD_Result handle(void *cls, struct MHD_Connection *conn, const char *url,

@@ -18,6 +18,7 @@ static const skl__lazy_sym symbols[] = {
 	{"MHD_create_response_from_buffer", offsetof(cli_mhd_fns, create_response_from_buffer)},
 	{"MHD_add_response_header", offsetof(cli_mhd_fns, add_response_header)},
 	{"MHD_destroy_response", offsetof(cli_mhd_fns, destroy_response)},
+	{"MHD_get_connection_info", offsetof(cli_mhd_fns, get_connection_info)},
 };
 
 static skl__lazy lib = SKL__LAZY_INIT("libmicrohttpd.so.12", symbols, cli_mhd);

@@ -37,6 +37,8 @@ typedef struct cli_mhd_fns {
 	enum MHD_Result (*add_response_header)(struct MHD_Response *r, const char *header,
 	                                       const char *content);
 	void (*destroy_response)(struct MHD_Response *r);
+	const union MHD_ConnectionInfo *(*get_connection_info)(struct MHD_Connection *c,
+	                                                       enum MHD_ConnectionInfoType t, ...);
 } cli_mhd_fns;
 
 extern cli_mhd_fns cli_mhd;
@@ -53,5 +55,6 @@ bool cli_mhd_load(const char **why);
 #define MHD_create_response_from_buffer cli_mhd.create_response_from_buffer
 #define MHD_add_response_header cli_mhd.add_response_header
 #define MHD_destroy_response cli_mhd.destroy_response
+#define MHD_get_connection_info cli_mhd.get_connection_info
 
 #endif

@@ -60,6 +60,7 @@ function readHash() {
   else return false;             // an anchor: the view stays
   const form = document.getElementById('filters');
   for (const f of FILTERS) form.elements[f].value = view.get(f) || '';
+  document.getElementById('chart-range').value = view.get('range') || '1h';
   return true;
 }
 
@@ -76,6 +77,13 @@ function jobsPath() {
   const q = new URLSearchParams();
   for (const f of FILTERS) if (view.get(f)) q.set(f, view.get(f));
   return '/api/jobs?' + q;
+}
+
+// The chart follows the list's queue and kind, over the hash's range.
+function chartPath() {
+  const q = new URLSearchParams({range: view.get('range') || '1h'});
+  for (const f of ['queue', 'kind']) if (view.get(f)) q.set(f, view.get(f));
+  return '/api/chart?' + q;
 }
 
 function duration(ms) {
@@ -135,7 +143,7 @@ function stuckPath() {
 }
 
 function renderStrip(qs, stuck, breakers, locks) {
-  const items = queueProblems(qs);
+  const items = queueProblems(qs).concat(pauseProblems());
   if (stuck.length)
     items.push(problem('stuck', (stuck.length > STUCK_LIMIT ? STUCK_LIMIT + '+' : stuck.length) +
       ' job(s) running for more than ' + duration(stuckAfterMs), '#' + stuckPath()));
@@ -183,9 +191,14 @@ function renderQueues(qs) {
   const total = Object.fromEntries(STATES.map(s => [s, 0]));
   fill('queues', qs.map(q => {
     STATES.forEach(s => { total[s] += q[s]; });
-    return row([q.queue, q.kind, ...STATES.map(s => count(q[s], s, q.queue, q.kind))]);
+    const tr = row([q.queue, q.kind, ...STATES.map(s => count(q[s], s, q.queue, q.kind)),
+      ...pauseCells(q)]);
+    tr.dataset.queue = q.queue;
+    tr.dataset.kind = q.kind;
+    return tr;
   }));
-  const foot = row([el('td', 'total', {colspan: 2}), ...STATES.map(s => count(total[s], s))]);
+  const foot = row([el('td', 'total', {colspan: 2}), ...STATES.map(s => count(total[s], s)),
+    el('td', null, {colspan: 2})]);
   foot.id = 'totals';
   fill('queues', [foot], 'tfoot');
 }
@@ -275,8 +288,9 @@ function renderJobs(jobs) {
 
 function renderSchedules(list) {
   fill('schedules', list.map(s =>
-    row([s.name, s.expression, s.zone, s.kind, s.queue, s.enabled ? 'yes' : 'paused',
-         s.last_fire || '-', s.next_fire || '-'])));
+    Object.assign(row([s.name, s.expression, s.zone, s.kind, s.queue,
+      el('td', s.enabled ? 'yes' : 'paused', {'data-field': 'enabled'}),
+      s.last_fire || '-', s.next_fire || '-', scheduleCell(s)]), {id: 'schedule-' + s.name})));
 }
 
 function renderLeases(list) {
@@ -292,7 +306,7 @@ function renderBreakers(list) {
       el('td', b.state === 'half_open' ? b.probes_left : '-', {class: 'num'}),
       b.open_for_ms === null || b.open_for_ms === undefined ? '-'
         : b.open_for_ms < 0 ? 'until closed' : Math.ceil(b.open_for_ms / 1000) + ' s',
-      b.changed_at || '-']);
+      b.changed_at || '-', breakerCell(b)]);
     tr.dataset.kind = b.kind;
     return tr;
   }));
@@ -361,12 +375,17 @@ let generation = 0;
 async function refresh() {
   const gen = ++generation;
   try {
-    const [queues, rate, jobs, schedules, leases, breakers, locks, job, stuck] = await Promise.all([
+    const [queues, rate, jobs, schedules, leases, breakers, locks, job, stuck, paused, actions,
+      chart] = await Promise.all([
       api('/api/queues'), api('/api/throughput'), api(jobsPath()), api('/api/schedules'),
       api('/api/leases'), api('/api/breakers'), api('/api/doctor/locks'), fetchJob(),
-      api('/api/jobs?' + stuckPath() + '&limit=' + (STUCK_LIMIT + 1))]);
+      api('/api/jobs?' + stuckPath() + '&limit=' + (STUCK_LIMIT + 1)), api('/api/pauses'),
+      api('/api/actions?limit=20'), api(chartPath())]);
     if (gen !== generation) return;
+    pauses = paused;
     renderStrip(queues, stuck, breakers, locks);
+    renderChart(chart);
+    renderActions(actions);
     renderQueues(queues);
     renderThroughput(rate);
     renderJobs(jobs);
@@ -440,6 +459,14 @@ document.getElementById('clear-selection').addEventListener('click', () => {
   showSelection();
 });
 document.getElementById('refresh').addEventListener('change', schedule);
+document.getElementById('chart-range').addEventListener('change', ev => {
+  location.hash = viewHash({range: ev.target.value === '1h' ? null : ev.target.value});
+});
+if (canAct) {
+  bulkButtons(document.getElementById('bulk-matching'), false);
+  bulkButtons(document.getElementById('bulk-picked'), true);
+}
+document.getElementById('bulk').hidden = !canAct;
 document.getElementById('refresh-now').addEventListener('click', refresh);
 window.addEventListener('hashchange', () => {
   if (!readHash()) {
