@@ -116,6 +116,21 @@ if [ "$MODE" = pooled ]; then
 	check_eq "wd exits 0 on SIGTERM" "$RC" 0
 	no_listener() { [ "$(listeners)" = 0 ]; }
 	wait_until "its listener closed" 10 no_listener && pass "its listener closed"
+
+	# --pooler auto with --direct-url: once the server's port gives the
+	# pooler away, the worker LISTENs on the direct endpoint instead.
+	"$S" worker --url "$URL" --direct-url "$DIRECT_URL" --poll 50ms --poll-max 200ms \
+		--handler 'ping=cat >/dev/null' --poll-idle 60s --log-level debug 2>"$TMP/wa.log" &
+	WA=$!
+	wait_until "worker wa listens" 30 grep -q 'listening on channel skiplock_jobs on the direct endpoint' "$TMP/wa.log" &&
+		pass "auto + --direct-url: LISTEN on the direct endpoint" || fail "auto: no direct LISTEN: $(tail -n 5 "$TMP/wa.log")"
+	wait_until "worker wa idle" 30 grep -q 'idle: polling every' "$TMP/wa.log"
+	id=$("$S" enqueue --url "$URL" ping)
+	wait_until "job $id done" 10 done_q "$id"
+	ms=$(ms_to_done "$id")
+	if [ "${ms:-99999}" -lt 2000 ]; then pass "auto + --direct-url: woken by NOTIFY, done in $ms ms (idle poll 60 s)"; else fail "auto + --direct-url: job took $ms ms"; fi
+	kill -TERM "$WA"; wait_exit "$WA" 20
+	check_eq "wa exits 0 on SIGTERM" "$RC" 0
 fi
 stop_worker w1
 

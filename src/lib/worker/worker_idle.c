@@ -86,7 +86,9 @@ static bool looks_direct(skl_worker *w)
 	PQclear(res);
 	if (direct)
 		skl__set_direct(c);
-	if (!direct && w->listen_gen == 0)
+	if (!direct && c->direct_url != NULL)
+		w->pooler_seen = true; /* from now on, LISTEN through the direct URL */
+	else if (!direct && w->listen_gen == 0)
 		skl__wlog(w, SKL_LOG_INFO, "the server's port is not the URL's (a pooler or a port "
 		          "mapping): polling without LISTEN; --pooler none to listen anyway");
 	return direct;
@@ -147,14 +149,14 @@ static bool side_relisten(skl_worker *w)
 bool skl__idle_relisten(skl_worker *w)
 {
 	skl_client *c = w->db;
-	if (!skl__idle_listens(w))
+	if (!skl__idle_listens(w) || w->pooler_seen)
 		return side_relisten(w);
 	if (!live(c) || c->connects == w->listen_gen)
 		return false;
 	w->listening = false;
 	if (!looks_direct(w)) {
 		w->listen_gen = live(c) ? c->connects : 0;
-		return false;
+		return w->pooler_seen && side_relisten(w);
 	}
 	return listen_on(w, c);
 }

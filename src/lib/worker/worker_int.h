@@ -129,6 +129,8 @@ struct skl_worker {
 	skl_client *listen_db;       /* through a pooler: a direct connection that
 	                              * only LISTENs (worker_idle.c); else NULL */
 	int64_t listen_retry_at;     /* its next (re)connection attempt */
+	bool pooler_seen;            /* --pooler auto: the server's port showed a
+	                              * pooler; LISTEN on the direct URL if any */
 	volatile sig_atomic_t stop;
 	uint64_t rng;
 	skl_wmetrics *metrics;       /* per queue and kind; see wmetrics.h */
