@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Iterable, List, Optional
 
 from ._listen import Listener
-from ._session import Outcome, Session, check_result
+from ._session import Outcome, Session, result_json
 from ._threads import DaemonPool
 from .errors import SkiplockError, TransientError
 from .job import Discard, Job, JobContext, Retry
@@ -417,9 +417,9 @@ class Worker:
             return Outcome(job.id, job.fencing, "retry", error="the handler was cancelled")
         exc = fut.exception()
         if exc is None:
-            why = check_result(fut.result())
+            text, why = result_json(fut.result())
             if why is None:
-                return Outcome(job.id, job.fencing, "ok", result=fut.result())
+                return Outcome(job.id, job.fencing, "ok", result=text)
             return Outcome(job.id, job.fencing, "retry", error=why)
         if isinstance(exc, Discard):
             return Outcome(job.id, job.fencing, "discard", error=_error_text(exc))
