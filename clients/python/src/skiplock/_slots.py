@@ -160,7 +160,9 @@ class Slots:
                                      f"{h.job.timeout_ms} ms"))
 
     def _finished(self, h: Held, fut: "asyncio.Future[Any]") -> None:
-        if h.finished:
+        if h.finished:  # cancelled, lost or timed out: the outcome is dropped
+            if not fut.cancelled():
+                fut.exception()  # looked at: asyncio does not log it as never retrieved
             return
         if h.timer is not None:
             h.timer.cancel()

@@ -10,7 +10,8 @@ from typing import Any, Optional
 
 @dataclass(frozen=True)
 class Job:
-    """One claimed job (a skiplock.claimed_job row)."""
+    """One claimed job (a skiplock.claimed_job row); lease_expires_at and
+    run_at are aware datetimes in UTC."""
 
     id: int
     queue: str
