@@ -4,9 +4,9 @@ One asyncio task owns the worker's one connection and, turn by turn,
 records finished outcomes and claims up to the free slots in one call
 (skiplock.record_claim), renews the leases of held jobs every lease/3
 (skiplock.heartbeat), and gives back expired leases now and then
-(skiplock.rescue).  Handlers run outside any transaction: async ones as
-tasks on the worker's event loop, sync ones on a pool of `concurrency`
-threads.  Connections: one for claims, outcomes and heartbeats whatever
+(skiplock.rescue).  Handlers run outside any transaction (_slots.py: the
+held claims, the prefetched jobs waiting for a handler, the handlers).
+Connections: one for claims, outcomes and heartbeats whatever
 the concurrency, plus one that only LISTENs when the database is known to
 be direct; handlers use their own.
 
