@@ -1,10 +1,10 @@
 """Drain and latency bench of the Python worker.
 
-    DATABASE_URL=... N=100000 CONCURRENCY=64 python3 bench/drain.py
+    DATABASE_URL=... N=100000 CONCURRENCY=64 PREFETCH=PF python3 bench/drain.py
     DATABASE_URL=... LATENCY=1 python3 bench/drain.py
 
 Drain: deletes the bench's kind, enqueues N no-op jobs (one INSERT ... SELECT
-through skiplock.enqueue per 5,000), then runs a Worker of CONCURRENCY with a
+through skiplock.enqueue per 5,000), then runs a Worker of CONCURRENCY (and prefetch PREFETCH) with a
 no-op handler (HANDLER=async, the default, or sync: the thread pool) until
 all N are completed, checked in SQL.  Prints one JSON line: jobs_per_s (N over
 the time from just before start() to the last completion), rss_kib (the
@@ -30,6 +30,7 @@ import skiplock  # noqa: E402
 
 URL = os.environ["DATABASE_URL"]
 KIND = "bench.noop"
+PREFETCH = 64
 
 
 def rss_kib(field="VmHWM"):
@@ -58,14 +59,15 @@ def completed(n):
                             "state = 'completed'", [KIND]).fetchone()[0] == n
 
 
-async def drain(n, concurrency, sync):
+async def drain(n, concurrency, prefetch, sync):
     if sync:
         def handler(job, ctx):
             return None
     else:
         async def handler(job, ctx):
             return None
-    w = skiplock.Worker(URL, {KIND: handler}, concurrency=concurrency, poll_interval=0.05)
+    w = skiplock.Worker(URL, {KIND: handler}, concurrency=concurrency,
+                        prefetch=prefetch, poll_interval=0.05)
     t0 = time.monotonic()
     await w.start()
     while w.stats.completed < n:
@@ -78,13 +80,14 @@ async def drain(n, concurrency, sync):
 def run_drain():
     n = int(os.environ.get("N", "100000"))
     concurrency = int(os.environ.get("CONCURRENCY", "64"))
+    prefetch = int(os.environ.get("PREFETCH", str(PREFETCH)))
     sync = os.environ.get("HANDLER", "async") == "sync"
     enqueue_bulk(n)
-    rate = asyncio.run(drain(n, concurrency, sync))
+    rate = asyncio.run(drain(n, concurrency, prefetch, sync))
     if not completed(n):
         raise SystemExit("drain: not every job was completed")
     print(json.dumps({"jobs_per_s": round(rate), "rss_kib": rss_kib(),
-                      "concurrency": concurrency, "n": n,
+                      "concurrency": concurrency, "prefetch": prefetch, "n": n,
                       "handler": "sync" if sync else "async"}))
 
 

@@ -1,7 +1,8 @@
 """The worker of the conformance suite (tests/conformance/README.md): the six
 conf.* kinds, sync handlers for the outcome kinds and async ones for the
 sleeping kinds, so both paths are checked.  Configured by the suite's
-CONFORMANCE_* variables; runs until SIGTERM, then drains.
+CONFORMANCE_* variables (PREFETCH, default 0, sets the worker's prefetch,
+to run the suite with prefetched jobs); runs until SIGTERM, then drains.
 
     DATABASE_URL=... CONFORMANCE_OWNER=w1 python3 conformance_worker.py
 """
@@ -85,6 +86,7 @@ def main():
          "conf.sleep": sleep, "conf.hang": hang},
         owner=OWNER,
         concurrency=int(os.environ.get("CONFORMANCE_CONCURRENCY", "4")),
+        prefetch=int(os.environ.get("PREFETCH", "0")),
         lease=seconds(os.environ.get("CONFORMANCE_LEASE", "2s")),
         poll_interval=0.2, rescue_interval=0.25, shutdown_timeout=20)
     worker.run_forever()

@@ -2,6 +2,7 @@
 lost leases, fenced outcomes, timeouts, graceful stop, connections."""
 
 import asyncio
+import json
 import threading
 import time
 
@@ -87,6 +88,41 @@ def test_outcomes(db):
     assert job(db, ids[0], cols)[:3] == ("available", 1, "ValueError: no stock")
     assert job(db, ids[1], cols)[:3] == ("discarded", 1, "Discard: bad payload")
     assert job(db, ids[2], cols) == ("available", 1, "Retry: rate limited", True)
+
+
+# Array literals' special characters: quotes, backslashes, braces, commas,
+# spaces, the word NULL, and a non-ASCII letter.
+AWKWARD = 'a "q" \\ {b, c} NULL \u00e9'
+
+
+def test_job_fields_and_texts_round_trip(db):
+    """A claimed job's fields are the row's (timestamps to the microsecond),
+    and errors and results with an array literal's special characters are
+    stored as the handler gave them."""
+    seen = {}
+
+    def handler(job, ctx):
+        if job.attempt == 1:
+            seen["job"] = job
+            raise skiplock.Retry(AWKWARD, after=0)
+        return {"s": AWKWARD, "list": [1, None, "x"]}
+
+    [job_id] = enqueue_direct(db, "t.fields", f'{{"p": {json.dumps(AWKWARD)}}}', queue="q,1",
+                              priority=3, timeout="5 s")
+    w = worker({"t.fields": handler}, queues=["q,1"], lease=60)
+    w.start_thread()
+    wait_until(lambda: job(db, job_id)[0] == "completed", 30, "attempt 2 completed")
+    w.stop_thread()
+    j = seen["job"]
+    # the first run_at was the enqueue's now(), as created_at
+    row = db.execute("SELECT queue, kind, payload, max_attempts, created_at, timeout_ms, "
+                     "priority FROM skiplock.all_jobs WHERE id = %s", [job_id]).fetchone()
+    assert (j.id, j.attempt, j.fencing) == (job_id, 1, 1)
+    assert (j.queue, j.kind, j.payload, j.max_attempts, j.run_at, j.timeout_ms,
+            j.priority) == row
+    assert j.run_at.tzinfo is not None and j.lease_expires_at > j.run_at
+    assert job(db, job_id, "errors->0->>'error', result") == (
+        "Retry: " + AWKWARD, {"s": AWKWARD, "list": [1, None, "x"]})
 
 
 def test_unknown_kinds_are_never_claimed(db):
@@ -336,7 +372,8 @@ def test_url_rule():
 
 def test_bad_worker_arguments():
     for kw, msg in [({"concurrency": 0}, "concurrency"), ({"lease": 0.01}, "lease"),
-                    ({"pooler": "maybe"}, "pooler mode")]:
+                    ({"pooler": "maybe"}, "pooler mode"), ({"prefetch": -1}, "prefetch"),
+                    ({"prefetch": 1001}, "prefetch")]:
         with pytest.raises(ValueError, match=msg):
             skiplock.Worker(URL, {"k": lambda j, c: None}, **kw)
     with pytest.raises(ValueError, match="handlers"):

@@ -9,13 +9,14 @@ A broken connection is reopened by the next call.
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import psycopg
-from psycopg.types.json import Jsonb
 
+from ._literal import int_array, text_array
 from .errors import classify
 from .job import Job
 from .pooler import is_direct
@@ -23,16 +24,24 @@ from .pooler import is_direct
 _LEASE = "(%s::bigint * interval '1 millisecond')"
 _OUTCOME_ARRAYS = ("%s::bigint[], %s::bigint[], %s::text[], %s::jsonb[], %s::text[], "
                    "%s::bigint[]")
-_JOB_COLUMNS = ("id, queue, kind, payload, attempt, max_attempts, fencing, lease_expires_at, "
-                "timeout_ms, priority, run_at")
-_RECORD_CLAIM = (f"SELECT row_type, {_JOB_COLUMNS} FROM skiplock.record_claim("
-                 f"{_OUTCOME_ARRAYS}, NULL, NULL, NULL, NULL, %s::text, %s::text[], "
-                 f"%s::text[], %s::int, {_LEASE})")
-_CLAIM = (f"SELECT {_JOB_COLUMNS} FROM skiplock.claim(%s::text, %s::text[], %s::text[], "
-          f"%s::int, {_LEASE})")
-_RECORD = f"SELECT id FROM skiplock.record({_OUTCOME_ARRAYS})"
-_HEARTBEAT = f"SELECT id, extended FROM skiplock.heartbeat(%s::bigint[], %s::bigint[], {_LEASE})"
+_CLAIM_ARGS = f"%s::text, %s::text[], %s::text[], %s::int, {_LEASE}"
+# Each call answers one row of one or two JSON texts (decoded by json.loads
+# in C) rather than a row per job: psycopg's pure-Python build reads each
+# column of each row through ctypes, which costs more than the round trip.
+# The timestamps come as microseconds since the epoch.
+_JOB_JSON = ("json_build_array(id, queue, kind, payload, attempt, max_attempts, fencing, "
+             "(extract(epoch FROM lease_expires_at) * 1000000)::bigint, timeout_ms, priority, "
+             "run_at_us)")
+_RECORD_CLAIM = (f"SELECT (json_agg(id) FILTER (WHERE row_type = 'recorded'))::text, "
+                 f"(json_agg({_JOB_JSON}) FILTER (WHERE row_type = 'claimed'))::text "
+                 f"FROM skiplock.record_claim({_OUTCOME_ARRAYS}, NULL, NULL, NULL, NULL, "
+                 f"{_CLAIM_ARGS})")
+_CLAIM = f"SELECT NULL::text, json_agg({_JOB_JSON})::text FROM skiplock.claim({_CLAIM_ARGS})"
+_RECORD = f"SELECT json_agg(id)::text, NULL::text FROM skiplock.record({_OUTCOME_ARRAYS})"
+_HEARTBEAT = (f"SELECT id, extended FROM skiplock.heartbeat(%s::bigint[], %s::bigint[], "
+              f"{_LEASE})")
 _RESCUE = "SELECT count(*) FROM skiplock.rescue(%s::int)"
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
 
 
 @dataclass
@@ -42,31 +51,36 @@ class Outcome:
     id: int
     fencing: int
     outcome: str  # ok | retry | discard
-    result: Any = None
+    result: Optional[str] = None  # the result as JSON text
     error: Optional[str] = None
     retry_after_ms: Optional[int] = None
     resent: bool = False  # sent before without an answer: a missing row is no news
 
 
-def _json_or_none(value: Any) -> Any:
-    return None if value is None else Jsonb(value)
-
-
 def outcome_params(outs: Sequence[Outcome]) -> List[Any]:
-    return [[o.id for o in outs], [o.fencing for o in outs], [o.outcome for o in outs],
-            [_json_or_none(o.result) for o in outs], [o.error for o in outs],
-            [o.retry_after_ms for o in outs]]
+    return [int_array([o.id for o in outs]), int_array([o.fencing for o in outs]),
+            text_array([o.outcome for o in outs]), text_array([o.result for o in outs]),
+            text_array([o.error for o in outs]), int_array([o.retry_after_ms for o in outs])]
 
 
-def check_result(value: Any) -> Optional[str]:
-    """Why `value` cannot be stored as a job's result (None when it can)."""
+def result_json(value: Any) -> Tuple[Optional[str], Optional[str]]:
+    """(the JSON text of a handler's result, None), or (None, why it cannot
+    be stored as the job's result).  None is stored as SQL NULL."""
+    if value is None:
+        return None, None
     try:
         text = json.dumps(value)
     except (TypeError, ValueError) as e:
-        return f"the handler's result is not JSON: {e}"
+        return None, f"the handler's result is not JSON: {e}"
     if "\\u0000" in text:
-        return "the handler's result holds a NUL character, which jsonb cannot store"
-    return None
+        return None, "the handler's result holds a NUL character, which jsonb cannot store"
+    return text, None
+
+
+def _job(a: List[Any]) -> Job:
+    return Job(a[0], a[1], a[2], a[3], a[4], a[5], a[6],
+               _EPOCH + dt.timedelta(microseconds=a[7]), a[8], a[9],
+               _EPOCH + dt.timedelta(microseconds=a[10]))
 
 
 class Session:
@@ -110,25 +124,30 @@ class Session:
         except psycopg.Error as e:
             raise classify(e) from e
 
+    async def _exchange(self, sql: str, params: Sequence[Any]) -> Tuple[List[int], List[Job]]:
+        """A call answering (recorded ids, claimed jobs) as two JSON texts."""
+        recorded, claimed = (await self._rows(sql, params))[0]
+        return (json.loads(recorded) if recorded else [],
+                [_job(a) for a in json.loads(claimed)] if claimed else [])
+
     async def record_claim(self, outs: Sequence[Outcome], owner: str, kinds: List[str],
                            queues: Optional[List[str]], n: int,
                            lease_ms: int) -> Tuple[List[int], List[Job]]:
         """Records `outs`, then claims up to n jobs: one round trip (a plain
-        claim when there is nothing to record, which costs the server less)."""
+        claim when there is nothing to record)."""
+        claim = [owner, text_array(kinds), None if queues is None else text_array(queues), n,
+                 lease_ms]
         if not outs:
-            rows = await self._rows(_CLAIM, [owner, kinds, queues, n, lease_ms])
-            return [], [Job(*r) for r in rows]
-        rows = await self._rows(_RECORD_CLAIM, [*outcome_params(outs), owner, kinds, queues, n,
-                                                lease_ms])
-        recorded = [r[1] for r in rows if r[0] == "recorded"]
-        return recorded, [Job(*r[1:]) for r in rows if r[0] == "claimed"]
+            return await self._exchange(_CLAIM, claim)
+        return await self._exchange(_RECORD_CLAIM, [*outcome_params(outs), *claim])
 
     async def record(self, outs: Sequence[Outcome]) -> List[int]:
-        return [r[0] for r in await self._rows(_RECORD, outcome_params(outs))]
+        return (await self._exchange(_RECORD, outcome_params(outs)))[0]
 
     async def heartbeat(self, ids: List[int], fencings: List[int],
                         lease_ms: int) -> List[Tuple[int, bool]]:
-        return [(r[0], r[1]) for r in await self._rows(_HEARTBEAT, [ids, fencings, lease_ms])]
+        rows = await self._rows(_HEARTBEAT, [int_array(ids), int_array(fencings), lease_ms])
+        return [(r[0], r[1]) for r in rows]
 
     async def rescue(self, n: int = 1000) -> int:
         return int((await self._rows(_RESCUE, [n]))[0][0])

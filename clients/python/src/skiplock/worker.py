@@ -4,9 +4,9 @@ One asyncio task owns the worker's one connection and, turn by turn,
 records finished outcomes and claims up to the free slots in one call
 (skiplock.record_claim), renews the leases of held jobs every lease/3
 (skiplock.heartbeat), and gives back expired leases now and then
-(skiplock.rescue).  Handlers run outside any transaction: async ones as
-tasks on the worker's event loop, sync ones on a pool of `concurrency`
-threads.  Connections: one for claims, outcomes and heartbeats whatever
+(skiplock.rescue).  Handlers run outside any transaction (_slots.py: the
+held claims, the prefetched jobs waiting for a handler, the handlers).
+Connections: one for claims, outcomes and heartbeats whatever
 the concurrency, plus one that only LISTENs when the database is known to
 be direct; handlers use their own.
 
@@ -18,7 +18,6 @@ decides when it runs again.
 from __future__ import annotations
 
 import asyncio
-import inspect
 import logging
 import os
 import random
@@ -27,49 +26,19 @@ import socket
 import threading
 import time
 import uuid
-from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, Iterable, List, Optional
+from typing import Any, Dict, Iterable, List, Optional
 
 from ._listen import Listener
-from ._session import Outcome, Session, check_result
-from ._threads import DaemonPool
+from ._session import Outcome, Session
+from ._slots import Handler, Slots, Stats
 from .errors import SkiplockError, TransientError
-from .job import Discard, Job, JobContext, Retry
+from .job import Job
 from .pooler import check_mode
 
 log = logging.getLogger("skiplock")
 
-Handler = Callable[[Job, JobContext], Any]
 # After the shutdown timeout, how long stop() still tries to record outcomes.
 GIVE_UP_S = 10.0
-
-
-@dataclass
-class _Held:
-    """A claimed job until its outcome is recorded (or its claim is lost)."""
-
-    job: Job
-    ctx: JobContext
-    is_async: bool
-    task: Optional["asyncio.Future[Any]"] = None
-    finished: bool = False  # its outcome is queued, or it is dropped
-    timer: Optional[asyncio.TimerHandle] = None
-
-
-@dataclass
-class Stats:
-    claimed: int = 0
-    completed: int = 0
-    failed: int = 0
-    fenced: int = 0  # outcomes refused: the claim had been lost
-    lost: int = 0  # claims lost while the handler ran (heartbeat said so)
-    timed_out: int = 0
-    errors: List[str] = field(default_factory=list)
-
-
-def _is_async_handler(fn: Any) -> bool:
-    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(
-        getattr(fn, "__call__", None))
 
 
 def _seconds(value: float, name: str, low: float, high: float) -> float:
@@ -78,15 +47,18 @@ def _seconds(value: float, name: str, low: float, high: float) -> float:
     return float(value)
 
 
-def _error_text(exc: BaseException) -> str:
-    text = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-    return text.replace("\x00", "\\0")[:2000]
-
-
 class Worker:
     """Runs handlers for the kinds in `handlers` ({kind: fn(job, ctx)}).
 
-    concurrency: jobs at once (1 to 1000).  lease: seconds a claim lasts
+    concurrency: jobs at once (1 to 1000).  prefetch: claims held beyond
+    the handlers (0 to 1000, default 0): up to concurrency + prefetch jobs
+    are claimed, and those no handler runs yet wait in the worker, leased
+    and heartbeated like running ones, until a handler is free; each round
+    trip then carries more outcomes and claims, and handlers have work
+    while the worker waits for the database (worth it for jobs much
+    shorter than a round trip).  The price: a prefetched job is invisible
+    to other workers, and its attempt and lease start at the claim.
+    lease: seconds a claim lasts
     without a heartbeat (0.3 s to 1 day; heartbeats every lease/3).
     queues: the queues to claim from (None: all).  poll_interval: the idle
     poll, jittered down to half of it.  rescue_interval: how often expired
@@ -101,16 +73,19 @@ class Worker:
                  queues: Optional[Iterable[str]] = None, lease: float = 30.0,
                  owner: Optional[str] = None, poll_interval: float = 1.0,
                  rescue_interval: float = 5.0, shutdown_timeout: float = 30.0,
-                 pooler: str = "auto", direct_url: Optional[str] = None, listen: bool = True,
+                 prefetch: int = 0, pooler: str = "auto", direct_url: Optional[str] = None, listen: bool = True,
                  connect_kwargs: Optional[Dict[str, Any]] = None):
         if not handlers or not all(isinstance(k, str) and k and callable(f)
                                    for k, f in handlers.items()):
             raise ValueError("handlers must map at least one kind (a non-empty str) to a callable")
         if not isinstance(concurrency, int) or not 1 <= concurrency <= 1000:
             raise ValueError(f"concurrency must be 1 to 1000, got {concurrency!r}")
+        if not isinstance(prefetch, int) or not 0 <= prefetch <= 1000:
+            raise ValueError(f"prefetch must be 0 to 1000, got {prefetch!r}")
         self.conninfo = conninfo
         self.handlers = dict(handlers)
         self.concurrency = concurrency
+        self.prefetch = prefetch
         self.queues = list(queues) if queues is not None else None
         self.lease_ms = int(_seconds(lease, "lease", 0.3, 86400) * 1000)
         self.owner = owner or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
@@ -122,14 +97,11 @@ class Worker:
         self.listen = listen
         self.connect_kwargs = dict(connect_kwargs or {})
         self.stats = Stats()
-        self._async = {k: _is_async_handler(f) for k, f in self.handlers.items()}
         self._session = Session(conninfo, self.pooler, self.connect_kwargs)
-        self._held: Dict[int, _Held] = {}
-        self._outcomes: List[Outcome] = []
+        self._slots = Slots(self.handlers, concurrency, prefetch, self.stats, self._poke)
         self._task: Optional["asyncio.Task[None]"] = None
         self._listener: Optional[Listener] = None
         self._listen_task: Optional["asyncio.Task[None]"] = None
-        self._pool: Optional[DaemonPool] = None
         self._thread: Optional[threading.Thread] = None
         self._loop: Optional[asyncio.AbstractEventLoop] = None
         self._stopping = False
@@ -147,8 +119,7 @@ class Worker:
         self._loop = asyncio.get_running_loop()
         self._wake = asyncio.Event()
         await self._session.connect()
-        if any(not a for a in self._async.values()):
-            self._pool = DaemonPool(self.concurrency, "skiplock-handler")
+        self._slots.open()
         self._start_listener()
         now = time.monotonic()
         self._next_claim = self._next_rescue = now
@@ -157,8 +128,10 @@ class Worker:
 
     async def stop(self, timeout: Optional[float] = None) -> None:
         """Claims nothing more, waits up to `timeout` (shutdown_timeout) for
-        running handlers and records their outcomes, then closes.  Handlers
-        still running then are cancelled and their attempts failed."""
+        running handlers, runs the prefetched jobs, records their outcomes,
+        then closes.  Past the timeout, handlers still running are cancelled
+        and their attempts failed; prefetched jobs never started are given
+        back, due again at once (their attempts spent)."""
         if self._task is None:
             return
         if not self._stopping:
@@ -181,7 +154,7 @@ class Worker:
     @property
     def running(self) -> int:
         """Handlers running now."""
-        return sum(1 for h in self._held.values() if not h.finished)
+        return self._slots.active
 
     # ---- public: threads ----
 
@@ -238,12 +211,12 @@ class Worker:
 
     async def _run(self) -> None:
         try:
-            while not (self._stopping and not self._held and not self._outcomes):
+            while not (self._stopping and not self._slots.held and not self._slots.outcomes):
                 if self._stopping and time.monotonic() >= self._stop_deadline:
-                    self._abandon("shutdown")
+                    self._slots.abandon("shutdown")
                     if time.monotonic() >= self._stop_deadline + GIVE_UP_S:
                         log.error("skiplock worker: cannot record %d outcomes; leaving the "
-                                  "jobs to lease expiry", len(self._outcomes))
+                                  "jobs to lease expiry", len(self._slots.outcomes))
                         return
                 if await self._turn_safely():
                     continue
@@ -265,14 +238,13 @@ class Worker:
             return True
         except SkiplockError as e:
             log.error("skiplock worker stops: %s", e)
-            self._abandon("error")
-            self._held.clear()
-            self._outcomes.clear()
+            self._slots.abandon("error")
+            self._slots.clear()
             raise
 
     async def _turn(self) -> None:
         now = time.monotonic()
-        if self._outcomes or self._claim_due(now):
+        if self._slots.outcomes or self._claim_due(now):
             await self._exchange(now)
         if time.monotonic() >= self._next_heartbeat:
             await self._heartbeat()
@@ -282,14 +254,14 @@ class Worker:
                 self._next_claim = time.monotonic()
 
     def _free(self) -> int:
-        return self.concurrency - self.running
+        return self._slots.free()
 
     def _claim_due(self, now: float) -> bool:
         return not self._stopping and self._free() > 0 and now >= self._next_claim
 
     async def _exchange(self, now: float) -> None:
         """Records the queued outcomes, and claims when due, in one call."""
-        outs, self._outcomes = self._outcomes, []
+        outs, self._slots.outcomes = self._slots.outcomes, []
         try:
             if self._claim_due(now):
                 n, wakes = self._free(), self._wakes
@@ -302,13 +274,13 @@ class Worker:
         except BaseException:
             for o in outs:
                 o.resent = True
-            self._outcomes = outs + self._outcomes
+            self._slots.outcomes = outs + self._slots.outcomes
             raise
 
     def _recorded(self, outs: List[Outcome], recorded: List[int]) -> None:
         accepted = set(recorded)
         for o in outs:
-            self._forget(o.id, o.fencing)
+            self._slots.forget(o.id, o.fencing)
             if o.id in accepted:
                 if o.outcome == "ok":
                     self.stats.completed += 1
@@ -327,112 +299,20 @@ class Worker:
             self._next_claim = now
         for job in jobs:
             self.stats.claimed += 1
-            self._launch(job)
+            self._slots.launch(job)
 
     async def _heartbeat(self) -> None:
         self._next_heartbeat = time.monotonic() + self.lease_ms / 3000
-        held = list(self._held.values())
+        held = list(self._slots.held.values())
         if not held:
             return
         rows = await self._session.heartbeat([h.job.id for h in held],
                                              [h.job.fencing for h in held], self.lease_ms)
         for (job_id, extended), h in zip(rows, held):
-            if not extended and self._held.get(job_id) is h:
-                self._lose(h)
+            if not extended and self._slots.held.get(job_id) is h:
+                self._slots.lose(h)
 
-    def _lose(self, h: _Held) -> None:
-        """The claim is gone: stop the handler, drop its outcome."""
-        self.stats.lost += 1
-        log.warning("skiplock worker: lost the claim of job %d (token %d); its handler is "
-                    "cancelled and its outcome dropped", h.job.id, h.job.fencing)
-        self._forget(h.job.id, h.job.fencing)
-        self._outcomes = [o for o in self._outcomes
-                          if (o.id, o.fencing) != (h.job.id, h.job.fencing)]
-        self._cancel(h, "lease_lost")
-
-    def _forget(self, job_id: int, fencing: int) -> None:
-        h = self._held.get(job_id)
-        if h is not None and h.job.fencing == fencing:
-            del self._held[job_id]
-
-    def _cancel(self, h: _Held, reason: str) -> None:
-        h.finished = True
-        h.ctx.cancel(reason)
-        if h.timer is not None:
-            h.timer.cancel()
-        if h.is_async and h.task is not None:
-            h.task.cancel()
-
-    def _abandon(self, reason: str) -> None:
-        """Cancels every running handler and fails its attempt."""
-        for h in list(self._held.values()):
-            if not h.finished:
-                self._cancel(h, reason)
-                self._queue(h, Outcome(h.job.id, h.job.fencing, "retry",
-                                       error=f"the worker stopped ({reason}) before the "
-                                             "handler finished"))
-
-    # ---- handlers ----
-
-    def _launch(self, job: Job) -> None:
-        old = self._held.get(job.id)
-        if old is not None:  # claimed again: our earlier claim was lost
-            self._lose(old)
-        ctx = JobContext(job)
-        h = _Held(job, ctx, self._async.get(job.kind, False))
-        self._held[job.id] = h
-        fn = self.handlers.get(job.kind)
-        if fn is None:  # never claimed: we ask only for our kinds
-            self._queue(h, Outcome(job.id, job.fencing, "retry",
-                                   error=f"no handler for kind {job.kind!r}"))
-            return
-        if h.is_async:
-            h.task = asyncio.ensure_future(fn(job, ctx))
-        else:
-            assert self._pool is not None
-            h.task = self._pool.submit(lambda: fn(job, ctx))
-        h.task.add_done_callback(lambda fut: self._finished(h, fut))
-        if job.timeout_ms > 0:
-            assert self._loop is not None
-            h.timer = self._loop.call_later(job.timeout_ms / 1000, self._timed_out, h)
-
-    def _timed_out(self, h: _Held) -> None:
-        if h.finished:
-            return
-        self.stats.timed_out += 1
-        self._cancel(h, "timeout")
-        self._queue(h, Outcome(h.job.id, h.job.fencing, "retry",
-                               error=f"timeout: the handler ran longer than "
-                                     f"{h.job.timeout_ms} ms"))
-
-    def _finished(self, h: _Held, fut: "asyncio.Future[Any]") -> None:
-        if h.finished:
-            return
-        if h.timer is not None:
-            h.timer.cancel()
-        self._queue(h, self._outcome_of(h.job, fut))
-
-    def _outcome_of(self, job: Job, fut: "asyncio.Future[Any]") -> Outcome:
-        if fut.cancelled():
-            return Outcome(job.id, job.fencing, "retry", error="the handler was cancelled")
-        exc = fut.exception()
-        if exc is None:
-            why = check_result(fut.result())
-            if why is None:
-                return Outcome(job.id, job.fencing, "ok", result=fut.result())
-            return Outcome(job.id, job.fencing, "retry", error=why)
-        if isinstance(exc, Discard):
-            return Outcome(job.id, job.fencing, "discard", error=_error_text(exc))
-        after = None
-        if isinstance(exc, Retry) and exc.after is not None:
-            from .protocol import _ms
-            after = max(0, int(_ms(exc.after, "Retry.after")))
-        return Outcome(job.id, job.fencing, "retry", error=_error_text(exc),
-                       retry_after_ms=after)
-
-    def _queue(self, h: _Held, outcome: Outcome) -> None:
-        h.finished = True
-        self._outcomes.append(outcome)
+    def _poke(self) -> None:
         self._wake.set()
 
     # ---- waiting ----
@@ -476,8 +356,7 @@ class Worker:
         if self._listen_task is not None:
             self._listen_task.cancel()
             await asyncio.gather(self._listen_task, return_exceptions=True)
-        if self._pool is not None:
-            self._pool.close()
+        self._slots.close()
         await self._session.close()
 
 
