@@ -1,7 +1,8 @@
 // DATABASE_URL=... N=100000 CONCURRENCY=64 PREFETCH=448 node bench/drain.js
 //   enqueues N no-op jobs (skiplock.enqueue in batches of 5,000, one
-//   INSERT ... SELECT each), drains them with the Worker (prefetch:
-//   PREFETCH, default 448, as the C worker's best drain), and prints one
+//   INSERT ... SELECT each), VACUUM ANALYZE and CHECKPOINT (as bench/drain.c),
+//   drains them with the Worker (prefetch: PREFETCH, default 448, as the C
+//   worker's best drain), and prints one
 //   JSON line {"jobs_per_s", "rss_kib", "concurrency", "prefetch", "n"}.
 // LATENCY=1: enqueues at a steady 500 jobs/s for 10 s while a worker runs
 //   and prints p50/p99 of enqueue -> handler start in ms (the database
@@ -23,6 +24,9 @@ async function enqueueMany(n) {
     await pool.query(`SELECT count(skiplock.enqueue($1, '{}'::jsonb)) FROM generate_series(1, $2)`,
       [KIND, Math.min(5000, n - done)]);
   }
+  // As bench/drain.c: every drain starts from the same state.
+  await pool.query('VACUUM ANALYZE skiplock.jobs');
+  await pool.query('CHECKPOINT');
 }
 
 const quantile = (xs, p) => xs[Math.min(xs.length - 1, Math.floor(p * xs.length))];

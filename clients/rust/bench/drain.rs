@@ -2,6 +2,7 @@
 //!
 //!   DATABASE_URL=... N=100000 CONCURRENCY=64 PREFETCH=448 cargo.sh bench --bench drain
 //!       enqueues N no-op jobs (batches of 5,000 in one statement each),
+//!       VACUUM ANALYZE and CHECKPOINT (as bench/drain.c), then
 //!       drains them with one Worker (prefetch: PREFETCH, default 448, as
 //!       the C worker's best drain), and prints one JSON line:
 //!       {"jobs_per_s":..., "rss_kib":..., "concurrency":..., "prefetch":...}
@@ -45,6 +46,9 @@ async fn drain(url: &str, n: usize, conc: usize, prefetch: usize)
                                 kind, b)).await?;
         left -= b;
     }
+    // As bench/drain.c: every drain starts from the same state.
+    c.simple_query("VACUUM ANALYZE skiplock.jobs").await?;
+    c.simple_query("CHECKPOINT").await?;
     let done = Arc::new(AtomicUsize::new(0));
     let all = Arc::new(Notify::new());
     let (d, a) = (done.clone(), all.clone());
