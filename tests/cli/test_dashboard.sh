@@ -110,6 +110,11 @@ check_eq "retried job available" "$(q "SELECT state FROM skiplock.all_jobs WHERE
 check_eq "cancel with CSRF: 200" "$(http POST "/api/jobs/$a1/cancel" -H "X-CSRF-Token: $CSRF")" 200
 check_eq "cancelled job" "$(q "SELECT state FROM skiplock.all_jobs WHERE id = $a1")" cancelled
 check_eq "cancel a cancelled job: 409" "$(http POST "/api/jobs/$a1/cancel" -H "X-CSRF-Token: $CSRF")" 409
+check_eq "409 says the job's state" "$(jq -r .error "$TMP/body")" "job $a1 is cancelled: not cancelled"
+check_eq "one job's actions are logged, with the job's id" \
+	"$(q "SELECT string_agg(action || ' ' || (target->'ids')::text || ' ' || changed || ' ' || role, ', ' ORDER BY id)
+	        FROM skiplock.actions WHERE role = 'operator'")" \
+	"cancel [$d1] 1 operator, retry [$d1] 1 operator, cancel [$a1] 1 operator, cancel [$a1] 0 operator"
 check_eq "throughput: 200" "$(http GET /api/throughput)" 200
 check_eq "throughput: 60 one-minute buckets" "$(jq -c '[.bucket_ms, (.queues | map(.completed | length) | unique)]' "$TMP/body")" '[60000,[60]]'
 "$S" breakers open slow --url "$URL" >/dev/null 2>&1 || fail "breakers open"
@@ -238,6 +243,7 @@ q "DELETE FROM skiplock.finished_jobs WHERE kind = 'ch'; DELETE FROM skiplock.jo
 ba=$("$S" enqueue --url "$URL" --queue bulkq bk '{"b": 1}')
 bb=$("$S" enqueue --url "$URL" --queue bulkq bk '{"b": 2}')
 bc=$("$S" enqueue --url "$URL" --queue bulkq bk '{"b": 3}')
+first_act=$(q "SELECT coalesce(max(id), 0) FROM skiplock.actions")
 start_dash act --listen 127.0.0.1:0
 http GET / >/dev/null
 CSRF=$(sed -n 's|.*name="csrf-token" content="\([0-9a-f]*\)".*|\1|p' "$TMP/body")
@@ -287,7 +293,7 @@ check_eq "actions, limit 0: 400" "$(http GET '/api/actions?limit=0')" 400
 check_eq "actions: 200" "$(http GET '/api/actions?limit=20')" 200
 # (the earlier `skiplock breakers open|close` are logged too, role cli)
 check_eq "actions: each logged, newest first, by the dashboard as operator" \
-	"$(jq -c 'map(select(.role != "cli")) | map([.action, .matched, .changed, .actor, .role]) | map(join(" "))' "$TMP/body")" \
+	"$(jq -c --argjson first "$first_act" 'map(select(.role != "cli" and .id > $first)) | map([.action, .matched, .changed, .actor, .role]) | map(join(" "))' "$TMP/body")" \
 	'["schedule_run 1 1 dashboard@127.0.0.1 operator","schedule_resume 1 1 dashboard@127.0.0.1 operator","schedule_pause 1 1 dashboard@127.0.0.1 operator","breaker_close 1 1 dashboard@127.0.0.1 operator","breaker_open 1 1 dashboard@127.0.0.1 operator","resume 1 1 dashboard@127.0.0.1 operator","pause 1 1 dashboard@127.0.0.1 operator","retry 3 3 dashboard@127.0.0.1 operator","discard 2 2 dashboard@127.0.0.1 operator","cancel 1 1 dashboard@127.0.0.1 operator"]'
 stop_dash act
 q "DELETE FROM skiplock.jobs WHERE kind = 'bk'; DELETE FROM skiplock.finished_jobs WHERE kind = 'bk'" >/dev/null

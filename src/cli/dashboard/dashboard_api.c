@@ -366,6 +366,32 @@ dash_reply dash_api_get(dash_server *s, dash_role role, const char *path, dash_a
 	return r;
 }
 
+/* One job's retry or cancel: the bulk action on its id, so that it is
+ * fenced and logged as every action is; when nothing changed, its state
+ * says why (409), or it does not exist (404). */
+static dash_reply post_one(dash_server *s, int64_t id, bool retry, const skl_actor *who)
+{
+	skl_bulk_opts o = {.action = retry ? SKL_BULK_RETRY : SKL_BULK_CANCEL, .ids = &id,
+	                   .nids = 1, .batch = 1};
+	skl_bulk_result r = {0};
+	skl_job_info *job = NULL;
+	skl_error err;
+	pthread_mutex_lock(&s->lock);
+	skl_rc rc = skl_jobs_bulk(s->client, &o, who, &r, &err);
+	if (rc == SKL_OK && r.changed == 0)
+		rc = skl_job_get(s->client, id, &job, &err);
+	pthread_mutex_unlock(&s->lock);
+	if (rc != SKL_OK)
+		return dash_lib_fail(rc, &err);
+	const char *done = retry ? "retried" : "cancelled";
+	if (job == NULL)
+		return dash_ok(200, json_pack("{s:I, s:s}", "id", (json_int_t)id, "done", done));
+	char msg[160];
+	snprintf(msg, sizeof(msg), "job %" PRId64 " is %s: not %s", id, job->state, done);
+	skl_job_info_free(job, 1);
+	return dash_fail(409, msg);
+}
+
 dash_reply dash_api_post(dash_server *s, const char *path, dash_arg_fn arg, void *ctx,
                          const skl_actor *who)
 {
@@ -379,12 +405,5 @@ dash_reply dash_api_post(dash_server *s, const char *path, dash_arg_fn arg, void
 	bool retry = strcmp(action, "/retry") == 0;
 	if (!retry && strcmp(action, "/cancel") != 0)
 		return dash_fail(404, "no such page");
-	skl_error err;
-	pthread_mutex_lock(&s->lock);
-	skl_rc rc = retry ? skl_job_retry(s->client, id, &err) : skl_job_cancel(s->client, id, &err);
-	pthread_mutex_unlock(&s->lock);
-	if (rc != SKL_OK)
-		return dash_lib_fail(rc, &err);
-	return dash_ok(200, json_pack("{s:I, s:s}", "id", (json_int_t)id, "done",
-	                            retry ? "retried" : "cancelled"));
+	return post_one(s, id, retry, who);
 }
