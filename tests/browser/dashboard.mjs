@@ -104,12 +104,21 @@ try {
   await page.waitForSelector('#confirm[open]');
   console.log('bulk-dialog ' + await page.textContent('#confirm-text'));
   await page.click('#confirm-yes');
-  await page.waitForFunction(() => /^retry: /.test(document.getElementById('status').textContent),
-    null, { timeout: 60000 });
-  console.log('bulk-answer ' + await page.textContent('#status'));
-  await page.waitForSelector('#actions tbody tr[data-action="retry"]');
-  console.log('bulk-log ' + await page.$eval('#actions tbody tr[data-action="retry"]', tr =>
-    [...tr.children].map(td => td.textContent).slice(1).join(' | ')));
+  // Read in the same turn as it is seen: a refresh rewrites the status line.
+  const answer = await page.waitForFunction(() => {
+    const t = document.getElementById('status').textContent;
+    return /^retry: /.test(t) && t;
+  }, null, { timeout: 60000 });
+  console.log('bulk-answer ' + await answer.jsonValue());
+  // The bulk retry's row (single-job retries are logged too, by id).
+  const bulkRow = () => [...document.querySelectorAll('#actions tbody tr[data-action="retry"]')]
+    .find(tr => tr.textContent.includes('"kind":"bulk"'));
+  await page.waitForFunction(bulkRow, null, { timeout: 30000 });
+  console.log('bulk-log ' + await page.evaluate(() => {
+    const tr = [...document.querySelectorAll('#actions tbody tr[data-action="retry"]')]
+      .find(r => r.textContent.includes('"kind":"bulk"'));
+    return [...tr.children].map(td => td.textContent).slice(1).join(' | ');
+  }));
 
   // Pause queue pz: a job enqueued there stays available while the worker
   // runs; the row and the strip say paused; resume and it is claimed.

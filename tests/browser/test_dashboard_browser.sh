@@ -89,7 +89,8 @@ STUCK=$("$S" enqueue --url "$URL" --queue stuck hang) || fail "enqueue hang"
 	--handler 'pzk=true' 2>"$TMP/w2.log" &
 W2=$!
 PZ=$("$S" enqueue --url "$URL" --queue pz pzk) || fail "enqueue pzk"
-wait_until "the first pz job" 30 test "$(q "SELECT state FROM skiplock.all_jobs WHERE id = $PZ")" = completed ||
+pz_done() { [ "$(q "SELECT state FROM skiplock.all_jobs WHERE id = $PZ")" = completed ]; }
+wait_until "the first pz job" 30 pz_done ||
 	echo "the worker: $(q "SELECT state FROM skiplock.all_jobs WHERE id = $PZ"); $(tail -n 20 "$TMP/w2.log")"
 wait_until "the lock holder" 10 test -s "$TMP/holder.out"
 HOLDER_PID=$(cut -d'|' -f1 "$TMP/holder.out")
