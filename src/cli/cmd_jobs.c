@@ -630,15 +630,20 @@ static int act_operands(const jobs_sub *s, jobs_args *a, int nargs, char **args)
 		cli_error(a->cc, "give job IDs or filters, not both");
 		return CLI_USAGE;
 	}
-	if (nargs > 100000) {
+	if (nargs < 0 || nargs > 100000) {
 		cli_error(a->cc, "at most 100000 job IDs");
 		return CLI_USAGE;
 	}
-	a->ids = nargs ? calloc((size_t)nargs, sizeof(int64_t)) : NULL;
-	for (int i = 0; i < nargs; i++)
-		if (a->ids == NULL || !parse_id(a->cc, args[i], &a->ids[i]))
+	size_t n = (size_t)nargs;
+	a->ids = n > 0 ? calloc(n, sizeof(int64_t)) : NULL;
+	if (n > 0 && a->ids == NULL) {
+		cli_error(a->cc, "out of memory");
+		return CLI_PROBLEM;
+	}
+	for (size_t i = 0; i < n; i++)
+		if (!parse_id(a->cc, args[i], &a->ids[i]))
 			return CLI_USAGE;
-	a->nids = (size_t)nargs;
+	a->nids = n;
 	bool many = a->nids != 1 || a->filtered || a->dry_run;
 	if (a->attempts > 0 && many) {
 		cli_error(a->cc, "--attempts goes with one job ID only");
