@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "print/control_print.h"
 #include "print/jobs_print.h"
 #include "print/output.h"
 
@@ -532,22 +533,6 @@ static bool actions_print_table(const skl_action_info *rows, size_t n)
 	return ok;
 }
 
-static json_t *actions_json(const skl_action_info *rows, size_t n)
-{
-	json_t *arr = json_array();
-	for (size_t i = 0; arr && i < n; i++)
-		json_array_append_new(arr, json_pack("{s:I, s:o, s:o, s:o, s:o, s:o, s:I, s:I}",
-		                                     "id", (json_int_t)rows[i].id,
-		                                     "at", cli_json_str(rows[i].at),
-		                                     "actor", cli_json_str(rows[i].actor),
-		                                     "role", cli_json_str(rows[i].role),
-		                                     "action", cli_json_str(rows[i].action),
-		                                     "target", cli_json_raw(rows[i].target),
-		                                     "matched", (json_int_t)rows[i].matched,
-		                                     "changed", (json_int_t)rows[i].changed));
-	return arr;
-}
-
 static int jobs_actions(jobs_args *a, skl_client *c, int64_t id)
 {
 	(void)id;
@@ -560,7 +545,7 @@ static int jobs_actions(jobs_args *a, skl_client *c, int64_t id)
 	skl_error err;
 	if (skl_actions_list(c, a->lo.limit, 0, &rows, &n, &err) != SKL_OK)
 		return cli_fail(a->cc, &err);
-	bool ok = a->json ? cli_json_print(actions_json(rows, n)) : actions_print_table(rows, n);
+	bool ok = a->json ? cli_json_print(control_actions_json(rows, n)) : actions_print_table(rows, n);
 	skl_actions_free(rows, n);
 	return ok ? CLI_OK : output_failed(a);
 }

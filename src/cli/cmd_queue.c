@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "print/control_print.h"
 #include "print/output.h"
 
 static const char queue_usage[] =
@@ -147,19 +148,6 @@ static bool print_table(const skl_pause_info *p, size_t n)
 	return ok;
 }
 
-static json_t *to_json(const skl_pause_info *p, size_t n)
-{
-	json_t *arr = json_array();
-	for (size_t i = 0; arr && i < n; i++)
-		json_array_append_new(arr, json_pack("{s:o, s:o, s:o, s:o, s:o}",
-		                                     "queue", cli_json_str(p[i].queue),
-		                                     "kind", cli_json_str(p[i].kind),
-		                                     "paused_at", cli_json_str(p[i].paused_at),
-		                                     "paused_by", cli_json_str(p[i].paused_by),
-		                                     "role", cli_json_str(p[i].role)));
-	return arr;
-}
-
 static int queue_paused(queue_args *a, skl_client *c)
 {
 	skl_pause_info *p;
@@ -167,7 +155,7 @@ static int queue_paused(queue_args *a, skl_client *c)
 	skl_error err;
 	if (skl_pauses_list(c, &p, &n, &err) != SKL_OK)
 		return cli_fail(a->cc, &err);
-	bool ok = a->json ? cli_json_print(to_json(p, n)) : print_table(p, n);
+	bool ok = a->json ? cli_json_print(control_pauses_json(p, n)) : print_table(p, n);
 	skl_pauses_free(p, n);
 	if (!ok) {
 		cli_error(a->cc, "cannot write the output");

@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "dashboard/dashboard.h"
+#include "print/control_print.h"
 #include "print/output.h"
 
 enum { BULK_BATCH = 500, MAX_IDS = 1000 };
@@ -45,26 +46,9 @@ static dash_reply get_pauses(dash_server *s)
 	skl_rc rc = skl_pauses_list(s->client, &rows, &n, &err);
 	if (rc != SKL_OK)
 		return dash_lib_fail(rc, &err);
-	json_t *arr = json_array();
-	for (size_t i = 0; arr && i < n; i++)
-		json_array_append_new(arr, json_pack("{s:o, s:o, s:o, s:o, s:o}",
-		                                     "queue", cli_json_str(rows[i].queue),
-		                                     "kind", cli_json_str(rows[i].kind),
-		                                     "paused_at", cli_json_str(rows[i].paused_at),
-		                                     "paused_by", cli_json_str(rows[i].paused_by),
-		                                     "role", cli_json_str(rows[i].role)));
+	json_t *arr = control_pauses_json(rows, n);
 	skl_pauses_free(rows, n);
 	return dash_ok(200, arr);
-}
-
-static json_t *action_json(const skl_action_info *a)
-{
-	json_t *target = a->target ? json_loads(a->target, 0, NULL) : NULL;
-	return json_pack("{s:I, s:o, s:o, s:o, s:o, s:o, s:I, s:I}", "id", (json_int_t)a->id,
-	                 "at", cli_json_str(a->at), "actor", cli_json_str(a->actor),
-	                 "role", cli_json_str(a->role), "action", cli_json_str(a->action),
-	                 "target", target ? target : json_null(),
-	                 "matched", (json_int_t)a->matched, "changed", (json_int_t)a->changed);
 }
 
 static dash_reply get_actions(dash_server *s, dash_arg_fn arg, void *ctx)
@@ -80,9 +64,7 @@ static dash_reply get_actions(dash_server *s, dash_arg_fn arg, void *ctx)
 	skl_rc rc = skl_actions_list(s->client, (int)limit, 0, &rows, &n, &err);
 	if (rc != SKL_OK)
 		return dash_lib_fail(rc, &err);
-	json_t *arr = json_array();
-	for (size_t i = 0; arr && i < n; i++)
-		json_array_append_new(arr, action_json(&rows[i]));
+	json_t *arr = control_actions_json(rows, n);
 	skl_actions_free(rows, n);
 	return dash_ok(200, arr);
 }
