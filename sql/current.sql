@@ -607,6 +607,19 @@ BEGIN
 END
 $$;
 
+CREATE FUNCTION skiplock.enqueue_tokens_prune(p_max integer) RETURNS integer
+    LANGUAGE sql
+    AS $$
+  WITH d AS (
+    DELETE FROM skiplock.enqueue_tokens t WHERE t.token IN (
+      SELECT x.token FROM skiplock.enqueue_tokens x
+       WHERE x.created_at < now() - interval '15 minutes' LIMIT p_max)
+    RETURNING 1)
+  SELECT count(*)::int FROM d
+$$;
+
+COMMENT ON FUNCTION skiplock.enqueue_tokens_prune(p_max integer) IS 'delete up to n enqueue tokens older than 15 minutes (maintenance)';
+
 CREATE FUNCTION skiplock.errors_append(errors jsonb, attempt integer, err text, at timestamp with time zone) RETURNS jsonb
     LANGUAGE sql STABLE
     AS $$
@@ -642,24 +655,18 @@ CREATE FUNCTION skiplock.finished_partitions_ahead(p_max integer) RETURNS intege
     LANGUAGE plpgsql
     AS $$
 DECLARE
-  v_w interval := (SELECT m.partition_width FROM skiplock.maintenance m);
+  v_w interval := skiplock.partition_width();
   v_until timestamptz;
   v_lo timestamptz;
   v_hi timestamptz;
   v_name text;
   v_made int := 0;
 BEGIN
-  -- At most 500 partitions ahead: a job expiring later waits in the
-  -- default partition (a narrow width with a long retention).
   v_until := least(now() + coalesce((SELECT max(r.keep) FROM skiplock.retention r
                                       WHERE r.keep > interval '0'), interval '0') + v_w,
                    now() + 500 * v_w);
-  v_lo := greatest(date_bin(v_w, now(), timestamptz '2000-01-01 00:00+00'),
-                   date_bin(v_w, (SELECT max(d.expires_at) FROM skiplock.finished_jobs_default d
-                                   WHERE d.expires_at < timestamptz 'infinity'),
-                            timestamptz '2000-01-01 00:00+00') + v_w);
+  v_lo := date_bin(v_w, now(), timestamptz '2000-01-01 00:00+00');
   WHILE v_lo < v_until AND v_made < p_max LOOP
-    -- past an existing partition that covers v_lo; up to the next one
     v_hi := (SELECT max(p.hi) FROM skiplock.finished_partitions p
               WHERE p.lo <= v_lo AND p.hi > v_lo);
     IF v_hi IS NOT NULL THEN
@@ -668,10 +675,17 @@ BEGIN
     END IF;
     v_hi := least(v_lo + v_w, coalesce((SELECT min(p.lo) FROM skiplock.finished_partitions p
                                          WHERE p.lo > v_lo), v_lo + v_w));
+    -- a range must not claim rows the default partition holds: past it
+    IF EXISTS (SELECT 1 FROM skiplock.finished_jobs_default d
+                WHERE d.expires_at >= v_lo AND d.expires_at < v_hi) THEN
+      v_lo := v_hi;
+      CONTINUE;
+    END IF;
     v_name := 'finished_jobs_' || to_char(v_lo AT TIME ZONE 'UTC', 'YYYYMMDD"_"HH24MISS');
-    BEGIN  -- attaching locks the default partition: not within lock_timeout, next round
+    BEGIN
       EXECUTE format('CREATE TABLE skiplock.%I (LIKE skiplock.finished_jobs INCLUDING DEFAULTS '
-                     'INCLUDING CONSTRAINTS, CHECK (expires_at >= %L AND expires_at < %L))',
+                     'INCLUDING CONSTRAINTS, CHECK (expires_at >= %L AND expires_at < %L)) '
+                     'WITH (autovacuum_vacuum_insert_threshold = -1)',
                      v_name, v_lo, v_hi);
       EXECUTE format('ALTER TABLE skiplock.finished_jobs ATTACH PARTITION skiplock.%I '
                      'FOR VALUES FROM (%L) TO (%L)', v_name, v_lo, v_hi);
@@ -680,8 +694,7 @@ BEGIN
       WHEN lock_not_available THEN
         EXIT;
       WHEN check_violation THEN
-        EXIT;  -- an outcome put a row of this range in the default partition meanwhile:
-               -- the next round starts after it
+        EXIT;
     END;
     v_lo := v_hi;
     v_made := v_made + 1;
@@ -715,7 +728,7 @@ CREATE FUNCTION skiplock.finished_partitions_reshape(p_max integer) RETURNS inte
     LANGUAGE plpgsql
     AS $$
 DECLARE
-  v_w interval := (SELECT m.partition_width FROM skiplock.maintenance m);
+  v_w interval := skiplock.partition_width();
   p record;
   v_empty boolean;
   v_n int := 0;
@@ -760,7 +773,8 @@ BEGIN
               AND (p.proname IN ('installed_version', 'backoff_delay', 'retry_delay_ms',
                                  'breaker_step', 'check_job_times', 'interval_ms',
                                  'check_claim_args', 'lease_check_args', 'lease_check_reserved',
-                                 'keep_until', 'errors_append', 'jobs_matching')
+                                 'keep_until', 'errors_append', 'jobs_matching',
+                                 'partition_width')
                    OR (p_kind = 'worker' AND p.prosecdef
                        AND p.proname NOT IN ('job_cancel', 'job_retry', 'jobs_prune',
                                              'retention_set', 'retention_reset',
@@ -1518,6 +1532,7 @@ CREATE FUNCTION skiplock.maintain(owner text, fencing bigint, batch integer DEFA
 #variable_conflict use_column
 DECLARE
   r skiplock.maintenance_result;
+  v_tokens int;
 BEGIN
   IF maintain.batch IS NULL OR maintain.batch NOT BETWEEN 1 AND 1000000 THEN
     RAISE EXCEPTION 'maintain: batch must be 1 to 1000000' USING ERRCODE = '22023';
@@ -1534,14 +1549,16 @@ BEGIN
     SELECT x.id FROM skiplock.finished_jobs_default x WHERE x.expires_at <= now()
      LIMIT maintain.batch);
   GET DIAGNOSTICS r.deleted = ROW_COUNT;
+  v_tokens := skiplock.enqueue_tokens_prune(maintain.batch);
   r.remaining := (SELECT count(*) FROM (SELECT 1 FROM skiplock.jobs j
                    WHERE j.state IN ('completed', 'discarded', 'cancelled')
                    LIMIT 1000000) x);
   r.more := r.created = 48 OR r.dropped = 48 OR r.deleted = maintain.batch
-            OR r.remaining > 0;
+            OR r.remaining > 0 OR v_tokens = maintain.batch;
   UPDATE skiplock.maintenance m SET last_run_at = now(), last_owner = maintain.owner,
-         last_summary = format('%s created, %s dropped, %s deleted, %s moved, %s to move',
-                               r.created, r.dropped, r.deleted, r.moved, r.remaining);
+         last_summary = format('%s created, %s dropped, %s deleted, %s moved, %s to move, '
+                               '%s tokens pruned',
+                               r.created, r.dropped, r.deleted, r.moved, r.remaining, v_tokens);
   RETURN r;
 END
 $$;
@@ -1576,18 +1593,35 @@ BEGIN
 END
 $$;
 
+CREATE FUNCTION skiplock.partition_width() RETURNS interval
+    LANGUAGE sql STABLE
+    AS $$
+  SELECT coalesce(m.partition_width,
+                  (SELECT least(interval '6 hours', greatest(interval '1 minute',
+                            ceil(extract(epoch FROM greatest(min(r.keep) / 4, max(r.keep) / 100))
+                                 / 60) * interval '1 minute'))
+                     FROM skiplock.retention r WHERE r.keep > interval '0'
+                   HAVING count(*) > 0),
+                  interval '6 hours')
+    FROM skiplock.maintenance m
+$$;
+
+COMMENT ON FUNCTION skiplock.partition_width() IS 'the width of the finished-jobs partitions made from now on (set, or from the retention)';
+
 CREATE FUNCTION skiplock.partition_width_set(width interval) RETURNS void
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 BEGIN
-  IF width IS NULL OR width < interval '1 second' OR width > interval '1 day' THEN
-    RAISE EXCEPTION 'partition_width_set: width must be 1 second to 1 day, got %', width
-      USING ERRCODE = '22023';
+  IF width < interval '1 second' OR width > interval '1 day' THEN
+    RAISE EXCEPTION 'partition_width_set: width must be 1 second to 1 day (NULL: automatic), got %',
+      width USING ERRCODE = '22023';
   END IF;
   UPDATE skiplock.maintenance SET partition_width = width;
 END
 $$;
+
+COMMENT ON FUNCTION skiplock.partition_width_set(width interval) IS 'set the width of new finished-jobs partitions; NULL: follow the retention (operators)';
 
 CREATE FUNCTION skiplock.pause(queue text, kind text, actor text, role text) RETURNS boolean
     LANGUAGE plpgsql SECURITY DEFINER
@@ -2128,7 +2162,7 @@ COMMENT ON TABLE skiplock.leases IS 'named leases: one row per name, kept foreve
 
 CREATE TABLE skiplock.maintenance (
     one boolean DEFAULT true NOT NULL,
-    partition_width interval DEFAULT '06:00:00'::interval NOT NULL,
+    partition_width interval,
     last_run_at timestamp with time zone,
     last_owner text,
     last_summary text,

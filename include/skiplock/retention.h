@@ -69,7 +69,8 @@ typedef struct skl_retention {
 
 /* The maintenance's own state. */
 typedef struct skl_retention_info {
-	int64_t partition_width_ms;
+	int64_t partition_width_ms; /* of the partitions created from now on */
+	int width_auto;           /* 1: chosen from the retention (not set) */
 	int partitions;           /* range partitions of skiplock.finished_jobs */
 	const char *last_run_at;  /* ISO 8601, or NULL: never */
 	const char *last_owner;   /* or NULL */
@@ -86,7 +87,9 @@ SKL_API skl_rc skl_retention_list(skl_client *c, skl_retention **rows, size_t *n
 SKL_API void skl_retention_free(skl_retention *rows, size_t n, skl_retention_info *info);
 
 /* The width of the partitions maintenance creates from now on: 1 second
- * to 1 day.  SKL_INVALID otherwise (nothing written). */
+ * to 1 day, or 0: chosen by maintenance (the default), a quarter of the
+ * shortest finite retention, at least the longest / 100, rounded up to a
+ * minute, 1 minute to 6 hours.  SKL_INVALID otherwise (nothing written). */
 SKL_API skl_rc skl_retention_set_width(skl_client *c, int64_t width_ms, skl_error *err);
 
 /* queue follows the default again ("*": the defaults are restored). */

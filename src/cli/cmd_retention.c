@@ -15,7 +15,7 @@
 static const char usage[] =
 	"Usage: skiplock retention [show] [--json]\n"
 	"       skiplock retention set [--queue QUEUE] [--state STATE] --retain DURATION|forever\n"
-	"       skiplock retention set --partition-width DURATION\n"
+	"       skiplock retention set --partition-width DURATION|auto\n"
 	"       skiplock retention reset [--queue QUEUE]\n"
 	"       skiplock retention maintain\n"
 	"\n"
@@ -30,8 +30,8 @@ static const char usage[] =
 	"  set        keep finished jobs of QUEUE (default: every queue without a\n"
 	"             setting of its own) in STATE (default: all three) for DURATION\n"
 	"             (0: not kept at all; forever: never dropped); or set the width\n"
-	"             of the partitions created from now on (1s to 1d; a finished job\n"
-	"             is kept its retention plus up to one width)\n"
+	"             of the partitions created from now on (1s to 1d, or auto; a\n"
+	"             finished job is stored its retention plus up to one width)\n"
 	"  reset      QUEUE follows the default again; without --queue, the default\n"
 	"             is reset to 24 hours and 7 days\n"
 	"  maintain   do the maintenance now (partitions ahead, expired ones dropped,\n"
@@ -44,8 +44,10 @@ static const char usage[] =
 	"  --state STATE          completed, discarded or cancelled (default: all)\n"
 	"  --retain DURATION      how long to keep them: 0, 90s, 30m, 24h, 7d ... or\n"
 	"                         forever\n"
-	"  --partition-width DURATION\n"
-	"                         the width of new partitions, 1s to 1d (default 6h)\n"
+	"  --partition-width DURATION|auto\n"
+	"                         the width of new partitions, 1s to 1d; auto (the\n"
+	"                         default): a quarter of the shortest retention, at\n"
+	"                         least the longest / 100, 1m to 6h\n"
 	"  --json                 show: print a JSON object instead of a table\n"
 	"\n";
 
@@ -59,7 +61,7 @@ typedef struct ret_args {
 	cli_common *cc;
 	const char *queue, *state;
 	int64_t keep_ms;   /* -2: not given; -1: forever */
-	int64_t width_ms;  /* 0: not given */
+	int64_t width_ms;  /* 0: not given; -1: auto */
 	bool json;
 } ret_args;
 
@@ -78,6 +80,10 @@ static int own_option(int code, const char *arg, void *ctx)
 		return strcmp(arg, "0") == 0 ? (a->keep_ms = 0, CLI_OK)
 		       : cli_duration(a->cc, "--retain", arg, &a->keep_ms) ? CLI_OK : CLI_USAGE;
 	case O_WIDTH:
+		if (strcmp(arg, "auto") == 0) {
+			a->width_ms = -1;
+			return CLI_OK;
+		}
 		return cli_duration(a->cc, "--partition-width", arg, &a->width_ms) ? CLI_OK : CLI_USAGE;
 	}
 	return CLI_USAGE;
@@ -99,8 +105,9 @@ static int show_json(const skl_retention *rows, size_t n, const skl_retention_in
 		json_array_append_new(s, json_pack("{s:s, s:s, s:o}", "queue", rows[k].queue, "state",
 		                                   rows[k].state, "keep_ms", rows[k].keep_ms < 0
 		                                   ? json_null() : json_integer(rows[k].keep_ms)));
-	json_t *o = json_pack("{s:o, s:I, s:i, s:s?, s:s?, s:s?, s:I}", "settings", s,
-	                      "partition_width_ms", (json_int_t)i->partition_width_ms, "partitions",
+	json_t *o = json_pack("{s:o, s:I, s:b, s:i, s:s?, s:s?, s:s?, s:I}", "settings", s,
+	                      "partition_width_ms", (json_int_t)i->partition_width_ms,
+	                      "partition_width_auto", i->width_auto, "partitions",
 	                      i->partitions, "last_run_at", i->last_run_at, "last_owner",
 	                      i->last_owner, "last_summary", i->last_summary, "unmoved",
 	                      (json_int_t)i->unmoved);
@@ -120,8 +127,9 @@ static int show_table(const skl_retention *rows, size_t n, const skl_retention_i
 	}
 	bool ok = cli_table_print(&t);
 	cli_table_free(&t);
-	printf("\npartitions: %d, %s wide\n", i->partitions,
-	       cli_fmt_duration(i->partition_width_ms, b, sizeof(b)));
+	printf("\npartitions: %d, new ones %s wide%s\n", i->partitions,
+	       cli_fmt_duration(i->partition_width_ms, b, sizeof(b)),
+	       i->width_auto ? " (auto: from the retention)" : " (set)");
 	printf("last maintenance: %s%s%s%s%s\n", i->last_run_at ? i->last_run_at : "never",
 	       i->last_owner ? " by " : "", i->last_owner ? i->last_owner : "",
 	       i->last_summary ? ": " : "", i->last_summary ? i->last_summary : "");
@@ -169,8 +177,8 @@ static int change(ret_args *a, skl_client *c, const char *verb)
 	skl_rc rc;
 	if (strcmp(verb, "reset") == 0)
 		rc = skl_retention_reset(c, a->queue, &err);
-	else if (a->width_ms > 0)
-		rc = skl_retention_set_width(c, a->width_ms, &err);
+	else if (a->width_ms)
+		rc = skl_retention_set_width(c, a->width_ms < 0 ? 0 : a->width_ms, &err);
 	else
 		rc = skl_retention_set(c, a->queue, a->state, a->keep_ms, &err);
 	if (rc != SKL_OK)
@@ -194,11 +202,11 @@ static int check(ret_args *a, const char *verb)
 		return CLI_USAGE;
 	}
 	if (set && (a->keep_ms == -2) == (a->width_ms == 0)) {
-		cli_error(a->cc, "set: give --retain DURATION|forever, or --partition-width DURATION");
+		cli_error(a->cc, "set: give --retain DURATION|forever, or --partition-width DURATION|auto");
 		return CLI_USAGE;
 	}
-	if (a->width_ms && (a->width_ms < 1000 || a->width_ms > 86400000)) {
-		cli_error(a->cc, "--partition-width must be 1s to 1d");
+	if (a->width_ms > 0 && (a->width_ms < 1000 || a->width_ms > 86400000)) {
+		cli_error(a->cc, "--partition-width must be 1s to 1d, or auto");
 		return CLI_USAGE;
 	}
 	if ((!set && (a->keep_ms != -2 || a->width_ms || a->state)) ||

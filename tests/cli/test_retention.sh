@@ -91,6 +91,42 @@ check_eq "every partition is registered" \
 	"$(q "SELECT count(*) + 2 FROM skiplock.finished_partitions")"
 check_eq "kept forever: audit's jobs" "$(q "SELECT count(*) FROM skiplock.finished_jobs WHERE queue = 'audit'")" 2
 
+# ---- the width follows the retention; tokens are pruned ----
+expect_exit "a bad width" 2 "partition-width" -- "$S" retention set --url "$URL" --partition-width wide
+"$S" retention set --url "$URL" --partition-width auto >/dev/null || fail "width auto"
+"$S" retention set --url "$URL" --retain 5m >/dev/null || fail "retain 5m"
+check_eq "auto width: a quarter of 5 minutes, rounded up to a minute" \
+	"$(q "SELECT skiplock.partition_width()")" "00:02:00"
+"$S" retention show --url "$URL" --json >"$TMP/w" || fail "show --json"
+check_eq "show: the width and that it is automatic" \
+	"$(jq -c '[.partition_width_ms, .partition_width_auto]' "$TMP/w")" "[120000,true]"
+# A job expiring past the partitions made ahead waits in the default
+# partition; the partitions near now are made all the same.
+q "INSERT INTO skiplock.finished_jobs (id, kind, queue, state, expires_at)
+   VALUES (nextval('skiplock.jobs_id_seq'), 'far', 'default', 'discarded', now() + interval '10 days')" >/dev/null
+check_eq "the far job is in the default partition" \
+	"$(q "SELECT count(*) FROM skiplock.finished_jobs_default WHERE kind = 'far'")" 1
+q "INSERT INTO skiplock.enqueue_tokens (token, created_at)
+   SELECT 'old-' || g, now() - interval '16 minutes' FROM generate_series(1, 3) g
+   UNION ALL SELECT 'new-' || g, now() - interval '14 minutes' FROM generate_series(1, 2) g" >/dev/null
+maintain || fail "maintain at the automatic width: $(cat "$TMP/m")"
+check_eq "a 2-minute partition covers now + 3 minutes" \
+	"$(q "SELECT count(*) FROM skiplock.finished_partitions
+	       WHERE lo <= now() + interval '3 minutes' AND hi > now() + interval '3 minutes'
+	         AND hi - lo = interval '2 minutes'")" 1
+check_eq "new partitions are not vacuumed for inserts alone" \
+	"$(q "SELECT c.reloptions::text FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+	       WHERE n.nspname = 'skiplock' AND c.relname = (SELECT name FROM skiplock.finished_partitions
+	                                                      WHERE hi - lo = interval '2 minutes'
+	                                                      ORDER BY lo DESC LIMIT 1)")" \
+	"{autovacuum_vacuum_insert_threshold=-1}"
+check_eq "tokens older than 15 minutes pruned, younger ones kept" \
+	"$(q "SELECT string_agg(token, ' ' ORDER BY token) FROM skiplock.enqueue_tokens
+	       WHERE token LIKE 'old-%' OR token LIKE 'new-%'")" "new-1 new-2"
+q "DELETE FROM skiplock.finished_jobs WHERE kind = 'far'" >/dev/null
+"$S" retention set --url "$URL" --partition-width 1h >/dev/null || fail "width 1h"
+check_eq "a width set by hand" "$(q "SELECT skiplock.partition_width()")/$(q "SELECT partition_width IS NULL FROM skiplock.maintenance")" "01:00:00/f"
+
 # ---- two at once do nothing twice ----
 "$S" retention maintain --url "$URL" >"$TMP/a" 2>&1 & A=$!
 "$S" retention maintain --url "$URL" >"$TMP/b" 2>&1 & B=$!

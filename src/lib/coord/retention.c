@@ -123,11 +123,13 @@ skl_rc skl_retention_reset(skl_client *c, const char *queue, skl_error *err)
 
 skl_rc skl_retention_set_width(skl_client *c, int64_t width_ms, skl_error *err)
 {
-	if (width_ms < 1000 || width_ms > 86400000)
-		return skl__seterr(err, SKL_INVALID, "the partition width must be 1 second to 1 day");
+	if (width_ms != 0 && (width_ms < 1000 || width_ms > 86400000))
+		return skl__seterr(err, SKL_INVALID,
+		                   "the partition width must be 1 second to 1 day, or automatic");
 	char w[24];
 	snprintf(w, sizeof(w), "%" PRId64, width_ms);
-	set_call s = {.sql = "SELECT skiplock.partition_width_set($1 * interval '1 millisecond')",
+	set_call s = {.sql = "SELECT skiplock.partition_width_set("
+	                     "nullif($1::bigint, 0) * interval '1 millisecond')",
 	              .n = 1, .params = {w}};
 	static const skl_txn_opts o = {.idempotent = 1};
 	return skl__run(c, &o, set_fn, &s, err);
@@ -140,12 +142,13 @@ static const char *const list_sql =
 	"  FROM skiplock.retention ORDER BY queue <> '*', queue, state";
 
 static const char *const info_sql =
-	"SELECT (extract(epoch FROM m.partition_width) * 1000)::bigint,"
+	"SELECT (extract(epoch FROM skiplock.partition_width()) * 1000)::bigint,"
 	"       (SELECT count(*) FROM skiplock.finished_partitions),"
 	"       to_char(m.last_run_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"'),"
 	"       m.last_owner, m.last_summary,"
 	"       (SELECT count(*) FROM (SELECT 1 FROM skiplock.jobs"
-	"         WHERE state IN ('completed', 'discarded', 'cancelled') LIMIT 1000000) x)"
+	"         WHERE state IN ('completed', 'discarded', 'cancelled') LIMIT 1000000) x),"
+	"       m.partition_width IS NULL"
 	"  FROM skiplock.maintenance m";
 
 typedef struct list_call {
@@ -161,6 +164,7 @@ static skl_rc info_fill(skl_retention_info *i, const PGresult *r)
 	i->partition_width_ms = strtoll(PQgetvalue(r, 0, 0), NULL, 10);
 	i->partitions = atoi(PQgetvalue(r, 0, 1));
 	i->unmoved = strtoll(PQgetvalue(r, 0, 5), NULL, 10);
+	i->width_auto = PQgetvalue(r, 0, 6)[0] == 't';
 	char **s = calloc(3, sizeof(char *));
 	if (s == NULL)
 		return SKL_NOMEM;
