@@ -50,8 +50,8 @@ typedef struct skl_worker_info {
 	const char *empty_at;          /* its last recorded claim that took nothing */
 	int64_t empty_age_ms;          /* how long ago that was, by the database clock */
 	const char *first_seen_at;     /* when it was first recorded */
-	int64_t waiting;               /* due jobs it left behind, counted up to 1000 */
-	const char *const *waiting_kinds; /* the distinct kinds of the first 10 of them */
+	int64_t waiting;               /* due jobs it left behind, of 1000 read at most */
+	const char *const *waiting_kinds; /* the distinct kinds of the 10 waiting longest */
 	size_t nwaiting_kinds;
 	void *internal;                /* owned by the library */
 } skl_worker_info;
@@ -61,10 +61,12 @@ typedef struct skl_worker_info {
  * SKL_INVALID before any statement), by owner; with idle_only, only those
  * that left due jobs behind (waiting > 0: skiplock.idle_workers).  One
  * read-only statement (retried on transient failures); readable by every
- * role.  Each worker's count reads at most 1000 entries of the claim's
- * index.  *rows (free with skl_workers_free) is NULL and *n 0 when there
- * are none.  SKL_DB naming `skiplock init` when the schema predates the
- * registry.  Blocks for one round trip. */
+ * role.  The workers of one set of queues share one read of at most 1000
+ * due jobs (sql/0016_workers.sql says how they are found), so the cost
+ * grows with the distinct sets of queues, not with the workers.  *rows
+ * (free with skl_workers_free) is NULL and *n 0 when there are none.
+ * SKL_DB naming `skiplock init` when the schema predates the registry.
+ * Blocks for one round trip. */
 SKL_API skl_rc skl_workers_list(skl_client *c, int64_t seen_ms, bool idle_only,
                                 skl_worker_info **rows, size_t *n, skl_error *err);
 
