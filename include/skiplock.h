@@ -23,6 +23,7 @@
 #include "skiplock/webhook.h"
 #include "skiplock/inspect.h"
 #include "skiplock/control.h"
+#include "skiplock/workers.h"
 #include "skiplock/retention.h"
 #include "skiplock/cron.h"
 #include "skiplock/idem.h"
@@ -42,6 +43,7 @@
 #define SKL_HAS_DOCTOR_LOCKS 1
 #define SKL_HAS_RETRY 1
 #define SKL_HAS_DIAGNOSE 1
+#define SKL_HAS_WORKERS 1
 
 #ifdef __cplusplus
 extern "C" {

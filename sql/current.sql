@@ -331,6 +331,7 @@ DECLARE
   v_kinds text[] := p_kinds;
   v_skip text[] := '{}';
   v_probes bigint[] := '{}';
+  v_ids bigint[];
   v_m int;
   v_after timestamptz;
 BEGIN
@@ -351,12 +352,16 @@ BEGIN
   IF v_m <= 0 THEN
     RETURN v_probes;
   ELSIF p_after_id IS NULL THEN
-    RETURN v_probes || ARRAY(
+    v_ids := v_probes || ARRAY(
       SELECT j.id FROM skiplock.jobs j
        WHERE j.state = 'available' AND j.run_at <= now()
          AND (p_queues IS NULL OR j.queue = ANY (p_queues)) AND j.kind = ANY (v_kinds)
          AND j.queue <> ALL (v_skip)
        ORDER BY j.priority DESC, j.run_at, j.id LIMIT v_m FOR UPDATE SKIP LOCKED);
+    IF cardinality(v_ids) = 0 AND p_n > 0 THEN
+      PERFORM skiplock.worker_idle(p_owner, p_kinds, p_queues);
+    END IF;
+    RETURN v_ids;
   END IF;
   v_after := timestamptz 'epoch' + p_after_run_at_us * interval '1 microsecond';
   RETURN v_probes || ARRAY(
@@ -764,7 +769,8 @@ BEGIN
   EXECUTE format('GRANT SELECT ON skiplock.jobs, skiplock.finished_jobs, skiplock.all_jobs, '
                  'skiplock.retention, skiplock.maintenance, skiplock.finished_partitions, '
                  'skiplock.breakers, skiplock.breaker_events, skiplock.schedules, '
-                 'skiplock.leases, skiplock.schema_version, skiplock.pauses TO %I', p_role);
+                 'skiplock.leases, skiplock.schema_version, skiplock.pauses, '
+                 'skiplock.workers TO %I', p_role);
   IF p_kind <> 'worker' THEN
     EXECUTE format('GRANT SELECT ON skiplock.actions TO %I', p_role);
   END IF;
@@ -774,7 +780,7 @@ BEGIN
                                  'breaker_step', 'check_job_times', 'interval_ms',
                                  'check_claim_args', 'lease_check_args', 'lease_check_reserved',
                                  'keep_until', 'errors_append', 'jobs_matching',
-                                 'partition_width')
+                                 'partition_width', 'workers_seen', 'idle_workers')
                    OR (p_kind = 'worker' AND p.prosecdef
                        AND p.proname NOT IN ('job_cancel', 'job_retry', 'jobs_prune',
                                              'retention_set', 'retention_reset',
@@ -998,6 +1004,15 @@ CREATE FUNCTION skiplock.idem_release(key text) RETURNS void
   DELETE FROM skiplock.idempotency_keys t
    WHERE t.key = idem_release.key AND t.state = 'in_progress'
 $$;
+
+CREATE FUNCTION skiplock.idle_workers(p_seen interval DEFAULT '00:15:00'::interval) RETURNS TABLE(owner text, kinds text[], queues text[], empty_at timestamp with time zone, first_seen_at timestamp with time zone, waiting integer, waiting_kinds text[])
+    LANGUAGE sql STABLE
+    AS $$
+  SELECT s.owner, s.kinds, s.queues, s.empty_at, s.first_seen_at, s.waiting, s.waiting_kinds
+    FROM skiplock.workers_seen(p_seen) s WHERE s.waiting > 0
+$$;
+
+COMMENT ON FUNCTION skiplock.idle_workers(p_seen interval) IS 'workers idle while due jobs of their queues wait: their kinds, a pause or a breaker';
 
 CREATE FUNCTION skiplock.installed_version() RETURNS integer
     LANGUAGE sql STABLE
@@ -2006,6 +2021,74 @@ $$;
 
 COMMENT ON FUNCTION skiplock.schedule_set_paused(name text, paused boolean, actor text, role text) IS 'pause or resume a schedule, logged (operators)';
 
+CREATE FUNCTION skiplock.worker_idle(p_owner text, p_kinds text[], p_queues text[]) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+  w skiplock.workers;
+BEGIN
+  SELECT * INTO w FROM skiplock.workers x WHERE x.owner = p_owner;
+  IF FOUND THEN
+    IF w.kinds = p_kinds AND w.queues IS NOT DISTINCT FROM p_queues
+       AND w.empty_at > now() - interval '10 seconds' THEN
+      RETURN;
+    END IF;
+    -- another claim of this owner holding the row is recording it now
+    PERFORM 1 FROM skiplock.workers x WHERE x.owner = p_owner FOR UPDATE SKIP LOCKED;
+    IF FOUND THEN
+      UPDATE skiplock.workers x SET kinds = p_kinds, queues = p_queues, empty_at = now()
+       WHERE x.owner = p_owner;
+    END IF;
+    RETURN;
+  END IF;
+  INSERT INTO skiplock.workers (owner, kinds, queues, empty_at)
+  VALUES (p_owner, p_kinds, p_queues, now()) ON CONFLICT (owner) DO NOTHING;
+  DELETE FROM skiplock.workers x WHERE x.owner IN (
+    SELECT y.owner FROM skiplock.workers y WHERE y.empty_at < now() - interval '1 day'
+     LIMIT 100 FOR UPDATE SKIP LOCKED);
+END
+$$;
+
+COMMENT ON FUNCTION skiplock.worker_idle(p_owner text, p_kinds text[], p_queues text[]) IS 'record an empty claim of owner: at most one write per owner per 10 seconds (claim_pick)';
+
+CREATE FUNCTION skiplock.workers_seen(p_seen interval DEFAULT '00:15:00'::interval) RETURNS TABLE(owner text, kinds text[], queues text[], empty_at timestamp with time zone, first_seen_at timestamp with time zone, waiting integer, waiting_kinds text[])
+    LANGUAGE plpgsql STABLE
+    AS $_$
+#variable_conflict use_column
+DECLARE
+  g record;
+  v_run_ats timestamptz[];
+  v_kinds text[];
+BEGIN
+  FOR g IN SELECT w.queues, max(w.empty_at) - interval '1 second' AS upto
+             FROM skiplock.workers w WHERE w.empty_at >= now() - p_seen GROUP BY w.queues LOOP
+    IF g.queues IS NULL THEN
+      SELECT array_agg(y.run_at ORDER BY y.run_at), array_agg(y.kind ORDER BY y.run_at)
+        INTO v_run_ats, v_kinds
+        FROM (SELECT j.kind, j.run_at FROM skiplock.jobs j
+               WHERE j.state = 'available' AND j.run_at <= g.upto
+               ORDER BY j.priority DESC, j.run_at, j.id LIMIT 1000) y;
+    ELSE
+      EXECUTE 'SELECT array_agg(y.run_at ORDER BY y.run_at), array_agg(y.kind ORDER BY y.run_at)'
+              '  FROM (SELECT j.kind, j.run_at FROM skiplock.jobs j'
+              '         WHERE j.queue = ANY ($1) AND j.state = ''available'' AND j.run_at <= $2'
+              '         LIMIT 1000) y'
+        INTO v_run_ats, v_kinds USING g.queues, g.upto;
+    END IF;
+    RETURN QUERY
+      SELECT w.owner, w.kinds, w.queues, w.empty_at, w.first_seen_at, c.n,
+             ARRAY(SELECT DISTINCT k FROM unnest(v_kinds[1:least(c.n, 10)]) k ORDER BY k)
+        FROM skiplock.workers w
+       CROSS JOIN LATERAL (
+         SELECT coalesce(width_bucket(w.empty_at - interval '1 second', v_run_ats), 0)::int
+                AS n) c
+       WHERE w.empty_at >= now() - p_seen AND w.queues IS NOT DISTINCT FROM g.queues;
+  END LOOP;
+END
+$_$;
+
+COMMENT ON FUNCTION skiplock.workers_seen(p_seen interval) IS 'workers with an empty claim within p_seen, and the due jobs each left behind (of 1000 read)';
+
 CREATE TABLE skiplock.actions (
     id bigint NOT NULL,
     at timestamp with time zone DEFAULT now() NOT NULL,
@@ -2228,6 +2311,18 @@ CREATE TABLE skiplock.schema_version (
     applied_at timestamp with time zone DEFAULT now() NOT NULL
 );
 
+CREATE TABLE skiplock.workers (
+    owner text NOT NULL,
+    kinds text[] NOT NULL,
+    queues text[],
+    empty_at timestamp with time zone NOT NULL,
+    first_seen_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT workers_kinds_check CHECK (((cardinality(kinds) >= 1) AND (cardinality(kinds) <= 1000))),
+    CONSTRAINT workers_owner_check CHECK (((length(owner) >= 1) AND (length(owner) <= 256)))
+);
+
+COMMENT ON TABLE skiplock.workers IS 'the workers'' last empty claims (claim_pick): who looked for work and found none, when';
+
 ALTER TABLE ONLY skiplock.finished_jobs ATTACH PARTITION skiplock.finished_jobs_default DEFAULT;
 
 ALTER TABLE ONLY skiplock.finished_jobs ATTACH PARTITION skiplock.finished_jobs_forever FOR VALUES FROM ('infinity') TO (MAXVALUE);
@@ -2277,6 +2372,9 @@ ALTER TABLE ONLY skiplock.schedules
 
 ALTER TABLE ONLY skiplock.schema_version
     ADD CONSTRAINT schema_version_pkey PRIMARY KEY (version);
+
+ALTER TABLE ONLY skiplock.workers
+    ADD CONSTRAINT workers_pkey PRIMARY KEY (owner);
 
 CREATE INDEX breaker_events_kind_idx ON skiplock.breaker_events USING btree (kind, at);
 

@@ -174,5 +174,6 @@ int cmd_doctor_indexes(int argc, char **argv);
 int cmd_explain(int argc, char **argv);
 int cmd_dashboard(int argc, char **argv);
 int cmd_queue(int argc, char **argv);
+int cmd_workers(int argc, char **argv);
 
 #endif

@@ -14,6 +14,7 @@ static const cli_sub commands[] = {
 	{"cron", cmd_cron, .summary = "periodic jobs: cron schedules in any time zone"},
 	{"jobs", cmd_jobs, .summary = "list, show, retry, cancel, discard and prune jobs; the action log"},
 	{"queue", cmd_queue, .summary = "pause and resume a queue or a kind for the whole fleet"},
+	{"workers", cmd_workers, .summary = "workers that found nothing to claim; idle while jobs wait"},
 	{"idem", cmd_idem, .summary = "idempotency keys: prune the expired"},
 	{"status", cmd_status, .summary = "counts and ages per queue and kind"},
 	{"breakers", cmd_breakers, .summary = "fleet-wide circuit breakers: list, open, close"},

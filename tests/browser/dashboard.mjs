@@ -5,7 +5,8 @@
 // "rate QUEUE KIND LAST COMPLETED DISCARDED POINTS" (the throughput table and
 // the number of points of its sparkline), "breaker KIND STATE", "finding
 // KIND PID", "retried ID STATE", "job-page STATE", "ro-buttons N", the
-// strip ("strip-state", "strip ITEM", "strip-link IDS"), a deep link
+// strip ("strip-state", "strip ITEM", "strip-link IDS"), an idle worker
+// ("workers-row CELLS", "idle-link JOB IDS HASH"), a deep link
 // ("deep-link STATE QUEUE JOB ROWS"), the refresh control ("auto-refresh
 // WHEN STATE"), a viewer ("viewer-role", "viewer-buttons", "viewer-post
 // STATUS"), the phone's width ("phone-width PX") and the screenshots
@@ -148,6 +149,10 @@ try {
   sql(`UPDATE skiplock.jobs SET state = 'running', attempt = 1, fencing = fencing + 1,
          lease_owner = 'gone', attempted_at = now() - interval '1 hour',
          lease_expires_at = now() - interval '1 minute' WHERE id = ${process.env.STUCK}`);
+  // An idle worker: a claim of kind pzk in queue pz (raw SQL, as any
+  // client claims) takes nothing while a job of kind nobody is due there.
+  const idleJob = sql(`SELECT skiplock.enqueue('nobody', '{}', 'pz', now() - interval '1 minute')`);
+  sql(`SELECT count(*) FROM skiplock.claim('browser-idle', ARRAY['pzk'], ARRAY['pz'])`);
   await page.reload();
   await page.waitForSelector('body[data-loaded="true"]');
 
@@ -162,6 +167,17 @@ try {
   await page.waitForFunction(id => [...document.querySelectorAll('#jobs tbody tr')]
     .map(tr => tr.dataset.id).join(' ') === id, stuckId);
   console.log('strip-link ' + (await page.$$eval('#jobs tbody tr', trs =>
+    trs.map(tr => tr.dataset.id))).join(' ') + ' ' + await page.evaluate(() => location.hash));
+  // The idle worker: its row in the Workers table, and its strip item's
+  // link lists the job it left behind.
+  console.log('workers-row ' + await page.$eval('#workers tr[data-owner="browser-idle"]',
+    tr => [...tr.children].map(td => td.textContent).filter((t, i) => i !== 3).join(' | ')));
+  await page.goto(url + '#');
+  await page.waitForSelector('body[data-loaded="true"]');
+  await page.locator('#problems li[data-problem="idle-workers"] a', { hasText: 'of queue pz wait' }).click();
+  await page.waitForFunction(id => [...document.querySelectorAll('#jobs tbody tr')]
+    .map(tr => tr.dataset.id).join(' ') === id, idleJob);
+  console.log('idle-link ' + idleJob + ' ' + (await page.$$eval('#jobs tbody tr', trs =>
     trs.map(tr => tr.dataset.id))).join(' ') + ' ' + await page.evaluate(() => location.hash));
   await page.screenshot({ path: shots + '/desktop.png', fullPage: true });
   console.log('screenshot ' + shots + '/desktop.png');

@@ -7,8 +7,10 @@
 # finding, a click on retry makes a discarded job available (on the page
 # and in SQL), the job page shows it, and a --read-only dashboard shows no
 # action buttons.  The "what is wrong now" strip shows a stuck job (its
-# lease expired an hour into its attempt), the open breaker and the lock
-# finding, and its link lists the stuck job; a deep link restores filters
+# lease expired an hour into its attempt), the open breaker, the lock
+# finding and a worker idle while a job of another kind is due (its link
+# lists that job, the Workers table shows it), and its link lists the
+# stuck job; a deep link restores filters
 # and the open job; picking a row stops the auto-refresh; a viewer's token
 # draws no button and its POST is refused.  Screenshots at desktop width
 # and at 390 px (dark) are saved under the build directory and their paths
@@ -169,6 +171,13 @@ grep -q "^strip locks 1 lock-doctor finding" "$TMP/obs" && pass "strip: the lock
 	fail "strip: no lock finding"
 check_eq "strip: the expired lease links to the stuck job" "$(sed -n 's/^strip-link //p' "$TMP/obs")" \
 	"$STUCK #state=running&time=lease&to=0s"
+grep -q "^strip idle-workers 1 worker(s) idle while 1 due job(s) of queue pz wait: kinds they take: pzk; waiting: nobody$" "$TMP/obs" &&
+	pass "strip: the idle worker" || fail "strip: no idle worker of queue pz: $(grep '^strip ' "$TMP/obs")"
+check_eq "workers: the idle worker's row" "$(sed -n 's/^workers-row //p' "$TMP/obs")" \
+	"browser-idle | pz | pzk | 1 (nobody)"
+read -r idle_job idle_rest <<<"$(sed -n 's/^idle-link //p' "$TMP/obs")"
+check_eq "strip: the idle worker links to the job it left behind" "$idle_rest" \
+	"$idle_job #queue=pz&state=available&time=run&to=0s"
 MAIL_DISCARDED=$(q "SELECT string_agg(id::text, ',' ORDER BY id DESC) FROM skiplock.all_jobs
   WHERE state = 'discarded' AND queue = 'mail'")
 check_eq "deep link: filters, open job and list restored" "$(sed -n 's/^deep-link //p' "$TMP/obs")" \

@@ -8,8 +8,9 @@
 # connection is closed after a few seconds.  Finding a job: payload
 # containment, error text and time windows (lease expired, stuck), bad
 # filters 400; /api/queues's oldest due age and failure rates; operator and
-# viewer tokens (a viewer's POST is 403), --hide-payloads, and the plans of
-# the job search.
+# viewer tokens (a viewer's POST is 403), --hide-payloads, /api/workers
+# (shape, bad windows 400), and the plans of the job search and of the
+# idle workers.
 # shellcheck disable=SC2015  # A && pass || fail
 . "$(dirname "$0")/lib.sh"
 S=$SKL_BIN
@@ -350,6 +351,25 @@ check_eq "viewer only: POST 403" "$(http POST "/api/jobs/$d1/cancel" -H "Authori
 	-H "X-CSRF-Token: $CSRF")" 403
 stop_dash viewer
 
+# --- /api/workers: a claim (any client; raw SQL here) of kind nobody in
+# queue wq took nothing while a job of kind wk was due there ---
+q "SELECT skiplock.enqueue('wk', '{}', 'wq', now() - interval '1 minute')" >/dev/null
+q "SELECT count(*) FROM skiplock.claim('dash-w', '{nobody}', '{wq}')" >/dev/null
+start_dash workers --listen 127.0.0.1:0
+check_eq "workers: 200" "$(http GET /api/workers)" 200
+check_eq "workers: the idle worker, its queues and kinds, the job it left behind" \
+	"$(jq -c 'map(select(.owner == "dash-w")) | map([.kinds, .queues, .waiting, .waiting_kinds, .idle, (.empty_at | test("^[0-9-]{10}T[0-9:.]{12}Z$")), (.empty_age_ms >= 0), (.first_seen_at | type)])' "$TMP/body")" \
+	'[[["nobody"],["wq"],1,["wk"],true,true,true,"string"]]'
+check_eq "workers?idle=1&seen=1h: only idle ones" "$(http GET '/api/workers?idle=1&seen=1h')" 200
+check_eq "workers?idle=1: dash-w among them, all idle" \
+	"$(jq -c '[(map(.owner) | index("dash-w") != null), all(.idle)]' "$TMP/body")" '[true,true]'
+check_eq "workers?seen=0s: 400" "$(http GET '/api/workers?seen=0s')" 400
+check_eq "workers?seen=2d: 400" "$(http GET '/api/workers?seen=2d')" 400
+check_eq "workers?seen=soon: 400" "$(http GET '/api/workers?seen=soon')" 400
+check_eq "workers?idle=yes: 400" "$(http GET '/api/workers?idle=yes')" 400
+check_eq "workers keeps the Host rule: 403" "$(http GET '/api/workers' -H "Host: rebind.example:$PORT")" 403
+stop_dash workers
+
 # --- the plans of the job search on 20000 jobs (the shape of list_sql in
 # src/lib/queue/inspect.c, with the values the dashboard's links send) ---
 q "INSERT INTO skiplock.finished_jobs (id, kind, state, payload, attempt, finished_at, errors,
@@ -394,6 +414,14 @@ plan_check "lease expired" jobs_rescue_idx \
 	"NULL, NULL, 'running', 100, NULL, NULL, 'lease', NULL, NULL, NULL, 0"
 plan_check "discarded in the last 5 minutes" finished_jobs_forever_finished_at_idx \
 	"NULL, NULL, 'discarded', 100, NULL, NULL, 'finished', NULL, 300000, NULL, NULL"
+# /api/workers's statement (skiplock.idle_workers, src/lib/queue/workers.c)
+# beside the 20000 live jobs: the statements inside the function, as
+# auto_explain logs them, read dash-w's queue through its index.
+plan=$(psql -X -q "$DIRECT_URL" -c "LOAD 'auto_explain'" -c BEGIN \
+	-c "SET LOCAL auto_explain.log_min_duration = 0" -c "SET LOCAL auto_explain.log_nested_statements = on" \
+	-c "SET LOCAL client_min_messages = log" -c "SELECT count(*) FROM skiplock.idle_workers()" -c ROLLBACK 2>&1)
+grep -q "Index Scan using jobs_queue_kind_state_idx" <<<"$plan" && ! grep -q "Seq Scan on jobs " <<<"$plan" &&
+	pass "plan: idle workers read the queue's index" || fail "plan: idle workers: $plan"
 # The chart's statement (chart_sql in src/lib/queue/chart.c) over those
 # 20000 finished jobs (5.5 hours of them): the last hour is a range of their
 # finished_at index, never a scan of the partition; the live jobs are read

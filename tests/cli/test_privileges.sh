@@ -9,11 +9,13 @@
 S=$SKL_BIN
 OP=skl_test_op_$$
 RD=skl_test_rd_$$
-admin -c "CREATE ROLE $OP NOLOGIN" -c "CREATE ROLE $RD NOLOGIN" >/dev/null
-trap 'admin -c "DROP OWNED BY $OP, $RD" -d "$DB" >/dev/null 2>&1; cleanup; admin -c "DROP ROLE IF EXISTS $OP" -c "DROP ROLE IF EXISTS $RD" >/dev/null 2>&1' EXIT
+WK=skl_test_wk_$$
+admin -c "CREATE ROLE $OP NOLOGIN" -c "CREATE ROLE $RD NOLOGIN" -c "CREATE ROLE $WK NOLOGIN" >/dev/null
+trap 'admin -c "DROP OWNED BY $OP, $RD, $WK" -d "$DB" >/dev/null 2>&1; cleanup; admin -c "DROP ROLE IF EXISTS $OP" -c "DROP ROLE IF EXISTS $RD" -c "DROP ROLE IF EXISTS $WK" >/dev/null 2>&1' EXIT
 out=$("$S" init --url "$URL" --grant-operator "$OP" --grant-reader "$RD" 2>&1)
 check_eq "init --grant-operator --grant-reader" "$(echo "$out" | tail -n 2 | tr '\n' '|')" \
 	"skiplock operator role: $OP|skiplock reader role: $RD|"
+"$S" init --url "$URL" --grant-worker "$WK" >/dev/null 2>&1 || fail "init --grant-worker"
 q "SELECT skiplock.enqueue('k')" >/dev/null
 mkdir -p "$TMP/mig"
 printf 'CREATE TABLE t1 (id int);\n' >"$TMP/mig/0001_t1.sql"
@@ -61,6 +63,19 @@ for R in $OP $RD; do
 	refused "$R" "write retention directly" "DELETE FROM skiplock.retention"
 	refused "$R" "create in the schema" "CREATE TABLE skiplock.mine (x int)"
 done
+
+# the worker registry: every role reads it; only claims write it, through
+# record_claim (SECURITY DEFINER), never a role directly
+for R in $OP $RD $WK; do
+	allowed "$R" "read the worker registry" \
+		"SELECT (SELECT count(*) FROM skiplock.workers) + (SELECT count(*) FROM skiplock.idle_workers()) + (SELECT count(*) FROM skiplock.workers_seen('1 hour'))"
+	refused "$R" "insert into the worker registry" "INSERT INTO skiplock.workers (owner, kinds, empty_at) VALUES ('x', '{k}', now())"
+	refused "$R" "update the worker registry" "UPDATE skiplock.workers SET empty_at = now()"
+	refused "$R" "delete from the worker registry" "DELETE FROM skiplock.workers"
+	refused "$R" "call worker_idle" "SELECT skiplock.worker_idle('x', '{k}', NULL)"
+done
+allowed "$WK" "record its empty claim by claiming" \
+	"SELECT count(*) FROM skiplock.claim('wk', '{none}'); SELECT 1 / count(*) FROM skiplock.workers WHERE owner = 'wk'"
 
 # the operator: a worker's functions, and the operator's writes
 allowed "$OP" "claim" "SELECT * FROM skiplock.claim('w', '{k}')"

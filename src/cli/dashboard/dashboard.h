@@ -87,6 +87,10 @@ const char *dash_arg(dash_arg_fn arg, void *ctx, const char *name);
  * the server's lock. */
 dash_reply dash_get_chart(dash_server *s, dash_arg_fn arg, void *ctx);
 
+/* GET /api/workers?seen=&idle= (dashboard_workers.c); called under the
+ * server's lock. */
+dash_reply dash_get_workers(dash_server *s, dash_arg_fn arg, void *ctx);
+
 /* The job list's filters from the query (state, queue, kind, payload,
  * error, time, from, to) into *o: a reply with a body (400, or 403 for a
  * viewer's payload filter under --hide-payloads) when refused. */

@@ -17,6 +17,9 @@
  *   GET  /api/chart?queue=&kind=&range=  one queue and kind over time
  *                                (dashboard_chart.c)
  *   GET  /api/breakers           circuit breakers and their state
+ *   GET  /api/workers?seen=&idle=  the workers that claimed and found
+ *                                nothing, and the due jobs each left behind
+ *                                (dashboard_workers.c)
  *   GET  /api/doctor/locks       `doctor locks` findings (report only)
  *   POST /api/jobs/ID/retry, /api/jobs/ID/cancel
  * and the operator's fleet-wide actions of dashboard_act.c.
@@ -352,6 +355,8 @@ static dash_reply route_get(dash_server *s, dash_role role, const char *path, da
 		return dash_get_chart(s, arg, ctx);
 	if (strcmp(path, "/api/breakers") == 0)
 		return get_breakers(s);
+	if (strcmp(path, "/api/workers") == 0)
+		return dash_get_workers(s, arg, ctx);
 	if (strcmp(path, "/api/doctor/locks") == 0)
 		return get_doctor_locks(s);
 	return dash_fail(404, "no such page");

@@ -138,12 +138,36 @@ function queueProblems(qs) {
   return out;
 }
 
+// Idle workers, grouped by the queues they claim from: each group looked
+// and took nothing while due jobs of those queues waited.
+function workerProblems(ws) {
+  const groups = new Map();
+  for (const w of ws.filter(w => w.waiting > 0)) {
+    const key = JSON.stringify(w.queues);
+    if (!groups.has(key)) groups.set(key, []);
+    groups.get(key).push(w);
+  }
+  return [...groups.values()].map(g => {
+    const queues = g[0].queues;
+    const union = f => [...new Set(g.flatMap(w => w[f]))].sort().join(', ');
+    const most = Math.max(...g.map(w => w.waiting));
+    const where = queues === null ? 'any queue'
+      : (queues.length === 1 ? 'queue ' : 'queues ') + queues.join(', ');
+    const sel = queues !== null && queues.length === 1
+      ? 'queue=' + encodeURIComponent(queues[0]) + '&' : '';
+    return problem('idle-workers', g.length + ' worker(s) idle while ' +
+      (most >= 1000 ? '1000+' : most) + ' due job(s) of ' + where +
+      ' wait: kinds they take: ' + union('kinds') + '; waiting: ' + union('waiting_kinds'),
+      '#' + sel + 'state=available&time=run&to=0s');
+  });
+}
+
 function stuckPath() {
   return 'state=running&time=attempted&to=' + apiDuration(stuckAfterMs);
 }
 
-function renderStrip(qs, stuck, breakers, locks) {
-  const items = queueProblems(qs).concat(pauseProblems());
+function renderStrip(qs, stuck, breakers, locks, workers) {
+  const items = queueProblems(qs).concat(pauseProblems(), workerProblems(workers));
   if (stuck.length)
     items.push(problem('stuck', (stuck.length > STUCK_LIMIT ? STUCK_LIMIT + '+' : stuck.length) +
       ' job(s) running for more than ' + duration(stuckAfterMs), '#' + stuckPath()));
@@ -156,7 +180,7 @@ function renderStrip(qs, stuck, breakers, locks) {
   const verdict = document.getElementById('verdict');
   verdict.textContent = items.length ? items.length + ' thing(s) need attention'
     : 'Nothing is wrong: no expired leases, no stuck jobs, no old due jobs, no failures, ' +
-      'breakers closed, no lock findings.';
+      'breakers closed, no lock findings, no workers idle while jobs wait.';
   document.getElementById('now').dataset.state = items.length ? 'bad' : 'ok';
   fill('health', qs.map(q => {
     const sel = '#queue=' + encodeURIComponent(q.queue) + '&kind=' + encodeURIComponent(q.kind);
@@ -312,6 +336,19 @@ function renderBreakers(list) {
   }));
 }
 
+function renderWorkers(ws) {
+  const list = v => v === null ? '*' : v.join(', ');
+  fill('workers', ws.map(w => {
+    const tr = row([w.owner, list(w.queues), list(w.kinds),
+      el('td', duration(w.empty_age_ms) + ' ago', {title: w.empty_at, 'data-field': 'empty'}),
+      el('td', w.waiting ? (w.waiting >= 1000 ? '1000+' : w.waiting) + ' (' +
+        w.waiting_kinds.join(', ') + ')' : '0',
+      {class: 'num' + (w.waiting ? ' bad' : ''), 'data-field': 'waiting'})]);
+    tr.dataset.owner = w.owner;
+    return tr;
+  }));
+}
+
 function age(ms) {
   return ms === null || ms === undefined ? '-' : (ms / 1000).toFixed(0) + ' s';
 }
@@ -376,14 +413,15 @@ async function refresh() {
   const gen = ++generation;
   try {
     const [queues, rate, jobs, schedules, leases, breakers, locks, job, stuck, paused, actions,
-      chart] = await Promise.all([
+      chart, workers] = await Promise.all([
       api('/api/queues'), api('/api/throughput'), api(jobsPath()), api('/api/schedules'),
       api('/api/leases'), api('/api/breakers'), api('/api/doctor/locks'), fetchJob(),
       api('/api/jobs?' + stuckPath() + '&limit=' + (STUCK_LIMIT + 1)), api('/api/pauses'),
-      api('/api/actions?limit=20'), api(chartPath())]);
+      api('/api/actions?limit=20'), api(chartPath()), api('/api/workers')]);
     if (gen !== generation) return;
     pauses = paused;
-    renderStrip(queues, stuck, breakers, locks);
+    renderStrip(queues, stuck, breakers, locks, workers);
+    renderWorkers(workers);
     renderChart(chart);
     renderActions(actions);
     renderQueues(queues);
