@@ -10,9 +10,9 @@
 #define SKIPLOCK_H
 
 #define SKL_VERSION_MAJOR 0
-#define SKL_VERSION_MINOR 1
+#define SKL_VERSION_MINOR 2
 #define SKL_VERSION_PATCH 0
-#define SKL_VERSION "0.1.0"
+#define SKL_VERSION "0.2.0"
 
 #include "skiplock/error.h"
 #include "skiplock/client.h"
@@ -49,7 +49,7 @@
 extern "C" {
 #endif
 
-/* The library's version string, e.g. "0.1.0". */
+/* The library's version string, e.g. "0.2.0". */
 SKL_API const char *skl_version(void);
 
 #ifdef __cplusplus

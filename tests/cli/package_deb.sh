@@ -17,6 +17,7 @@
 . "$(dirname "$0")/lib.sh"
 : "${SKL_SOURCE_DIR:?run under CTest}"
 SRC=$SKL_SOURCE_DIR
+VERSION=$(sed -n 's/^project(skiplock VERSION \([0-9.]*\).*/\1/p' "$SRC/CMakeLists.txt")
 if [ "$(id -u)" != 0 ]; then
 	echo "package_deb: skipped: installing a package needs root"
 	exit 77
@@ -122,7 +123,7 @@ check_eq "every man page installed" "$(grep -c '^/usr/share/man/man1/.*\.1$' "$T
 # --- 3. from the installed files only ---
 export PATH="/usr/sbin:/usr/bin:/sbin:/bin"
 unset PKG_CONFIG_PATH PKG_CONFIG_LIBDIR
-check_eq "skiplock --version" "$(/usr/bin/skiplock --version | cut -d' ' -f1-2)" "skiplock 0.1.0"
+check_eq "skiplock --version" "$(/usr/bin/skiplock --version | cut -d' ' -f1-2)" "skiplock $VERSION"
 check_eq "skiplock init" "$(skiplock init --url "$DIRECT_URL" 2>&1 | grep -c '^skiplock schema installed: version')" 1
 run_worker() { # URL KIND: one job through the installed worker
 	local id w
@@ -147,7 +148,7 @@ cc -std=c11 -Wall -Werror $(pkg-config --cflags skiplock) "$SRC/examples/install
 	-o "$TMP/hello" $(pkg-config --libs skiplock) 2>"$TMP/cc.log"
 check_eq "hello.c builds with the installed skiplock.pc" "$? $(head -c 300 "$TMP/cc.log")" "0 "
 check_eq "hello runs with the installed library" \
-	"$("$TMP/hello" "$DIRECT_URL" 2>&1 | sed 's/job [0-9]*/job N/')" "skiplock 0.1.0: job N completed"
+	"$("$TMP/hello" "$DIRECT_URL" 2>&1 | sed 's/job [0-9]*/job N/')" "skiplock $VERSION: job N completed"
 ldd "$TMP/hello" | grep -qE "=> (/usr)?/lib/[^ ]*/libskiplock.so.0 " && pass "hello uses the installed libskiplock.so.0" ||
 	fail "hello links: $(ldd "$TMP/hello" | grep skiplock)"
 

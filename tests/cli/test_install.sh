@@ -37,7 +37,8 @@ cc -std=c11 -Wall -Werror ${SKL_SANITIZE_FLAGS:-} $(pkg-config --cflags skiplock
 	$(pkg-config --libs skiplock) -Wl,-rpath,"$libdir" 2>"$TMP/cc.log"
 check_eq "hello.c compiles with pkg-config --cflags --libs skiplock" "$? $(head -c 300 "$TMP/cc.log")" "0 "
 out=$("$TMP/hello" "$URL" 2>&1)
-check_eq "hello runs against the database" "$(sed 's/job [0-9]*/job N/' <<<"$out")" "skiplock 0.1.0: job N completed"
+version=$(sed -n 's/^project(skiplock VERSION \([0-9.]*\).*/\1/p' "$SKL_SOURCE_DIR/CMakeLists.txt")
+check_eq "hello runs against the database" "$(sed 's/job [0-9]*/job N/' <<<"$out")" "skiplock $version: job N completed"
 check_eq "hello's job is completed in SQL" "$(q "SELECT state || ' ' || (payload->>'from') FROM skiplock.all_jobs WHERE kind = 'hello'")" "completed C"
 ldd "$TMP/hello" | grep -q "$libdir/libskiplock.so" && pass "hello uses the installed libskiplock.so" || fail "hello does not link the installed library: $(ldd "$TMP/hello" | grep skiplock)"
 

@@ -1,7 +1,7 @@
 /*
  * test_protocol_sql.c — the C worker sends only calls of the protocol
  * functions that sql/ defines: no claim or outcome statement exists only
- * as a C string (DESIGN.md rule 8).  For each statement the worker sends,
+ * as a C string (CONTRIBUTING.md, rule 8).  For each statement the worker sends,
  * the function it calls must be created by a built-in schema step, and
  * every column the C code reads by name must be a column of that
  * function's result type in the same step.

@@ -18,7 +18,7 @@ from .pooler import url_looks_pooled
 from .protocol import complete, enqueue, fail, job_fence
 from .worker import Stats, Worker
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 __all__ = [
     "Discard", "FencedError", "Job", "JobContext", "PermanentError", "Retry", "SkiplockError",
