@@ -106,6 +106,8 @@ CREATE FUNCTION skiplock.backoff_delay(strategy text, n integer, base_ms bigint,
   END FROM c
 $$;
 
+COMMENT ON FUNCTION skiplock.backoff_delay(strategy text, n integer, base_ms bigint, cap_ms bigint, prev_ms bigint, r double precision) IS 'Internal, pure: the delay in ms of a backoff strategy (full, equal, decorrelated, exponential, fixed) for attempt n, given a random draw.';
+
 CREATE FUNCTION skiplock.breaker_configure(kind text, failure_pct integer, min_calls integer, window_calls integer, window_ms bigint, open_ms bigint, probes integer) RETURNS void
     LANGUAGE sql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -118,6 +120,8 @@ CREATE FUNCTION skiplock.breaker_configure(kind text, failure_pct integer, min_c
    WHERE (b.failure_pct, b.min_calls, b.window_calls, b.window_ms, b.open_ms, b.probes)
          IS DISTINCT FROM ($2, $3, $4, $5, $6, $7)
 $_$;
+
+COMMENT ON FUNCTION skiplock.breaker_configure(kind text, failure_pct integer, min_calls integer, window_calls integer, window_ms bigint, open_ms bigint, probes integer) IS 'A worker''s circuit-breaker settings for a kind, written at its start.';
 
 CREATE FUNCTION skiplock.breaker_set(kind text, open boolean, actor text, role text) RETURNS boolean
     LANGUAGE plpgsql SECURITY DEFINER
@@ -184,6 +188,8 @@ CREATE TABLE skiplock.breakers (
     CONSTRAINT breakers_state_check CHECK ((state = ANY (ARRAY['closed'::text, 'open'::text, 'half_open'::text])))
 );
 
+COMMENT ON TABLE skiplock.breakers IS 'One circuit breaker per kind, shared by the fleet: state, settings and the counts of the current window.';
+
 CREATE FUNCTION skiplock.breaker_step(b skiplock.breakers, ok integer, bad integer) RETURNS skiplock.breakers
     LANGUAGE plpgsql STABLE
     AS $$
@@ -226,6 +232,8 @@ BEGIN
 END
 $$;
 
+COMMENT ON FUNCTION skiplock.breaker_step(b skiplock.breakers, ok integer, bad integer) IS 'Internal, pure: a breaker after ok successes and bad failures were counted; the caller writes the row it returns.';
+
 CREATE FUNCTION skiplock.check_actor(p_actor text, p_role text) RETURNS void
     LANGUAGE plpgsql
     AS $$
@@ -236,6 +244,8 @@ BEGIN
   END IF;
 END
 $$;
+
+COMMENT ON FUNCTION skiplock.check_actor(p_actor text, p_role text) IS 'Internal: refuses an action-log actor or role that is empty or over 200 characters (22023).';
 
 CREATE FUNCTION skiplock.check_claim_args(p_owner text, p_kinds text[], p_n integer, p_lease interval) RETURNS void
     LANGUAGE plpgsql IMMUTABLE
@@ -260,6 +270,8 @@ BEGIN
 END
 $$;
 
+COMMENT ON FUNCTION skiplock.check_claim_args(p_owner text, p_kinds text[], p_n integer, p_lease interval) IS 'Internal: the checks of a claim''s owner, kinds, n and lease (22004, 22023).';
+
 CREATE FUNCTION skiplock.check_job_times(p_run_at timestamp with time zone, p_delay_ms bigint) RETURNS void
     LANGUAGE plpgsql STABLE
     AS $$
@@ -275,6 +287,8 @@ BEGIN
   END IF;
 END
 $$;
+
+COMMENT ON FUNCTION skiplock.check_job_times(p_run_at timestamp with time zone, p_delay_ms bigint) IS 'Internal: refuses a run_at outside 1970-2199 or a negative delay (22023), before any enqueue writes.';
 
 CREATE FUNCTION skiplock.check_record_args(ids bigint[], fencings bigint[], outcomes text[], results jsonb[], errors text[], retry_after_ms bigint[], deferred boolean[], backoffs text[], backoff_bases_ms bigint[], backoff_caps_ms bigint[]) RETURNS void
     LANGUAGE plpgsql IMMUTABLE
@@ -306,6 +320,8 @@ BEGIN
   END IF;
 END
 $$;
+
+COMMENT ON FUNCTION skiplock.check_record_args(ids bigint[], fencings bigint[], outcomes text[], results jsonb[], errors text[], retry_after_ms bigint[], deferred boolean[], backoffs text[], backoff_bases_ms bigint[], backoff_caps_ms bigint[]) IS 'Internal: the checks of record''s outcome arrays (22004, 2202E, 22023).';
 
 CREATE FUNCTION skiplock.claim(owner text, kinds text[], queues text[] DEFAULT NULL::text[], n integer DEFAULT 1, lease interval DEFAULT '00:00:30'::interval, after_priority integer DEFAULT NULL::integer, after_run_at_us bigint DEFAULT NULL::bigint, after_id bigint DEFAULT NULL::bigint) RETURNS SETOF skiplock.claimed_job
     LANGUAGE plpgsql SECURITY DEFINER
@@ -395,6 +411,8 @@ CREATE FUNCTION skiplock.claim_probes(p_kinds text[], p_queues text[], p_n integ
            p_queues, p_n, ARRAY(SELECT p.queue FROM skiplock.pauses p WHERE p.kind = '*'))
 $$;
 
+COMMENT ON FUNCTION skiplock.claim_probes(p_kinds text[], p_queues text[], p_n integer) IS 'Internal: the three-argument form of claim_probes for callers of step 0011; reads the pauses itself.';
+
 CREATE FUNCTION skiplock.claim_probes(p_kinds text[], p_queues text[], p_n integer, p_skip text[]) RETURNS bigint[]
     LANGUAGE plpgsql
     AS $$
@@ -434,6 +452,8 @@ BEGIN
   RETURN v_ids;
 END
 $$;
+
+COMMENT ON FUNCTION skiplock.claim_probes(p_kinds text[], p_queues text[], p_n integer, p_skip text[]) IS 'Internal: the half-open breakers'' probe jobs a claim may take, skipping paused queues and kinds.';
 
 CREATE FUNCTION skiplock.complete(id bigint, fencing bigint, result jsonb DEFAULT NULL::jsonb) RETURNS text
     LANGUAGE plpgsql SECURITY DEFINER
@@ -492,6 +512,8 @@ BEGIN
            p_backoff_bases, p_backoff_caps, p_backoffs);
 END
 $$;
+
+COMMENT ON FUNCTION skiplock.enqueue_many(p_token text, p_kinds text[], p_payloads jsonb[], p_queues text[], p_run_ats timestamp with time zone[], p_delays_ms bigint[], p_priorities integer[], p_unique_keys text[], p_max_attempts integer[], p_timeouts integer[], p_backoff_bases integer[], p_backoff_caps integer[], p_backoffs text[]) IS 'Enqueues many jobs at once, all or nothing; with a token, a retried call returns the ids of the first instead of enqueueing again.';
 
 CREATE FUNCTION skiplock.enqueue_many_unchecked(p_token text, p_kinds text[], p_payloads jsonb[], p_queues text[], p_run_ats timestamp with time zone[], p_delays_ms bigint[], p_priorities integer[], p_unique_keys text[], p_max_attempts integer[], p_timeouts integer[], p_backoff_bases integer[], p_backoff_caps integer[], p_backoffs text[] DEFAULT NULL::text[]) RETURNS bigint[]
     LANGUAGE plpgsql SECURITY DEFINER
@@ -574,6 +596,8 @@ BEGIN
 END
 $$;
 
+COMMENT ON FUNCTION skiplock.enqueue_many_unchecked(p_token text, p_kinds text[], p_payloads jsonb[], p_queues text[], p_run_ats timestamp with time zone[], p_delays_ms bigint[], p_priorities integer[], p_unique_keys text[], p_max_attempts integer[], p_timeouts integer[], p_backoff_bases integer[], p_backoff_caps integer[], p_backoffs text[]) IS 'Internal: the bulk insert behind enqueue_many, after its checks; a token already used returns the ids of that call.';
+
 CREATE FUNCTION skiplock.enqueue_one(p_kind text, p_payload jsonb, p_queue text, p_run_at timestamp with time zone, p_priority integer, p_unique_key text, p_max_attempts integer, p_timeout_ms integer, p_backoff_base_ms integer, p_backoff_cap_ms integer) RETURNS bigint
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -612,6 +636,8 @@ BEGIN
 END
 $$;
 
+COMMENT ON FUNCTION skiplock.enqueue_one(p_kind text, p_payload jsonb, p_queue text, p_run_at timestamp with time zone, p_priority integer, p_unique_key text, p_max_attempts integer, p_timeout_ms integer, p_backoff_base_ms integer, p_backoff_cap_ms integer) IS 'Internal: one job written after enqueue checked its arguments; an existing id when the unique key is taken by an unfinished job.';
+
 CREATE FUNCTION skiplock.enqueue_tokens_prune(p_max integer) RETURNS integer
     LANGUAGE sql
     AS $$
@@ -633,6 +659,8 @@ CREATE FUNCTION skiplock.errors_append(errors jsonb, attempt integer, err text, 
                    || jsonb_build_array(jsonb_build_object('attempt', attempt, 'at', at,
                                                            'error', err)) END
 $$;
+
+COMMENT ON FUNCTION skiplock.errors_append(errors jsonb, attempt integer, err text, at timestamp with time zone) IS 'Internal: a job''s error history with one more entry; the newest 20 are kept.';
 
 CREATE FUNCTION skiplock.fail(id bigint, fencing bigint, error text, retryable boolean DEFAULT true, retry_after interval DEFAULT NULL::interval) RETURNS text
     LANGUAGE plpgsql SECURITY DEFINER
@@ -708,6 +736,8 @@ BEGIN
 END
 $$;
 
+COMMENT ON FUNCTION skiplock.finished_partitions_ahead(p_max integer) IS 'Internal, maintenance: makes the range partitions of finished_jobs ahead of now, at the partition width.';
+
 CREATE FUNCTION skiplock.finished_partitions_expire(p_max integer) RETURNS integer
     LANGUAGE plpgsql
     AS $$
@@ -728,6 +758,8 @@ BEGIN
   RETURN v_n;
 END
 $$;
+
+COMMENT ON FUNCTION skiplock.finished_partitions_expire(p_max integer) IS 'Internal, maintenance: drops partitions whose rows have all expired, and empty ones beyond the horizon.';
 
 CREATE FUNCTION skiplock.finished_partitions_reshape(p_max integer) RETURNS integer
     LANGUAGE plpgsql
@@ -755,6 +787,8 @@ BEGIN
   RETURN v_n;
 END
 $$;
+
+COMMENT ON FUNCTION skiplock.finished_partitions_reshape(p_max integer) IS 'Internal, maintenance: drops empty partitions ahead made at another width, so they are made again at the current one.';
 
 CREATE FUNCTION skiplock.grant_role(p_role text, p_kind text) RETURNS void
     LANGUAGE plpgsql
@@ -803,6 +837,8 @@ BEGIN
   ON CONFLICT (role_name) DO UPDATE SET kind = EXCLUDED.kind, granted_at = now();
 END
 $$;
+
+COMMENT ON FUNCTION skiplock.grant_role(p_role text, p_kind text) IS 'Internal: the privileges of one role of a kind (worker, operator, reader), from scratch; run by grant_roles and by steps that change them.';
 
 CREATE FUNCTION skiplock.grant_roles(p_owner text, p_worker text, p_operator text DEFAULT NULL::text, p_reader text DEFAULT NULL::text) RETURNS void
     LANGUAGE plpgsql
@@ -864,6 +900,8 @@ BEGIN
   END LOOP;
 END
 $$;
+
+COMMENT ON FUNCTION skiplock.grant_roles(p_owner text, p_worker text, p_operator text, p_reader text) IS 'Makes owner the owner of everything in skiplock and gives the worker, operator and reader roles their privileges.';
 
 CREATE FUNCTION skiplock.heartbeat(ids bigint[], fencings bigint[], lease interval DEFAULT '00:00:30'::interval) RETURNS SETOF skiplock.heartbeat_result
     LANGUAGE plpgsql SECURITY DEFINER
@@ -955,6 +993,8 @@ BEGIN
 END
 $$;
 
+COMMENT ON FUNCTION skiplock.idem_claim(key text, request_hash text, ttl interval, recovery interval) IS 'Claims an idempotency key for a request fingerprint: acquired, replay (with the stored response), in_progress or conflict.';
+
 CREATE FUNCTION skiplock.idem_complete(key text, response_code integer, response_body jsonb) RETURNS void
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -983,6 +1023,8 @@ BEGIN
 END
 $$;
 
+COMMENT ON FUNCTION skiplock.idem_complete(key text, response_code integer, response_body jsonb) IS 'Stores the response of an acquired key, in the caller''s transaction; SK002 when the key is not in progress.';
+
 CREATE FUNCTION skiplock.idem_prune(batch integer DEFAULT 1000) RETURNS integer
     LANGUAGE sql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -997,6 +1039,8 @@ CREATE FUNCTION skiplock.idem_prune(batch integer DEFAULT 1000) RETURNS integer
   SELECT count(*)::int FROM d
 $$;
 
+COMMENT ON FUNCTION skiplock.idem_prune(batch integer) IS 'Deletes up to batch expired idempotency keys, oldest first; returns how many.';
+
 CREATE FUNCTION skiplock.idem_release(key text) RETURNS void
     LANGUAGE sql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -1004,6 +1048,8 @@ CREATE FUNCTION skiplock.idem_release(key text) RETURNS void
   DELETE FROM skiplock.idempotency_keys t
    WHERE t.key = idem_release.key AND t.state = 'in_progress'
 $$;
+
+COMMENT ON FUNCTION skiplock.idem_release(key text) IS 'Gives up an acquired key before any side effect, so that a retry may run at once.';
 
 CREATE FUNCTION skiplock.idle_workers(p_seen interval DEFAULT '00:15:00'::interval) RETURNS TABLE(owner text, kinds text[], queues text[], empty_at timestamp with time zone, first_seen_at timestamp with time zone, waiting integer, waiting_kinds text[])
     LANGUAGE sql STABLE
@@ -1019,6 +1065,8 @@ CREATE FUNCTION skiplock.installed_version() RETURNS integer
     AS $$
   SELECT coalesce(max(version), 0) FROM skiplock.schema_version
 $$;
+
+COMMENT ON FUNCTION skiplock.installed_version() IS 'The newest schema step applied to this database (0 before any).';
 
 CREATE FUNCTION skiplock.interval_ms(p interval, p_what text) RETURNS bigint
     LANGUAGE plpgsql IMMUTABLE
@@ -1037,6 +1085,8 @@ BEGIN
   RETURN v::bigint;
 END
 $$;
+
+COMMENT ON FUNCTION skiplock.interval_ms(p interval, p_what text) IS 'Internal: an interval as whole milliseconds, 0 to 24 days; 22023 naming what outside that.';
 
 CREATE FUNCTION skiplock.job_cancel(id bigint) RETURNS skiplock.job_action_result
     LANGUAGE plpgsql SECURITY DEFINER
@@ -1239,6 +1289,8 @@ CREATE TABLE skiplock.jobs (
 )
 WITH (fillfactor='80', autovacuum_vacuum_scale_factor='0.01', autovacuum_vacuum_cost_delay='0', autovacuum_analyze_scale_factor='0.02');
 
+COMMENT ON TABLE skiplock.jobs IS 'The live jobs: available (due or delayed) and running.  A job leaves it for finished_jobs when it completes, is discarded or cancelled.';
+
 CREATE SEQUENCE skiplock.jobs_id_seq
     START WITH 1
     INCREMENT BY 1
@@ -1399,6 +1451,8 @@ CREATE FUNCTION skiplock.keep_until(p_queue text, p_state text, p_finished times
    ORDER BY r.queue = '*' LIMIT 1
 $$;
 
+COMMENT ON FUNCTION skiplock.keep_until(p_queue text, p_state text, p_finished timestamp with time zone) IS 'Internal: when a finished job of a queue in a state expires under the retention: NULL when not kept, infinity when kept forever.';
+
 CREATE FUNCTION skiplock.lease_acquire(name text, owner text, ttl interval) RETURNS bigint
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -1443,6 +1497,8 @@ BEGIN
 END
 $$;
 
+COMMENT ON FUNCTION skiplock.lease_check_args(p_name text, p_owner text, p_ttl interval) IS 'Internal: the checks of the lease functions'' name, owner and ttl (22004, 22023).';
+
 CREATE FUNCTION skiplock.lease_check_reserved(p_name text) RETURNS void
     LANGUAGE plpgsql STABLE
     AS $$
@@ -1455,6 +1511,8 @@ BEGIN
   END IF;
 END
 $$;
+
+COMMENT ON FUNCTION skiplock.lease_check_reserved(p_name text) IS 'Internal: refuses (42501) a reserved lease name to a role that may not take it.';
 
 CREATE FUNCTION skiplock.lease_fence(name text, fencing bigint) RETURNS void
     LANGUAGE plpgsql SECURITY DEFINER
@@ -1540,6 +1598,8 @@ BEGIN
 END
 $$;
 
+COMMENT ON FUNCTION skiplock.leases_keep_rows() IS 'Trigger: refuses to delete lease rows, which keep the last fencing token of their name.';
+
 CREATE FUNCTION skiplock.maintain(owner text, fencing bigint, batch integer DEFAULT 10000) RETURNS skiplock.maintenance_result
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -1597,6 +1657,8 @@ CREATE FUNCTION skiplock.move_finished(p_ids bigint[]) RETURNS integer
   SELECT count(*)::int FROM m
 $$;
 
+COMMENT ON FUNCTION skiplock.move_finished(p_ids bigint[]) IS 'Internal: moves finished jobs by id from jobs to finished_jobs, kept until their retention; returns how many left jobs.';
+
 CREATE FUNCTION skiplock.notify_jobs() RETURNS trigger
     LANGUAGE plpgsql
     AS $$
@@ -1607,6 +1669,8 @@ BEGIN
   RETURN NULL;
 END
 $$;
+
+COMMENT ON FUNCTION skiplock.notify_jobs() IS 'Trigger: NOTIFY skiplock_jobs when jobs become available or schedules change, to wake idle workers on a direct connection (a hint only).';
 
 CREATE FUNCTION skiplock.partition_width() RETURNS interval
     LANGUAGE sql STABLE
@@ -1676,12 +1740,16 @@ BEGIN
 END
 $$;
 
+COMMENT ON FUNCTION skiplock.pause_key(p_queue text, p_kind text, OUT queue text, OUT kind text) IS 'Internal: the pause row''s key of a queue or a kind; exactly one must name something.';
+
 CREATE FUNCTION skiplock.pause_target(p_queue text, p_kind text) RETURNS jsonb
     LANGUAGE sql IMMUTABLE
     AS $$
   SELECT CASE WHEN p_kind = '*' THEN jsonb_build_object('queue', p_queue)
               ELSE jsonb_build_object('kind', p_kind) END
 $$;
+
+COMMENT ON FUNCTION skiplock.pause_target(p_queue text, p_kind text) IS 'Internal: what the action log names for a pause: {"queue": q} or {"kind": k}.';
 
 CREATE FUNCTION skiplock.record(ids bigint[], fencings bigint[], outcomes text[], results jsonb[] DEFAULT NULL::jsonb[], errors text[] DEFAULT NULL::text[], retry_after_ms bigint[] DEFAULT NULL::bigint[], deferred boolean[] DEFAULT NULL::boolean[], backoffs text[] DEFAULT NULL::text[], backoff_bases_ms bigint[] DEFAULT NULL::bigint[], backoff_caps_ms bigint[] DEFAULT NULL::bigint[]) RETURNS SETOF skiplock.recorded_outcome
     LANGUAGE plpgsql SECURITY DEFINER
@@ -1884,6 +1952,8 @@ BEGIN
 END
 $$;
 
+COMMENT ON FUNCTION skiplock.retention_reset(queue text) IS 'Forgets a queue''s own retention (it follows ''*'' again); ''*'' goes back to the defaults.';
+
 CREATE FUNCTION skiplock.retention_set(queue text, state text, keep interval, forever boolean DEFAULT false) RETURNS void
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -1964,6 +2034,8 @@ BEGIN
            array_fill(s.max_attempts, ARRAY[n]), NULL, NULL, NULL);
 END
 $$;
+
+COMMENT ON FUNCTION skiplock.schedule_fire(p_name text, p_created_at timestamp with time zone, p_expected_last timestamp with time zone, p_new_last timestamp with time zone, p_next timestamp with time zone, p_fires timestamp with time zone[], p_keys text[]) IS 'Fires a due schedule once for the fleet: enqueues the given fire times under their unique keys and moves the schedule on; NULL when another worker got there first.';
 
 CREATE FUNCTION skiplock.schedule_run_now(name text, actor text, role text) RETURNS bigint
     LANGUAGE plpgsql SECURITY DEFINER
@@ -2125,6 +2197,8 @@ CREATE TABLE skiplock.breaker_events (
     reason text NOT NULL
 );
 
+COMMENT ON TABLE skiplock.breaker_events IS 'The transitions of the circuit breakers (opened, half-open, closed, forced), newest last.';
+
 CREATE SEQUENCE skiplock.breaker_events_id_seq
     START WITH 1
     INCREMENT BY 1
@@ -2140,6 +2214,8 @@ CREATE TABLE skiplock.enqueue_tokens (
     created_at timestamp with time zone DEFAULT now() NOT NULL
 );
 ALTER TABLE ONLY skiplock.enqueue_tokens ALTER COLUMN ids SET STORAGE EXTERNAL;
+
+COMMENT ON TABLE skiplock.enqueue_tokens IS 'The ids each bulk enqueue call made, by its token, so that a retried call returns the same ids; pruned by the maintenance after 15 minutes.';
 
 CREATE TABLE skiplock.finished_jobs_default (
     id bigint DEFAULT nextval('skiplock.jobs_id_seq'::regclass) NOT NULL,
@@ -2169,6 +2245,8 @@ CREATE TABLE skiplock.finished_jobs_default (
     CONSTRAINT finished_jobs_state_check CHECK ((state = ANY (ARRAY['completed'::text, 'discarded'::text, 'cancelled'::text])))
 );
 
+COMMENT ON TABLE skiplock.finished_jobs_default IS 'The default partition of finished_jobs: rows whose range has no partition yet; the maintenance moves them out.';
+
 CREATE TABLE skiplock.finished_jobs_forever (
     id bigint DEFAULT nextval('skiplock.jobs_id_seq'::regclass) NOT NULL,
     queue text DEFAULT 'default'::text NOT NULL,
@@ -2197,6 +2275,8 @@ CREATE TABLE skiplock.finished_jobs_forever (
     CONSTRAINT finished_jobs_state_check CHECK ((state = ANY (ARRAY['completed'::text, 'discarded'::text, 'cancelled'::text])))
 );
 
+COMMENT ON TABLE skiplock.finished_jobs_forever IS 'The partition of finished_jobs for jobs kept forever (expires_at infinity).';
+
 CREATE TABLE skiplock.finished_partitions (
     name text NOT NULL,
     lo timestamp with time zone NOT NULL,
@@ -2204,12 +2284,16 @@ CREATE TABLE skiplock.finished_partitions (
     CONSTRAINT finished_partitions_check CHECK ((lo < hi))
 );
 
+COMMENT ON TABLE skiplock.finished_partitions IS 'The range partitions of finished_jobs that the maintenance made, with their bounds, so it can drop them once expired.';
+
 CREATE TABLE skiplock.granted_roles (
     role_name text NOT NULL,
     kind text NOT NULL,
     granted_at timestamp with time zone DEFAULT now() NOT NULL,
     CONSTRAINT granted_roles_kind_check CHECK ((kind = ANY (ARRAY['worker'::text, 'operator'::text, 'reader'::text])))
 );
+
+COMMENT ON TABLE skiplock.granted_roles IS 'The roles given access by grant_roles and their kind (worker, operator, reader), so that later steps re-apply their grants.';
 
 CREATE TABLE skiplock.idempotency_keys (
     key text NOT NULL,
@@ -2227,6 +2311,8 @@ CREATE TABLE skiplock.idempotency_keys (
     CONSTRAINT idempotency_keys_key_check CHECK (((octet_length(key) >= 1) AND (octet_length(key) <= 255))),
     CONSTRAINT idempotency_keys_state_check CHECK ((state = ANY (ARRAY['in_progress'::text, 'completed'::text])))
 );
+
+COMMENT ON TABLE skiplock.idempotency_keys IS 'Idempotency keys: the request fingerprint, in progress or completed with the stored response, until it expires.';
 
 CREATE TABLE skiplock.leases (
     name text NOT NULL,
@@ -2252,6 +2338,8 @@ CREATE TABLE skiplock.maintenance (
     CONSTRAINT maintenance_one_check CHECK (one),
     CONSTRAINT maintenance_partition_width_check CHECK (((partition_width >= '00:00:01'::interval) AND (partition_width <= '1 day'::interval)))
 );
+
+COMMENT ON TABLE skiplock.maintenance IS 'One row: the partition width of finished_jobs and when the maintenance last ran.';
 
 CREATE TABLE skiplock.pauses (
     queue text NOT NULL,
@@ -2304,12 +2392,16 @@ CREATE TABLE skiplock.schedules (
     CONSTRAINT schedules_zone_check CHECK (((length(zone) >= 1) AND (length(zone) <= 128)))
 );
 
+COMMENT ON TABLE skiplock.schedules IS 'Cron schedules: expression, zone, the job each fire enqueues, and the last and next fire times.';
+
 CREATE TABLE skiplock.schema_version (
     version integer NOT NULL,
     name text NOT NULL,
     checksum text NOT NULL,
     applied_at timestamp with time zone DEFAULT now() NOT NULL
 );
+
+COMMENT ON TABLE skiplock.schema_version IS 'The schema steps applied by skiplock init: number, name and the SHA-256 of the text applied.';
 
 CREATE TABLE skiplock.workers (
     owner text NOT NULL,
