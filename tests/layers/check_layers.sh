@@ -32,8 +32,9 @@ worker worker webhook
 migrate migrate
 doctor doctor diagnose
 EOF
-# Parts whose files must not call each other in a cycle.
-ACYCLIC_PARTS=(worker)
+# Parts whose files must not call each other in a cycle (queue: inspect.c and
+# list_filter.c still call each other; it joins once they do not).
+ACYCLIC_PARTS=(core coord worker migrate doctor)
 HANDLER_FILES=(command.c.o webhook.c.o stream.c.o)
 HANDLER_BLIND=(worker_loop.c.o worker.c.o)
 PROBLEMS=0

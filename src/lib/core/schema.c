@@ -11,7 +11,6 @@
  * SHA-256; an installed step whose checksum is not the built-in text's
  * stops the install (schema_repair.c).
  */
-#include <openssl/evp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,16 +36,6 @@ static const char *const step_present_sql =
 
 static const char *const step_record_sql =
 	"INSERT INTO skiplock.schema_version (version, name, checksum) VALUES ($1, $2, $3)";
-
-void skl__schema_checksum(const char *text, char out[65])
-{
-	unsigned char md[EVP_MAX_MD_SIZE];
-	unsigned int len = 0;
-	EVP_Digest(text, strlen(text), md, &len, EVP_sha256(), NULL);
-	for (unsigned int i = 0; i < len && i < 32; i++)
-		snprintf(out + 2 * i, 3, "%02x", md[i]);
-	out[64] = '\0';
-}
 
 static skl_rc exec_simple(skl_client *c, const char *sql, skl_error *err)
 {
@@ -84,51 +73,6 @@ static skl_rc apply_step(skl_client *c, void *ctx, skl_error *err)
 	return rc;
 }
 
-/* Notes version v, recorded with checksum sum, in st. */
-static void note_installed(skl_schema_state *st, int v, const char *sum)
-{
-	if (v <= 0 || v >= SKL_MAX_STEPS)
-		return;
-	st->have[v / 8] |= (unsigned char)(1u << (v % 8));
-	if (v > st->max)
-		st->max = v;
-	for (int i = 0; i < skl_schema_nsteps; i++) {
-		char built[65];
-		if (skl_schema_steps[i].version != v)
-			continue;
-		skl__schema_checksum(skl_schema_steps[i].sql, built);
-		if (strcmp(built, sum) == 0 || st->ndrift == SKL_MAX_DRIFT)
-			return;
-		skl_schema_drift *d = &st->drift[st->ndrift++];
-		d->idx = i;
-		snprintf(d->recorded, sizeof(d->recorded), "%s", sum);
-		for (int k = 0; k < skl_schema_nsuperseded; k++)
-			d->repairable |= skl_schema_superseded_texts[k].version == v &&
-			                 strcmp(skl_schema_superseded_texts[k].checksum, sum) == 0;
-	}
-}
-
-skl_rc skl__schema_read(skl_client *c, void *ctx, skl_error *err)
-{
-	skl_schema_state *st = ctx;
-	memset(st, 0, sizeof(*st));
-	PGresult *res = NULL;
-	skl_rc rc = skl__exec(c, "SELECT to_regclass('skiplock.schema_version') IS NOT NULL", 0,
-	                      NULL, &res, err);
-	if (rc != SKL_OK)
-		return rc;
-	bool exists = PQgetvalue(res, 0, 0)[0] == 't';
-	PQclear(res);
-	if (!exists)
-		return SKL_OK;
-	rc = skl__exec(c, "SELECT version, checksum FROM skiplock.schema_version ORDER BY version",
-	               0, NULL, &res, err);
-	for (int i = 0; rc == SKL_OK && i < PQntuples(res); i++)
-		note_installed(st, atoi(PQgetvalue(res, i, 0)), PQgetvalue(res, i, 1));
-	PQclear(res);
-	return rc;
-}
-
 static bool has_version(const skl_schema_state *in, int v)
 {
 	return v > 0 && v < SKL_MAX_STEPS && (in->have[v / 8] & (1u << (v % 8)));
@@ -143,11 +87,6 @@ skl_rc skl_schema_installed(skl_client *c, int *out, skl_error *err)
 	if (rc == SKL_OK)
 		*out = in.max;
 	return rc;
-}
-
-int skl_schema_latest(void)
-{
-	return skl_schema_nsteps > 0 ? skl_schema_steps[skl_schema_nsteps - 1].version : 0;
 }
 
 skl_rc skl_schema_install(skl_client *c, int *applied, skl_error *err)

@@ -28,7 +28,7 @@ typedef struct skl_schema_superseded {
 extern const skl_schema_superseded skl_schema_superseded_texts[];
 extern const int skl_schema_nsuperseded;
 
-/* schema.c: the SHA-256 of a step's text, as recorded in
+/* schema_state.c: the SHA-256 of a step's text, as recorded in
  * skiplock.schema_version.checksum. */
 void skl__schema_checksum(const char *sql, char out[65]);
 
@@ -50,7 +50,7 @@ typedef struct skl_schema_state {
 	skl_schema_drift drift[SKL_MAX_DRIFT];
 } skl_schema_state;
 
-/* schema.c: reads the installed versions and their checksums (one attempt
+/* schema_state.c: reads the installed versions and their checksums (one attempt
  * of skl__run; all zero when the schema is not installed). */
 skl_rc skl__schema_read(skl_client *c, void *state, skl_error *err);
 
