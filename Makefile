@@ -17,6 +17,8 @@
 #                   skiplock-worker@.service systemd unit template
 #   make uninstall  remove what the last make install wrote
 #   make fuzz       every libFuzzer target for FUZZ_TIME seconds (default 60)
+#   make lint       the linters (scripts/lint): shellcheck, cppcheck, flake8,
+#                   tsc on the Node types, clippy on the Rust client
 #   make soak       the steady-state benchmark (MINUTES=n, default 30;
 #                   QUICK=1: 1 minute): bench/soak on a private Postgres
 
@@ -26,7 +28,7 @@ BUILD := build/release
 ASAN := build/asan
 CTEST_ARGS ?=
 
-.PHONY: all build demo deb test check-asan unit bootstrap install uninstall clean chaos fuzz
+.PHONY: all build demo deb test check-asan unit bootstrap install uninstall clean chaos fuzz lint
 
 all: build
 
@@ -66,6 +68,9 @@ check-asan: bootstrap $(ASAN)/CMakeCache.txt
 # The README's test command: the optimised build must compile warning-free,
 # and every test runs against the sanitizer build.
 test: bootstrap build check-asan
+
+lint: bootstrap
+	@scripts/lint
 
 unit: bootstrap $(ASAN)/CMakeCache.txt
 	@cmake --build $(ASAN) -j $(JOBS)
