@@ -45,8 +45,8 @@ while True:
     sys.stderr.write(err); sys.stderr.flush()
 PY
 reset
-for i in $(seq 1 6); do enq flood '{}' --timeout 1s --max-attempts 1 >/dev/null; done
-for i in $(seq 1 10); do enq fine '{}' >/dev/null; done
+for _ in $(seq 1 6); do enq flood '{}' --timeout 1s --max-attempts 1 >/dev/null; done
+for _ in $(seq 1 10); do enq fine '{}' >/dev/null; done
 "$S" worker --url "$URL" "${FAST[@]}" --concurrency 4 --stream "flood=exec $PY $TMP/flood.py" \
 	--stream "fine=$FINE" 2>"$TMP/flood.log" &
 W=$!
@@ -81,7 +81,7 @@ if not os.path.exists(f"{tmp}/daemonised"):
 runpy.run_path(f"{tmp}/fine.py")
 PY
 reset
-for i in 1 2 3; do enq daemon '{}' --backoff fixed --backoff-base 100ms >/dev/null; done
+for _ in 1 2 3; do enq daemon '{}' --backoff fixed --backoff-base 100ms >/dev/null; done
 "$S" worker --url "$URL" "${FAST[@]}" --concurrency 2 --stream "daemon=exec $PY $TMP/daemon.py" 2>"$TMP/daemon.log" &
 W=$!
 wait_for "SELECT count(*) FROM skiplock.all_jobs WHERE state = 'completed' AND attempt <= 2" 3 30 ||
@@ -105,7 +105,7 @@ if not os.path.exists(f"{tmp}/joined"):
 runpy.run_path(f"{tmp}/fine.py")
 PY
 reset
-for i in 1 2 3; do enq joiner '{}' --backoff fixed --backoff-base 100ms >/dev/null; done
+for _ in 1 2 3; do enq joiner '{}' --backoff fixed --backoff-base 100ms >/dev/null; done
 "$S" worker --url "$URL" "${FAST[@]}" --concurrency 2 --stream "joiner=exec $PY $TMP/joiner.py" 2>"$TMP/joiner.log" &
 W=$!
 wait_for "SELECT count(*) FROM skiplock.all_jobs WHERE state = 'completed' AND attempt <= 2" 3 30 ||
@@ -116,7 +116,7 @@ stop_within "joined the worker's group" $W 10
 # --- L6. one busy process: jobs are claimed only as it has room; no attempt without its line ---
 reset
 rm -f "$TMP/got.nap"
-for i in $(seq 1 8); do enq nap '{}' --timeout 2s >/dev/null; done
+for _ in $(seq 1 8); do enq nap '{}' --timeout 2s >/dev/null; done
 NAP=0.6 "$S" worker --url "$URL" "${FAST[@]}" --concurrency 8 --stream "nap=$FINE" \
 	--stream-procs 1 --stream-inflight 1 2>"$TMP/nap.log" &
 W=$!
