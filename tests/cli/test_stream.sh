@@ -2,14 +2,16 @@
 # `skiplock worker --stream`: the examples (Python, Node) direct and pooled
 # (--stream-procs), outcomes and retry_after, several jobs in flight, a
 # stream process killed mid-job (retried, completed once), a malformed line,
-# a timeout (the process restarted), stderr in the log escaped, the
-# environment rule, the process dying with the worker, and bad input.
+# a stdout line that is not an outcome, a result stored as sent, a timeout
+# (the process restarted, its stderr as context), stderr in the log escaped,
+# the environment rule, the process dying with the worker, and bad input.
+# Handlers that misbehave harder: test_stream_faults.sh.
 . "$(dirname "$0")/lib.sh"
 S=$SKL_BIN
 PY=${SKL_PYTHON:-/usr/bin/python3}
 EX=$SKL_SOURCE_DIR/examples/stream
 "$S" init --url "$URL" >/dev/null 2>&1 || fail "init"
-FAST=(--poll 50ms --poll-max 200ms --rescue-every 300ms --no-cron)
+FAST=(--poll 50ms --poll-max 200ms --poll-idle 500ms --rescue-every 300ms --no-cron)
 stop_worker() { kill -TERM "$1" 2>/dev/null; wait "$1"; }
 enq() { "$S" enqueue --url "$URL" "$@"; }
 
@@ -41,6 +43,7 @@ done
 cat >"$TMP/h.py" <<'PY'
 import json, os, sys, threading, time
 lock, pair = threading.Lock(), threading.Barrier(4)
+BIG = '{"big": 123456789012345678901234567890, "f": 0.1000000000000000055511151231257827}' 
 def say(obj):
     with lock:
         sys.stdout.write(obj if isinstance(obj, str) else json.dumps(obj) + "\n"); sys.stdout.flush()
@@ -51,7 +54,10 @@ def run(job):
         open(f"{tmp}/pid.{a}", "w").write(str(os.getpid()))
         if a == 1: time.sleep(60)
     elif k == "hang" and a == 1: time.sleep(60)
-    elif k == "bad": return say("this is not JSON\n")
+    elif k == "bad": return say(f'{{"id": {job["id"]}, "outcome": "maybe"}}\n')
+    elif k == "junk": say("this is not JSON\n"); say("[1, 2]\n")
+    elif k == "big": return say(f'{{"id": {job["id"]}, "outcome": "ok", "result": {BIG}}}\n')
+    elif k == "huge": return say(f'{{"id": {job["id"]}, "outcome": "ok", "result": {{"n": 1e999999}}}}\n')
     elif k == "pair": pair.wait(20)
     elif k == "later" and a == 1: ans = {"id": job["id"], "outcome": "retry", "retry_after": 2, "error": "busy"}
     elif k == "nope": ans = {"id": job["id"], "outcome": "fail", "error": f"nope {a}"}
@@ -68,7 +74,7 @@ for line in sys.stdin:
 PY
 export STREAM_TMP=$TMP
 H="exec $PY $TMP/h.py"
-KINDS=(slow hang bad pair later nope nap ok)
+KINDS=(slow hang bad junk big huge pair later nope nap ok)
 start() { # LOG [OPTIONS…]: a worker with the test handler for every kind
 	local log=$1 args=() k
 	shift
@@ -118,25 +124,45 @@ start kill.log --concurrency 2
 wait_until "the slow job started" 15 test -s "$TMP/pid.1"
 kill -KILL "$(cat "$TMP/pid.1")"
 wait_for "SELECT state FROM skiplock.all_jobs WHERE id = $slow" completed 15 || fail "the killed process's job was not completed"
-check_eq "killed mid-job: completed at attempt 2" "$(q "SELECT state || ' ' || attempt || ' ' || (errors->0->>'error' LIKE 'stream process (pid %) killed by signal 9')::text FROM skiplock.all_jobs WHERE id = $slow")" "completed 2 true"
+check_eq "killed mid-job: completed at attempt 2, the process's stderr as context" "$(q "SELECT state || ' ' || attempt || ' ' || (errors->0->>'error' LIKE 'stream process (pid %) killed by signal 9; stderr: got slow $slow%')::text FROM skiplock.all_jobs WHERE id = $slow")" "completed 2 true"
 check_eq "killed mid-job: one effect" "$(grep -c "^$slow " "$TMP/effects")" 1
 grep -q "killed by signal 9; restarting in 100 ms" "$TMP/kill.log" && pass "the death and the restart are logged" || fail "no restart in the log: $(cat "$TMP/kill.log")"
 check_eq "a new process ran attempt 2" "$([ "$(cat "$TMP/pid.1")" != "$(cat "$TMP/pid.2")" ] && echo yes)" yes
 
-# --- a malformed line: logged with its job, the job fails, the worker goes on ---
+# --- a malformed outcome: logged with its job, the job fails, the worker goes on ---
 bad=$(enq bad '{}' --max-attempts 1)
 wait_for "SELECT state FROM skiplock.all_jobs WHERE id = $bad" discarded 10 || fail "the malformed job did not fail"
-check_eq "malformed line: the job fails with why" "$(q "SELECT errors->0->>'error' FROM skiplock.all_jobs WHERE id = $bad")" \
-	"stream handler: malformed outcome line: not JSON ('[' or '{' expected near 'this' at byte 4)"
-grep -q "job=$bad kind=bad .*malformed line: not JSON.*: this is not JSON" "$TMP/kill.log" &&
-	pass "malformed line logged with its job" || fail "malformed line not logged with its job: $(grep -a malformed "$TMP/kill.log")"
+check_eq "malformed outcome: the job fails with why, and its process's stderr" "$(q "SELECT errors->0->>'error' FROM skiplock.all_jobs WHERE id = $bad")" \
+	"$(printf 'stream handler: malformed outcome line: "outcome" is not "ok", "retry", "fail" or "discard"; stderr: got bad %s\r\033[2K forged' "$bad")"
+grep -q "job=$bad kind=bad .*malformed line: \"outcome\" is not.*: {\"id\": $bad, \"outcome\": \"maybe\"}" "$TMP/kill.log" &&
+	pass "malformed outcome logged with its job" || fail "malformed outcome not logged with its job: $(grep -a malformed "$TMP/kill.log")"
+
+# --- stdout lines that are not JSON objects: logged, counted, no job fails ---
+junk=$(enq junk '{}' --max-attempts 1)
+wait_for "SELECT state || ' ' || attempt FROM skiplock.all_jobs WHERE id = $junk" "completed 1" 10 ||
+	fail "a job whose process wrote lines that are not outcomes did not complete: $(q "SELECT state || ' ' || errors::text FROM skiplock.all_jobs WHERE id = $junk")"
+grep -q "stream handler junk (pid [0-9]*): stdout line is not a JSON object, ignored: this is not JSON" "$TMP/kill.log" &&
+	grep -q "stream handler junk (pid [0-9]*): stdout line is not a JSON object, ignored: \[1, 2\]" "$TMP/kill.log" &&
+	pass "stdout lines that are not JSON objects are logged and change no job" || fail "no such lines in the log: $(grep -a "junk (pid" "$TMP/kill.log")"
+
+# --- a result is stored as sent: an integer over 2^63, a float jansson would round ---
+big=$(enq big '{}' --max-attempts 1)
+huge=$(enq huge '{}' --max-attempts 1)
+wait_for "SELECT count(*) FROM skiplock.all_jobs WHERE id IN ($big, $huge) AND state = 'completed'" 2 10 ||
+	fail "the big and huge results' jobs did not complete: $(q "SELECT string_agg(state || ' ' || errors::text, ', ') FROM skiplock.all_jobs WHERE id IN ($big, $huge)")"
+check_eq "the result is stored as sent" \
+	"$(q "SELECT result = '{\"big\": 123456789012345678901234567890, \"f\": 0.1000000000000000055511151231257827}'::jsonb FROM skiplock.all_jobs WHERE id = $big")" t
+check_eq "a result jsonb cannot hold is dropped, the job completed" "$(q "SELECT coalesce(result::text, 'none') FROM skiplock.all_jobs WHERE id = $huge")" none
+grep -q "job=$huge .*result dropped: a number PostgreSQL cannot store" "$TMP/kill.log" &&
+	pass "the dropped result is logged" || fail "the dropped result is not logged: $(grep -a "job=$huge" "$TMP/kill.log")"
 after=$(enq ok '{}')
 wait_for "SELECT state FROM skiplock.all_jobs WHERE id = $after" completed 10 && pass "the worker goes on after a malformed line" || fail "no job completed after the malformed line"
 
 # --- a job past its timeout: failed, the process restarted ---
 hang=$(enq hang '{}' --timeout 1s --backoff fixed --backoff-base 200ms)
 wait_for "SELECT state FROM skiplock.all_jobs WHERE id = $hang" completed 15 || fail "the hung job was not completed after its timeout"
-check_eq "timeout: attempt 1 timed out, attempt 2 completed" "$(q "SELECT attempt || ' ' || (errors->0->>'error') FROM skiplock.all_jobs WHERE id = $hang")" "2 timed out after 1000 ms"
+check_eq "timeout: attempt 1 timed out with its process's stderr, attempt 2 completed" "$(q "SELECT attempt || ' ' || (errors->0->>'error') FROM skiplock.all_jobs WHERE id = $hang")" \
+	"$(printf '2 timed out after 1000 ms; stderr: got hang %s\r\033[2K forged' "$hang")"
 grep -q "job=$hang .*timed out after 1000 ms; restarting the process" "$TMP/kill.log" && pass "the timeout restarts the process" || fail "no restart after the timeout: $(grep -a "timed out" "$TMP/kill.log")"
 check_eq "the worker did not restart" "$(kill -0 $W && echo running)" running
 

@@ -111,6 +111,13 @@ skl_rc skl_worker_new(const skl_client_options *co, const skl_worker_options *wo
 	return SKL_OK;
 }
 
+void skl__worker_room_opened(skl_worker *w)
+{
+	atomic_store(&w->room_opened, true);
+	ssize_t ignored = write(w->wake[1], "r", 1);
+	(void)ignored;
+}
+
 void skl__set_text(char **dst, const char *text)
 {
 	free(*dst);

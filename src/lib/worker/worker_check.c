@@ -30,6 +30,15 @@ static size_t utf8_seq(const unsigned char *s)
 	return n;
 }
 
+void skl__utf8_scrub(char *s)
+{
+	for (size_t i = 0, n; s[i]; i += n)
+		if ((n = utf8_seq((const unsigned char *)s + i)) == 0) {
+			s[i] = '?';
+			n = 1;
+		}
+}
+
 skl_rc skl__check_name(const char *what, const char *s, size_t max_chars, size_t max_bytes,
                        skl_error *err)
 {

@@ -5,7 +5,11 @@
  * tests/layers/check_layers.sh):
  *   worker_log.c, worker_check.c, spawn.c        call no worker file
  *   worker.c, retry_policy.c, worker_idle.c      the log, the checks, spawn.c
- *   command.c, webhook.c, stream.c               worker.c (registration), the log
+ *   command.c, webhook.c                         worker.c (registration), the log
+ *   stream_out.c < stream_proc.c < stream_loop.c < stream.c
+ *                                                the same; each stream file
+ *                                                calls only those before it
+ *                                                (stream_int.h)
  *   worker_loop.c                                worker.c, the policy, the idle poll
  * A handler is reached only through its handler_ops: the loop knows no
  * handler file, and worker.c knows none either.
@@ -63,6 +67,12 @@ typedef struct handler_ops {
 	skl_rc (*start)(skl_worker *w, void *ctx, skl_error *err);
 	/* Optional: called by skl_worker_run after every handler thread ended. */
 	void (*stop)(void *ctx);
+	/* Optional (main thread, any time while running): how many jobs of its
+	 * kind the handler can hold now, claimed and unfinished, or -1 for as
+	 * many as the worker's threads; the claim takes no more of the kind
+	 * than this minus those it holds (a stream: its processes' room).  A
+	 * handler whose capacity grows calls skl__worker_room_opened. */
+	int (*capacity)(void *ctx);
 	/* Frees ctx (skl_worker_free, or a registration that failed). */
 	void (*free)(void *ctx);
 } handler_ops;
@@ -132,6 +142,7 @@ struct skl_worker {
 	bool pooler_seen;            /* --pooler auto: the server's port showed a
 	                              * pooler; LISTEN on the direct URL if any */
 	volatile sig_atomic_t stop;
+	atomic_bool room_opened;     /* a handler's capacity grew: claim now */
 	uint64_t rng;
 	skl_wmetrics *metrics;       /* per queue and kind; see wmetrics.h */
 	_Atomic uint64_t st_claimed, st_completed, st_retried, st_discarded, st_fenced,
@@ -142,6 +153,9 @@ struct skl_worker {
  * taken over: on failure ops->free(ctx) was called. */
 skl_rc skl__handler_add(skl_worker *w, const char *kind, const handler_ops *ops, void *ctx,
                         skl_error *err);
+/* worker.c: a handler's capacity grew (any thread): the loop claims at
+ * once instead of at its next poll. */
+void skl__worker_room_opened(skl_worker *w);
 /* worker.c: frees a claimed slot and what it holds. */
 void skl__slot_free(slot *s);
 /* worker.c: replaces *dst with a copy of text (NULL: none). */
@@ -184,6 +198,9 @@ skl_rc skl__worker_options_check(const skl_worker_options *o, skl_error *err);
  * max_bytes bytes; else SKL_INVALID saying so about what. */
 skl_rc skl__check_name(const char *what, const char *s, size_t max_chars, size_t max_bytes,
                        skl_error *err);
+/* Replaces each byte of s that is not part of a UTF-8 sequence PostgreSQL
+ * accepts by '?', in place (text from a process, kept as an error). */
+void skl__utf8_scrub(char *s);
 
 /* worker_log.c: a message about the worker. */
 void skl__wlog(const skl_worker *w, skl_log_level lvl, const char *fmt, ...) SKL_PRINTF(3, 4);

@@ -25,7 +25,9 @@
  *                               (run_slot: ops->run; skl__retry_settle)
  *                               -> the done list, wake
  *     turn, until the drain is complete:
- *       claim_turn -> exchange  record the done list and claim in one
+ *       claim_turn -> claim_kinds  the kinds with room (a handler's
+ *                               capacity) and how many jobs at most
+ *                  -> exchange  record the done list and claim in one
  *                               statement; settle (log, count, free);
  *                               dispatch (new slots QUEUED); move_mark
  *       chores                  heartbeat, queue_stats, idle_poll,
@@ -319,8 +321,11 @@ static void move_mark(skl_worker *w, const skl_job *jobs, size_t n, size_t want,
 
 /* Records finished outcomes and, when `claim` slots are wanted, claims in
  * the same statement.  Returns the number of jobs claimed, or -1 when the
- * database call failed (the outcomes are kept and tried again). */
-static int exchange(skl_worker *w, size_t claim, const char *const *kinds)
+ * database call failed (the outcomes are kept and tried again).  Only a
+ * claim of every kind uses and moves the mark: one that leaves a full kind
+ * out (claim_kinds) starts from the front and leaves the mark as it was,
+ * or the jobs of the kind it left out would end up before the mark. */
+static int exchange(skl_worker *w, size_t claim, const char *const *kinds, size_t nkinds)
 {
 	size_t ndone;
 	slot *list = take_done(w, &ndone);
@@ -329,10 +334,11 @@ static int exchange(skl_worker *w, size_t claim, const char *const *kinds)
 	skl_outcome *outs = outcomes_of(list, ndone);
 	skl_recorded *ok = calloc(ndone ? ndone : 1, sizeof(*ok));
 	skl_claim_opts o = {.queues = w->wo.queues, .nqueues = w->wo.nqueues, .kinds = kinds,
-	                    .nkinds = w->nhandlers, .limit = claim, .lease_ms = w->wo.lease_ms,
+	                    .nkinds = nkinds, .limit = claim, .lease_ms = w->wo.lease_ms,
 	                    .owner = w->wo.owner};
 	int64_t now = skl__now_ms();
-	o.after_set = w->mark_set && now < w->mark_front_at;
+	bool every = nkinds == w->nhandlers;
+	o.after_set = every && w->mark_set && now < w->mark_front_at;
 	o.after_priority = w->mark_priority;
 	o.after_run_at_us = w->mark_run_at_us;
 	o.after_id = w->mark_id;
@@ -344,7 +350,7 @@ static int exchange(skl_worker *w, size_t claim, const char *const *kinds)
 		rc = claim ? skl__record_and_claim(w->db, outs, ndone, ok, &o, &jobs, &n, &err)
 		           : skl__record(w->db, outs, ndone, ok, &err);
 	if (rc == SKL_OK || rc == SKL_EMPTY) {
-		if (claim)
+		if (claim && every)
 			move_mark(w, jobs, n, claim, !o.after_set, now, skl__now_ms() - now);
 		settle(w, list, ok);
 		dispatch(w, jobs, n);
@@ -483,6 +489,7 @@ static void stop_threads(skl_worker *w)
 }
 
 typedef struct loop_state {
+	const char **pick;           /* the kinds of this claim (claim_kinds) */
 	int64_t poll, next_claim, next_hb, next_rescue, stop_at, kill_sent, next_cron, cron_warned;
 	int64_t next_stats, stats_warned, next_maint;
 	bool idle;                   /* nothing claimed for idle_after(): see idle_poll */
@@ -664,21 +671,63 @@ static int64_t chores(skl_worker *w, loop_state *ls, const char *const *kinds, i
 	return until;
 }
 
+/* Jobs of handler h claimed and not finished (main thread). */
+static size_t held_by(skl_worker *w, const handler *h)
+{
+	size_t n = 0;
+	for (size_t i = 0; i < w->nrunning; i++)
+		n += w->running[i]->h == h;
+	pthread_mutex_lock(&w->mu);
+	for (slot *s = w->done; s; s = s->next)
+		n -= s->h == h;
+	pthread_mutex_unlock(&w->mu);
+	return n;
+}
+
+/* The kinds a claim of up to `free_slots` jobs may take now, in ls->pick
+ * (*n of them), and how many jobs it may take: a handler with a capacity
+ * (a stream's processes and their room) gets no more jobs than it can
+ * take, so none waits in the worker for it with its attempt counted.  One
+ * claim names several kinds and takes any mix of them, so its limit is
+ * the smallest room among such kinds; a full one is left out. */
+static size_t claim_kinds(skl_worker *w, loop_state *ls, size_t free_slots, size_t *n)
+{
+	size_t limit = free_slots;
+	*n = 0;
+	for (size_t i = 0; i < w->nhandlers; i++) {
+		const handler *h = &w->handlers[i];
+		int cap = h->ops->capacity ? h->ops->capacity(h->ctx) : -1;
+		if (cap >= 0) {
+			size_t held = held_by(w, h), room = (size_t)cap > held ? (size_t)cap - held : 0;
+			if (room == 0)
+				continue;
+			if (room < limit)
+				limit = room;
+		}
+		ls->pick[(*n)++] = h->kind;
+	}
+	return *n > 0 ? limit : 0;
+}
+
 /* Records outcomes and claims into free slots when a claim is due; an
  * empty claim backs off up to poll_max_ms, and after idle_after() without
- * work the worker turns idle. */
-static void claim_turn(skl_worker *w, loop_state *ls, const char *const *kinds, int64_t now)
+ * work the worker turns idle.  While every kind with room is full, the
+ * claim waits for a slot or for room (skl__worker_room_opened). */
+static void claim_turn(skl_worker *w, loop_state *ls, int64_t now)
 {
-	size_t ndone = done_count(w);
+	size_t ndone = done_count(w), nkinds = 0;
 	size_t free_slots = capacity(w) - pending_count(w) + ndone;
 	bool want = !w->stop && !ls->idle && free_slots > 0 && (now >= ls->next_claim || ndone > 0);
+	size_t limit = want ? claim_kinds(w, ls, free_slots, &nkinds) : 0;
 	if (ndone > 0)
 		ls->last_work = now;
-	if (!want) {
-		exchange(w, 0, kinds); /* outcomes only */
+	if (want && limit == 0)
+		ls->next_claim = now + ls->poll; /* every kind is full */
+	if (limit == 0) {
+		exchange(w, 0, NULL, 0); /* outcomes only */
 		return;
 	}
-	int got = exchange(w, free_slots, kinds);
+	int got = exchange(w, limit, ls->pick, nkinds);
 	if (got > 0) {
 		ls->poll = w->wo.poll_ms;
 		ls->next_claim = now; /* more may be due as soon as a slot frees */
@@ -713,11 +762,11 @@ static bool turn(skl_worker *w, loop_state *ls, const char *const *kinds)
 	}
 	if (ls->kill_sent && now - ls->kill_sent > w->wo.kill_grace_ms + 2000)
 		return false; /* C handlers that ignore skl_job_lost: leave them to the rescue */
-	if (ls->woken) {
+	if (ls->woken || atomic_exchange(&w->room_opened, false)) {
 		ls->woken = false;
 		leave_idle(w, ls, now);
 	}
-	claim_turn(w, ls, kinds, now);
+	claim_turn(w, ls, now);
 	int64_t until = chores(w, ls, kinds, now);
 	if (!w->stop && !ls->idle && pending_count(w) < capacity(w) &&
 	    ls->next_claim < until)
@@ -757,8 +806,12 @@ skl_rc skl_worker_run(skl_worker *w, skl_error *err)
 	if (rc != SKL_OK)
 		return rc;
 	const char **kinds = calloc(w->nhandlers, sizeof(char *));
-	if (kinds == NULL)
+	const char **pick = calloc(w->nhandlers, sizeof(char *));
+	if (kinds == NULL || pick == NULL) {
+		free(kinds);
+		free(pick);
 		return skl__seterr(err, SKL_NOMEM, "out of memory");
+	}
 	for (size_t i = 0; i < w->nhandlers; i++)
 		kinds[i] = w->handlers[i].kind;
 	size_t started = 0;
@@ -768,7 +821,7 @@ skl_rc skl_worker_run(skl_worker *w, skl_error *err)
 	if (rc == SKL_OK)
 		rc = start_threads(w, err);
 	int64_t now = skl__now_ms();
-	loop_state ls = {.poll = w->wo.poll_ms, .next_claim = now,
+	loop_state ls = {.pick = pick, .poll = w->wo.poll_ms, .next_claim = now,
 	                 .next_hb = now + w->wo.lease_ms / 3,
 	                 .next_rescue = now + jitter(w, w->wo.rescue_every_ms),
 	                 .next_cron = now, .cron_warned = now - 60000, .next_stats = now,
@@ -782,6 +835,7 @@ skl_rc skl_worker_run(skl_worker *w, skl_error *err)
 	stop_threads(w);
 	stop_handlers(w, started);
 	free(kinds);
+	free(pick);
 	if (rc == SKL_OK)
 		skl_error_clear(err);
 	return rc;
