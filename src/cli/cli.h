@@ -171,6 +171,7 @@ int cmd_breakers(int argc, char **argv);
 int cmd_retention(int argc, char **argv);
 int cmd_doctor_pooler(int argc, char **argv);
 int cmd_doctor_indexes(int argc, char **argv);
+int cmd_doctor_maintenance(int argc, char **argv);
 int cmd_explain(int argc, char **argv);
 int cmd_dashboard(int argc, char **argv);
 int cmd_queue(int argc, char **argv);

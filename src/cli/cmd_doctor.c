@@ -14,8 +14,9 @@ static const cli_sub doctor_cmds[] = {
 	{"locks", cmd_doctor_locks, .summary = "advisory locks, orphans, idle transactions and blockers"},
 	{"pooler", cmd_doctor_pooler, .summary = "what sits between client and Postgres; unsafe features"},
 	{"indexes", cmd_doctor_indexes, .summary = "unused, invalid, redundant indexes; stale statistics"},
+	{"maintenance", cmd_doctor_maintenance, .summary = "skiplock's maintenance: has it run while jobs did"},
 	{"all", doctor_all, .summary = "each of the above in turn, with the connection and output options\n"
-	                               "               and --json only; the highest exit status wins"},
+	                               "                and --json only; the highest exit status wins"},
 };
 
 #define NCMDS (sizeof(doctor_cmds) / sizeof(doctor_cmds[0]))
@@ -25,7 +26,7 @@ static void usage(FILE *out)
 {
 	fprintf(out,
 	        "NAME\n"
-	        "    skiplock doctor - diagnose locks, poolers and indexes in any database\n"
+	        "    skiplock doctor - diagnose locks, poolers, indexes and skiplock's maintenance\n"
 	        "\n"
 	        "SYNOPSIS\n"
 	        "    skiplock doctor SUBCOMMAND [--json] [OPTIONS]\n"
@@ -33,7 +34,7 @@ static void usage(FILE *out)
 	        "\n"
 	        "SUBCOMMANDS\n");
 	for (size_t i = 0; i < NCMDS; i++)
-		fprintf(out, "    %-10s %s\n", doctor_cmds[i].name, doctor_cmds[i].summary);
+		fprintf(out, "    %-11s %s\n", doctor_cmds[i].name, doctor_cmds[i].summary);
 	fprintf(out,
 	        "\n"
 	        "    Run \"skiplock doctor SUBCOMMAND --help\" for its options.\n"

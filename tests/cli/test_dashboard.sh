@@ -9,8 +9,9 @@
 # containment, error text and time windows (lease expired, stuck), bad
 # filters 400; /api/queues's oldest due age and failure rates; operator and
 # viewer tokens (a viewer's POST is 403), --hide-payloads, /api/workers
-# (shape, bad windows 400), and the plans of the job search and of the
-# idle workers.
+# (shape, bad windows 400), /api/doctor/maintenance (its finding when
+# maintenance has not run while jobs finished), and the plans of the job
+# search and of the idle workers.
 # shellcheck disable=SC2015  # A && pass || fail
 . "$(dirname "$0")/lib.sh"
 S=$SKL_BIN
@@ -125,6 +126,18 @@ check_eq "breakers: as breakers --json" "$(jq -c 'map({kind, state})' "$TMP/body
 "$S" breakers close slow --url "$URL" >/dev/null 2>&1 || fail "breakers close"
 check_eq "doctor locks: 200" "$(http GET /api/doctor/locks)" 200
 check_eq "doctor locks: a report, no action" "$(jq -c '[.findings, .actions]' "$TMP/body")" '[[],[]]'
+"$S" retention maintain --url "$URL" >/dev/null 2>&1 || fail "retention maintain"
+check_eq "doctor maintenance: 200" "$(http GET /api/doctor/maintenance)" 200
+check_eq "doctor maintenance: ran, nothing to do" "$(jq -c '[.installed, .overdue, .findings, .expected_ms]' "$TMP/body")" \
+	'[true,false,[],180000]'
+# maintenance last ran 10 minutes ago while jobs finished since: the strip's item
+last=$(q "SELECT last_run_at FROM skiplock.maintenance")
+q "UPDATE skiplock.maintenance SET last_run_at = now() - interval '10 minutes'" >/dev/null
+check_eq "doctor maintenance when it has not run: 200" "$(http GET /api/doctor/maintenance)" 200
+check_eq "doctor maintenance: the finding" \
+	"$(jq -c '[.overdue, .needs_action, (.findings | map(.kind)), (.findings[0].message | test("^maintenance has not run for 10m"))]' "$TMP/body")" \
+	'[true,true,["maintenance_overdue"],true]'
+q "UPDATE skiplock.maintenance SET last_run_at = '$last'" >/dev/null
 check_eq "GET on an action: 404" "$(http GET "/api/jobs/$d2/retry")" 404
 check_eq "DELETE: 405" "$(http DELETE "/api/jobs/$d2")" 405
 

@@ -113,6 +113,16 @@ refused "$RD" "update jobs" "UPDATE skiplock.jobs SET fencing = 99"
 refused "$RD" "edit schedules" "DELETE FROM skiplock.schedules"
 refused "$RD" "set retention" "SELECT skiplock.retention_set('q', NULL, '1 hour')"
 refused "$RD" "run the maintenance" "SELECT skiplock.maintain('rd', 1)"
+refused "$RD" "take the maintenance lease" "SELECT skiplock.maintenance_acquire('rd')"
+refused "$RD" "run a maintenance step" "SELECT skiplock.maintain_step('rd', 1)"
+for R in $OP $RD $WK; do
+	refused "$R" "call maintenance's helpers" "SELECT skiplock.finished_act('drop', 1)"
+	refused "$R" "read maintenance's tables" "SELECT count(*) FROM skiplock.finished_tables"
+done
+allowed "$WK" "take the maintenance lease through maintenance_acquire" \
+	"SELECT skiplock.maintenance_release('wk', skiplock.maintenance_acquire('wk'))"
+allowed "$OP" "take the maintenance lease through maintenance_acquire" \
+	"SELECT skiplock.maintenance_release('op', skiplock.maintenance_acquire('op'))"
 refused "$RD" "pause a queue" "SELECT skiplock.pause('q', NULL, 'rd', 'cli')"
 refused "$RD" "act in bulk" "SELECT * FROM skiplock.jobs_act(1, '{1}')"
 refused "$RD" "write the action log" "SELECT skiplock.action_record('rd', 'cli', 'pause', '{}', 1, 1)"

@@ -106,6 +106,24 @@ denied "delete a migration record" "DELETE FROM skiplock.migrations"
 denied "read the migration history" "SELECT * FROM skiplock.migrations"
 out=$(wq "SELECT skiplock.lease_acquire('skiplock.migrate:skiplock.migrations', 'w', '300 days')")
 case $out in *"reserved for the migrator"*) pass "worker cannot take the migration lease" ;; *) fail "worker took the migration lease: $out" ;; esac
+# The maintenance lease is reserved too: a worker taking it for a year
+# would switch maintenance off (docs/retention.md); maintenance itself
+# takes it for 15 seconds through maintenance_acquire.
+out=$(PGPASSWORD=$PW psql -X -q -At -v VERBOSITY=verbose "postgresql://$W@$SKL_TEST_PGHOST:$SKL_TEST_PGPORT/$DB" \
+	-c "SELECT skiplock.lease_acquire('skiplock.maintenance', 'w', '365 days')" 2>&1)
+case $out in *42501*"reserved for skiplock's maintenance"*) pass "worker cannot take the maintenance lease (42501)" ;;
+	*) fail "worker took the maintenance lease: $out" ;; esac
+for call in "lease_renew('skiplock.maintenance', 'w', 1, '1 h')" \
+	"lease_fence('skiplock.maintenance', 1)"; do
+	case $(wq "SELECT skiplock.$call") in *"reserved for skiplock's maintenance"*) pass "worker refused: $call" ;;
+		*) fail "worker allowed: $call" ;; esac
+done
+run "$S" lease run --url "$WURL" skiplock.maintenance --ttl 1h -- true
+check_eq "lease run skiplock.maintenance as worker: refused, exit 1" "$?" 1
+check_eq "the maintenance lease was not taken for long" \
+	"$(q "SELECT count(*) FROM skiplock.leases WHERE name = 'skiplock.maintenance' AND expires_at > now() + interval '1 minute'")" 0
+run "$S" retention maintain --url "$WURL" && pass "retention maintain as worker" || fail "retention maintain as worker: $(tail -n 2 "$ALL")"
+check_eq "the worker's maintenance ran" "$(q "SELECT last_owner LIKE 'skiplock retention %' FROM skiplock.maintenance")" t
 out=$(wq "SELECT * FROM skiplock.claim('w', '{forge}')")
 case $out in *"$J"*) pass "worker claims through the function" ;; *) fail "claim as worker: $out" ;; esac
 run "$S" init --url "$WURL" --grant-worker "$W"; check_eq "init --grant-worker as the worker: refused, exit 1" "$?" 1

@@ -21,6 +21,8 @@
  *                                nothing, and the due jobs each left behind
  *                                (dashboard_workers.c)
  *   GET  /api/doctor/locks       `doctor locks` findings (report only)
+ *   GET  /api/doctor/maintenance `doctor maintenance`: last run, lease, the
+ *                                finding when it has not run while jobs did
  *   POST /api/jobs/ID/retry, /api/jobs/ID/cancel
  * and the operator's fleet-wide actions of dashboard_act.c.
  */
@@ -33,6 +35,7 @@
 #include "print/breakers_print.h"
 #include "dashboard/dashboard.h"
 #include "print/doctor_locks_print.h"
+#include "print/maintenance_print.h"
 #include "print/jobs_print.h"
 #include "print/output.h"
 
@@ -333,6 +336,19 @@ static dash_reply get_doctor_locks(dash_server *s)
 	return dash_ok(200, doc);
 }
 
+/* The doctor's maintenance finding (read only). */
+static dash_reply get_doctor_maintenance(dash_server *s)
+{
+	skl_maintenance_status st;
+	skl_error err;
+	skl_rc rc = skl_maintenance_check(s->client, &st, &err);
+	if (rc != SKL_OK)
+		return dash_lib_fail(rc, &err);
+	json_t *doc = maintenance_json(&st);
+	skl_maintenance_status_free(&st);
+	return dash_ok(200, doc);
+}
+
 static dash_reply route_get(dash_server *s, dash_role role, const char *path, dash_arg_fn arg,
                             void *ctx)
 {
@@ -359,6 +375,8 @@ static dash_reply route_get(dash_server *s, dash_role role, const char *path, da
 		return dash_get_workers(s, arg, ctx);
 	if (strcmp(path, "/api/doctor/locks") == 0)
 		return get_doctor_locks(s);
+	if (strcmp(path, "/api/doctor/maintenance") == 0)
+		return get_doctor_maintenance(s);
 	return dash_fail(404, "no such page");
 }
 

@@ -1,7 +1,8 @@
 /*
- * retention.c — skl_maintain and the retention settings: calls of
- * skiplock.maintain, retention_set and retention_reset
- * (sql/0013_finished.sql), which hold all of the logic.
+ * retention.c — the retention settings: calls of skiplock.retention_set,
+ * retention_reset and partition_width_set (sql/0013_finished.sql,
+ * sql/0018_maintenance_locks.sql), which hold all of the logic, and the
+ * reading of the settings.  Maintenance itself is maintain.c.
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -9,70 +10,7 @@
 #include <string.h>
 
 #include "core/internal.h"
-#include "skiplock/lease.h"
 #include "skiplock/retention.h"
-
-#define MAINT_TTL_MS 15000  /* renewed after every round */
-
-typedef struct round_call {
-	const char *params[2];
-	skl_maintenance *sum;
-} round_call;
-
-static skl_rc round_fn(skl_client *c, void *ctx, skl_error *err)
-{
-	round_call *r = ctx;
-	PGresult *res = NULL;
-	skl_rc rc = skl__exec(c, "SELECT created, dropped, deleted, moved, remaining, more"
-	                         "  FROM skiplock.maintain($1, $2)",
-	                      2, r->params, &res, err);
-	if (rc != SKL_OK)
-		return rc;
-	if (PQntuples(res) == 1 && PQnfields(res) == 6) {
-		skl_maintenance *s = r->sum;
-		s->created += strtoll(PQgetvalue(res, 0, 0), NULL, 10);
-		s->dropped += strtoll(PQgetvalue(res, 0, 1), NULL, 10);
-		s->deleted += strtoll(PQgetvalue(res, 0, 2), NULL, 10);
-		s->moved += strtoll(PQgetvalue(res, 0, 3), NULL, 10);
-		s->remaining = strtoll(PQgetvalue(res, 0, 4), NULL, 10);
-		s->more = strcmp(PQgetvalue(res, 0, 5), "t") == 0;
-		s->rounds++;
-	}
-	PQclear(res);
-	return SKL_OK;
-}
-
-skl_rc skl_maintain(skl_client *c, const char *owner, int max_rounds,
-                    skl_maintenance_cb progress, void *ctx, skl_maintenance *done,
-                    bool *ran, skl_error *err)
-{
-	skl_maintenance sum = {0};
-	*ran = false;
-	int64_t fencing = 0;
-	skl_rc rc = skl_lease_acquire(c, SKL_MAINTENANCE_LEASE, owner, MAINT_TTL_MS, &fencing, err);
-	if (rc == SKL_CONFLICT)
-		rc = SKL_OK; /* another holder does it */
-	if (rc != SKL_OK || fencing == 0)
-		goto out;
-	*ran = true;
-	char tok[24];
-	snprintf(tok, sizeof(tok), "%" PRId64, fencing);
-	round_call r = {.params = {owner, tok}, .sum = &sum};
-	static const skl_txn_opts o = {.txn = 1, .idempotent = 1};
-	do {
-		rc = skl__run(c, &o, round_fn, &r, err);
-		if (rc == SKL_OK && progress && !progress(&sum, ctx))
-			break;
-		if (rc == SKL_OK && sum.more)
-			rc = skl_lease_renew(c, SKL_MAINTENANCE_LEASE, owner, fencing, MAINT_TTL_MS, err);
-	} while (rc == SKL_OK && sum.more && sum.rounds < max_rounds);
-	skl_error ignored;
-	(void)skl_lease_release(c, SKL_MAINTENANCE_LEASE, owner, fencing, &ignored);
-out:
-	if (done)
-		*done = sum;
-	return rc;
-}
 
 typedef struct set_call {
 	const char *sql;

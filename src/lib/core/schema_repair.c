@@ -207,6 +207,7 @@ static skl_rc repair_fn(skl_client *c, void *ctx, skl_error *err)
 	                      1, (const char *[]){ver}, &res, err);
 	bool still = rc == SKL_OK && strcmp(PQgetvalue(res, 0, 1), a->d->recorded) == 0;
 	PQclear(res);
+	res = NULL; /* cleared again below when the repair fails */
 	if (rc != SKL_OK || !still)
 		return rc == SKL_OK ? SKL_EMPTY : rc;
 	rc = run_repair(c, s, a, err);

@@ -524,26 +524,27 @@ static void cron_tick(skl_worker *w, loop_state *ls, int64_t now)
 }
 
 /* Retention and partitions (skiplock/retention.h): a busy worker offers
- * every MAINT_EVERY_MS (jittered) to do MAINT_ROUNDS rounds; the lease
- * lets one worker of the fleet do it at a time.  Few rounds: they run on
- * the loop's own connection, between its claims and heartbeats (a big
- * move after an upgrade is `skiplock init`'s, or a little each minute). */
-#define MAINT_EVERY_MS 60000
-#define MAINT_ROUNDS 2
+ * every SKL_MAINTENANCE_EVERY_MS (jittered) to do up to MAINT_STEPS steps;
+ * the lease lets one worker of the fleet do it at a time.  Each step is
+ * short and commits by itself (its locks are held for catalog work only);
+ * they run on the loop's own connection, between its claims and
+ * heartbeats (a big move after an upgrade is `skiplock init`'s, or a
+ * little each minute). */
+#define MAINT_STEPS 32
 
 static void maintenance(skl_worker *w, loop_state *ls, int64_t now)
 {
 	skl_maintenance m;
 	skl_error err;
 	bool ran = false;
-	if (skl_maintain(w->db, w->wo.owner, MAINT_ROUNDS, NULL, NULL, &m, &ran, &err) != SKL_OK)
+	if (skl_maintain(w->db, w->wo.owner, MAINT_STEPS, NULL, NULL, &m, &ran, &err) != SKL_OK)
 		skl__wlog(w, SKL_LOG_WARNING, "maintenance: %s", err.message);
 	else if (ran && (m.created || m.dropped || m.deleted || m.moved))
 		skl__wlog(w, SKL_LOG_INFO,
 		          "maintenance: %" PRId64 " partition(s) created, %" PRId64 " dropped, %" PRId64
 		          " expired row(s) deleted, %" PRId64 " finished job(s) moved",
 		          m.created, m.dropped, m.deleted, m.moved);
-	ls->next_maint = now + jitter(w, MAINT_EVERY_MS);
+	ls->next_maint = now + jitter(w, SKL_MAINTENANCE_EVERY_MS);
 }
 
 /* The cached queue gauges of skl_worker_metrics; a failure keeps the old

@@ -166,7 +166,7 @@ function stuckPath() {
   return 'state=running&time=attempted&to=' + apiDuration(stuckAfterMs);
 }
 
-function renderStrip(qs, stuck, breakers, locks, workers) {
+function renderStrip(qs, stuck, breakers, locks, workers, maint) {
   const items = queueProblems(qs).concat(pauseProblems(), workerProblems(workers));
   if (stuck.length)
     items.push(problem('stuck', (stuck.length > STUCK_LIMIT ? STUCK_LIMIT + '+' : stuck.length) +
@@ -176,11 +176,16 @@ function renderStrip(qs, stuck, breakers, locks, workers) {
       ': its jobs wait', '#kind=' + encodeURIComponent(b.kind) + '&state=available'));
   if (locks.findings.length)
     items.push(problem('locks', locks.findings.length + ' lock-doctor finding(s)', '#locks-section'));
+  // Maintenance (partitions of finished jobs) that has not run while jobs
+  // did: the sentence of `skiplock doctor maintenance`; its lease is listed
+  // under Leases.
+  for (const f of maint.findings)
+    items.push(problem('maintenance', f.message, '#leases-section'));
   document.getElementById('problems').replaceChildren(...items);
   const verdict = document.getElementById('verdict');
   verdict.textContent = items.length ? items.length + ' thing(s) need attention'
     : 'Nothing is wrong: no expired leases, no stuck jobs, no old due jobs, no failures, ' +
-      'breakers closed, no lock findings, no workers idle while jobs wait.';
+      'breakers closed, no lock findings, no workers idle while jobs wait, maintenance running.';
   document.getElementById('now').dataset.state = items.length ? 'bad' : 'ok';
   fill('health', qs.map(q => {
     const sel = '#queue=' + encodeURIComponent(q.queue) + '&kind=' + encodeURIComponent(q.kind);
@@ -413,14 +418,15 @@ async function refresh() {
   const gen = ++generation;
   try {
     const [queues, rate, jobs, schedules, leases, breakers, locks, job, stuck, paused, actions,
-      chart, workers] = await Promise.all([
+      chart, workers, maint] = await Promise.all([
       api('/api/queues'), api('/api/throughput'), api(jobsPath()), api('/api/schedules'),
       api('/api/leases'), api('/api/breakers'), api('/api/doctor/locks'), fetchJob(),
       api('/api/jobs?' + stuckPath() + '&limit=' + (STUCK_LIMIT + 1)), api('/api/pauses'),
-      api('/api/actions?limit=20'), api(chartPath()), api('/api/workers')]);
+      api('/api/actions?limit=20'), api(chartPath()), api('/api/workers'),
+      api('/api/doctor/maintenance')]);
     if (gen !== generation) return;
     pauses = paused;
-    renderStrip(queues, stuck, breakers, locks, workers);
+    renderStrip(queues, stuck, breakers, locks, workers, maint);
     renderWorkers(workers);
     renderChart(chart);
     renderActions(actions);
