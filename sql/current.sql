@@ -1114,6 +1114,46 @@ $$;
 
 COMMENT ON FUNCTION skiplock.job_cancel(id bigint) IS 'cancel an unfinished job (operators)';
 
+CREATE FUNCTION skiplock.job_complete(id bigint, fencing bigint, result jsonb DEFAULT NULL::jsonb) RETURNS void
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+#variable_conflict use_column
+DECLARE
+  v_fencing bigint;
+  v_state text;
+BEGIN
+  IF job_complete.id IS NULL OR job_complete.fencing IS NULL THEN
+    RAISE EXCEPTION 'job_complete: id and fencing must not be NULL' USING ERRCODE = '22004';
+  END IF;
+  SELECT j.fencing, j.state INTO v_fencing, v_state
+    FROM skiplock.jobs j WHERE j.id = job_complete.id FOR UPDATE;
+  IF NOT FOUND THEN
+    IF EXISTS (SELECT 1 FROM skiplock.finished_jobs f
+                WHERE f.id = job_complete.id AND f.fencing = job_complete.fencing
+                  AND f.state = 'completed') THEN
+      RAISE EXCEPTION 'job % was already completed under token %', job_complete.id,
+                      job_complete.fencing
+        USING ERRCODE = 'SK001',
+              DETAIL = 'An earlier transaction of this claim committed its completion; this '
+                       'one is aborted so that its effect is not applied twice.';
+    END IF;
+    RAISE EXCEPTION 'job % does not exist', job_complete.id USING ERRCODE = 'SK001';
+  END IF;
+  IF v_fencing <> job_complete.fencing OR v_state <> 'running' THEN
+    RAISE EXCEPTION 'stale claim of job % (token %)', job_complete.id, job_complete.fencing
+      USING ERRCODE = 'SK001',
+            DETAIL = format('The job is %s under token %s. This transaction is aborted so '
+                            'that an owner that lost the job changes nothing.',
+                            v_state, v_fencing);
+  END IF;
+  PERFORM 1 FROM skiplock.record(ARRAY[job_complete.id], ARRAY[job_complete.fencing],
+                                 ARRAY['ok'], ARRAY[job_complete.result]);
+END
+$$;
+
+COMMENT ON FUNCTION skiplock.job_complete(id bigint, fencing bigint, result jsonb) IS 'in the caller''s transaction: raise SK001 unless the claim is current, then complete the job';
+
 CREATE FUNCTION skiplock.job_discard(id bigint) RETURNS skiplock.job_action_result
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'

@@ -30,6 +30,10 @@ export function enqueue(db: Queryable, kind: string, payload?: unknown, opts?: E
 export function enqueueStatement(kind: string, payload?: unknown, opts?: EnqueueOptions): { text: string; values: unknown[] };
 /** In your transaction, before the job's effect: throws FencedError unless the claim is current. */
 export function jobFence(db: Queryable, job: Pick<Job, 'id' | 'fencing'>): Promise<void>;
+/** In the transaction of the job's effect, last before COMMIT: throws FencedError unless the
+ * claim is current (or already completed it), then completes the job there, so the effect
+ * and the completion commit together (exactly once).  In a handler, use ctx.complete. */
+export function jobComplete(db: Queryable, job: Pick<Job, 'id' | 'fencing'>, result?: unknown): Promise<void>;
 
 export interface Job<P = any> {
   /** PostgreSQL bigint, as a string. */
@@ -53,6 +57,15 @@ export interface HandlerContext {
   /** Aborts when the lease is lost (reason: FencedError), the job times out
    * (JobTimeoutError) or the worker stops waiting for it (ShutdownError). */
   signal: AbortSignal;
+  /** Completes the job in your transaction on db, the one that makes the job's effect
+   * (skiplock.job_complete; call it last, just before COMMIT): the effect and the completion
+   * commit together or not at all, so the effect happens exactly once, even when the worker
+   * dies right after the COMMIT (the fence alone cannot prevent the next attempt from applying
+   * it again).  Throws FencedError unless the claim is current: roll back.  Resolve only once
+   * that transaction committed: the worker then records nothing (the handler's value is
+   * ignored) and takes the job's end for no lost lease.  If the COMMIT fails, throw: the
+   * worker records a failed attempt, refused harmlessly when the COMMIT did go through. */
+  complete(db: Queryable, result?: unknown): Promise<void>;
 }
 
 export type Handler = (job: Job, ctx: HandlerContext) => Promise<unknown>;

@@ -4,6 +4,7 @@
 # PgBouncer in transaction mode.  Runs under CTest (SKL_BIN) and
 # tests/harness/with-cluster (SKL_TEST_*).  Fails, never skips, when the
 # toolchain (Debian's python3, python3-psycopg, python3-pytest) is missing.
+# `run-tests.sh MODE faults` runs the fault tests (faults/) instead.
 set -u
 MODE=${1:?usage: run-tests.sh direct|pooled [PYTEST-ARGS...]}
 shift

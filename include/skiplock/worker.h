@@ -285,6 +285,39 @@ SKL_API void skl_job_retry_after(const skl_job *job, int64_t ms);
 /* True once the job's lease was lost (the handler should stop). */
 SKL_API bool skl_job_lost(const skl_job *job);
 
+/* Exactly once (docs/protocol.md, "The effect pattern"): the job's effect
+ * and its completion in one transaction on c: BEGIN; sql with its nparams
+ * text parameters ($1…), when sql is not NULL; SELECT
+ * skiplock.job_complete(job->id, job->fencing, result); COMMIT.  The
+ * effect commits exactly when the job is completed, so it is never
+ * applied twice: not by a stale owner, and not by the next attempt after
+ * this process dies between the effect and its outcome (which the fence
+ * alone, skiplock.job_fence, cannot prevent).  result: JSON text kept as
+ * the job's result, or NULL.  *rows (may be NULL) gets the number of rows
+ * sql affected or returned.
+ *
+ * c is a client of the handler's own (one per handler thread: a client is
+ * used by one thread at a time), never the worker's.  Called from a C
+ * handler's thread with the job it was given, it tells the worker: return
+ * SKL_JOB_OK after SKL_OK, and the worker records no outcome of its own
+ * (its result is the one given here) and does not take the job's end for
+ * a lost lease.  On any other code return a failure (SKL_JOB_RETRY): the
+ * worker records it, and that outcome is refused harmlessly when the
+ * transaction did commit.  With a job from skl_claim nothing else is told.
+ *
+ * SKL_OK: committed.  SKL_FENCED (SQLSTATE SK001): the claim is not
+ * current (lease lost, rescued, claimed again, cancelled) or this claim
+ * completed the job already: rolled back, no effect.  SKL_INDETERMINATE:
+ * the answer to COMMIT was lost; the effect and the completion committed
+ * together or not at all.  SKL_MISUSE: no client or job, or parameters
+ * without a statement.  Otherwise the statement's or the connection's
+ * codes (client.h), rolled back; transient failures before COMMIT are
+ * retried up to the client's retry bound.  Blocks for the transaction. */
+SKL_API skl_rc skl_job_complete_with(skl_client *c, const skl_job *job, const char *result,
+                                     const char *sql, int nparams,
+                                     const char *const *params, int64_t *rows,
+                                     skl_error *err);
+
 #ifdef __cplusplus
 }
 #endif

@@ -74,6 +74,12 @@ for R in $OP $RD $WK; do
 	refused "$R" "delete from the worker registry" "DELETE FROM skiplock.workers"
 	refused "$R" "call worker_idle" "SELECT skiplock.worker_idle('x', '{k}', NULL)"
 done
+# completing a job in its effect's transaction (step 0019): a worker's call
+for R in $OP $WK; do
+	allowed "$R" "call job_complete" \
+		"SELECT 1 / has_function_privilege('skiplock.job_complete(bigint, bigint, jsonb)', 'EXECUTE')::int"
+done
+refused "$RD" "complete a job in its effect's transaction" "SELECT skiplock.job_complete(1, 1)"
 allowed "$WK" "record its empty claim by claiming" \
 	"SELECT count(*) FROM skiplock.claim('wk', '{none}'); SELECT 1 / count(*) FROM skiplock.workers WHERE owner = 'wk'"
 

@@ -53,6 +53,15 @@ export async function enqueue(db, kind, payload, opts) {
   }
 }
 
+function fencedFor(err, job) {
+  const e = classify(err);
+  if (e instanceof FencedError) {
+    e.jobId = job.id;
+    e.fencing = job.fencing;
+  }
+  return e;
+}
+
 /** In the caller's transaction, before a job's effect: locks the job row
  * until the transaction ends and throws FencedError unless the claim
  * (job.id, job.fencing) is still current (docs/protocol.md, the effect
@@ -62,11 +71,23 @@ export async function jobFence(db, job) {
   try {
     await db.query('SELECT skiplock.job_fence($1, $2)', [job.id, job.fencing]);
   } catch (err) {
-    const e = classify(err);
-    if (e instanceof FencedError) {
-      e.jobId = job.id;
-      e.fencing = job.fencing;
-    }
-    throw e;
+    throw fencedFor(err, job);
+  }
+}
+
+/** In the transaction that makes a job's effect, last before COMMIT:
+ * throws FencedError unless the claim (job.id, job.fencing) is current (or
+ * when this claim completed the job already), then completes the job with
+ * result in that transaction, so the effect and the completion commit
+ * together: the effect happens exactly once (docs/protocol.md, the effect
+ * pattern).  In a handler use ctx.complete(db, result): it also tells the
+ * worker to send no outcome of its own. */
+export async function jobComplete(db, job, result) {
+  checkDb(db);
+  const text = result === undefined ? null : JSON.stringify(result) ?? null;
+  try {
+    await db.query('SELECT skiplock.job_complete($1, $2, $3::jsonb)', [job.id, job.fencing, text]);
+  } catch (err) {
+    throw fencedFor(err, job);
   }
 }

@@ -2,7 +2,10 @@
 // lease deadline and timeout, and the outcome it ends with.  The outcome
 // is queued once: when the handler settles, or at once when the job times
 // out or the worker gives up waiting for it.  A job whose lease was lost
-// queues nothing (its outcome would be fenced out).
+// queues nothing (its outcome would be fenced out).  A handler that
+// completed its job in its own transaction (ctx.complete) and returned
+// queues nothing either: the job is finished.
+import { jobComplete } from './enqueue.js';
 import { FencedError, JobTimeoutError, PermanentError, ShutdownError } from './errors.js';
 
 function failure(job, err) {
@@ -19,6 +22,20 @@ export class Run {
     this.queue = queue; // (outcome) => void
     this.done = false; // the outcome is queued, or the job was lost
     this.timer = null;
+    // ctx.complete succeeded: the job is finished once the handler's
+    // transaction commits (a heartbeat may then find it gone)
+    this.completedInTx = false;
+  }
+
+  /** The handler's context: its signal, and complete(db, result). */
+  #context() {
+    return {
+      signal: this.signal,
+      complete: async (db, result) => {
+        await jobComplete(db, this.job, result);
+        this.completedInTx = true;
+      },
+    };
   }
 
   get signal() {
@@ -30,13 +47,19 @@ export class Run {
     const { job } = this;
     if (job.timeoutMs > 0) this.timer = setTimeout(() => this.timeout(), job.timeoutMs);
     try {
-      const result = await handler(job, { signal: this.signal });
-      this.#end({ job, outcome: 'ok', result });
+      const result = await handler(job, this.#context());
+      this.#end(this.completedInTx ? null : { job, outcome: 'ok', result });
     } catch (err) {
-      this.#end(failure(job, err));
+      this.#end(this.#failure(err));
     } finally {
       clearTimeout(this.timer);
     }
+  }
+
+  // A failed attempt; after ctx.complete it is refused when the handler's
+  // transaction committed, and that is no lost claim.
+  #failure(err) {
+    return { ...failure(this.job, err), inTx: this.completedInTx };
   }
 
   #end(outcome) {
@@ -55,7 +78,7 @@ export class Run {
   timeout() {
     const ms = this.job.timeoutMs;
     const err = new JobTimeoutError(`job ${this.job.id} timed out after ${ms} ms`);
-    this.#abort(err, failure(this.job, err));
+    this.#abort(err, this.#failure(err));
   }
 
   /** The lease is gone: abort the handler, and send nothing for it. */
@@ -74,6 +97,6 @@ export class Run {
 
   shutdown(ms) {
     const err = new ShutdownError(`the worker stopped before the handler finished (waited ${ms} ms)`);
-    this.#abort(err, failure(this.job, err));
+    this.#abort(err, this.#failure(err));
   }
 }

@@ -163,7 +163,7 @@ export class Worker extends EventEmitter {
 
   #fencedOut(outs, accepted) {
     for (const o of outs) {
-      if (accepted.has(o.job.id)) continue;
+      if (accepted.has(o.job.id) || o.inTx) continue; // inTx: the handler's transaction completed it
       const { id, fencing } = o.job;
       this.emit('fenced', new FencedError(
         `job ${id}: outcome '${o.outcome}' refused, the claim (fencing ${fencing}) is no longer current`,
@@ -210,7 +210,8 @@ export class Worker extends EventEmitter {
   async #heartbeat() {
     if (this.#beating) return;
     const now = Date.now();
-    const live = [...this.#runs, ...this.#waiting].filter((r) => !r.done);
+    // A job its handler completed in its own transaction is gone, not lost.
+    const live = [...this.#runs, ...this.#waiting].filter((r) => !r.done && !r.completedInTx);
     for (const r of live) if (now > r.deadline) this.emit('fenced', r.lose('no heartbeat succeeded within the lease'));
     const runs = live.filter((r) => !r.done);
     if (runs.length === 0) return;
@@ -218,6 +219,7 @@ export class Worker extends EventEmitter {
     try {
       const extended = await proto.heartbeat(await this.#conn.get(), runs.map((r) => r.job), this.#o.leaseInterval);
       for (const [i, r] of runs.entries()) {
+        if (!extended[i] && r.completedInTx) continue; // committed while we asked
         if (!extended[i]) this.emit('fenced', r.lose('the database did not extend it'));
         else r.deadline = now + this.#o.leaseMs;
       }

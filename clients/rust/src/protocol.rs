@@ -1,11 +1,12 @@
 //! The SQL protocol's calls (docs/protocol.md), each one simple query.
 //! Fenced out is a result for the worker's calls: `record` leaves the row
 //! out, `heartbeat` says `extended = false`; `complete` and `fail` return
-//! [`Error::Fenced`] here, and so does `job_fence` (SQLSTATE SK001).
+//! [`Error::Fenced`] here, and so do `job_fence` and `job_complete` (SQLSTATE
+//! SK001).
 
 use crate::conn::select;
 use crate::error::Error;
-use crate::job::{Finished, Job, Outcome};
+use crate::job::{Finished, Job, Outcome, TxCompletion};
 use crate::sql;
 use std::time::Duration;
 use tokio_postgres::{GenericClient, SimpleQueryRow};
@@ -86,6 +87,7 @@ fn job(r: &SimpleQueryRow) -> Result<Job, Error> {
         fencing: int(r, 8)?,
         timeout: if timeout_ms > 0 { Some(Duration::from_millis(timeout_ms)) } else { None },
         priority: int(r, 10)?,
+        completed_in_tx: TxCompletion::default(),
     })
 }
 
@@ -178,6 +180,22 @@ pub async fn fail<C: GenericClient + Sync>(
 /// transaction must then roll back.
 pub async fn job_fence<C: GenericClient + Sync>(c: &C, job: &Job) -> Result<(), Error> {
     let q = format!("SELECT skiplock.job_fence({}, {})", job.id, job.fencing);
+    fenced(select(c.client(), &q).await, job).map(|_| ())
+}
+
+/// Exactly once: last in the transaction that makes the job's effect,
+/// checks the fence and completes the job there (`skiplock.job_complete`),
+/// so the effect and the completion commit together.  [`Error::Fenced`]
+/// (SQLSTATE SK001) unless the claim is current or when this claim
+/// completed the job already; the transaction must then roll back.  In a
+/// handler use [`Job::complete`]: it also tells the worker.
+pub async fn job_complete<C: GenericClient + Sync>(
+    c: &C,
+    job: &Job,
+    result: &serde_json::Value,
+) -> Result<(), Error> {
+    let q = format!("SELECT skiplock.job_complete({}, {}, {})", job.id, job.fencing,
+                    sql::jsonb(result)?);
     fenced(select(c.client(), &q).await, job).map(|_| ())
 }
 

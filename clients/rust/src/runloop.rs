@@ -15,12 +15,12 @@
 
 use crate::db::Db;
 use crate::error::Error;
-use crate::job::{Finished, Job, Outcome};
+use crate::job::{Finished, Job, Outcome, TxCompletion};
 use crate::jitter::jittered;
 use crate::protocol::{exchange, heartbeat, rescue, ClaimArgs};
 use crate::runners::{self, Queue};
 use crate::worker::{Config, Event};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
 use tokio::sync::Notify;
@@ -43,6 +43,9 @@ const NOT_STARTED: &str = "the worker stopped before starting it";
 struct Held {
     token: CancellationToken,
     lost: bool,
+    /// The handler completed the job in its own transaction (Job::complete):
+    /// a heartbeat that finds the job gone is no lost lease.
+    in_tx: TxCompletion,
 }
 
 struct Loop {
@@ -55,6 +58,9 @@ struct Loop {
     queue: Arc<Queue>,
     rx: UnboundedReceiver<Finished>,
     pending: Vec<Finished>,
+    /// Pending failures of handlers that completed their job in their own
+    /// transaction: refused, they count as completed, not as fenced.
+    in_tx: HashSet<(i64, i64)>,
     pending_since: Option<Instant>,
     claim_due: bool,
     next_poll: Instant,
@@ -73,7 +79,7 @@ pub(crate) async fn start(cfg: Arc<Config>, stop: CancellationToken)
     kinds.sort();
     let queue = runners::start(cfg.clone(), tx);
     let mut l = Loop { cfg, db, wake, stop, kinds, held: HashMap::new(), queue, rx,
-                       pending: vec![], pending_since: None, claim_due: true, next_poll: now,
+                       pending: vec![], in_tx: HashSet::new(), pending_since: None, claim_due: true, next_poll: now,
                        next_heartbeat: now, next_rescue: now, stopping_since: None };
     Ok(tokio::spawn(async move { l.run().await }))
 }
@@ -115,8 +121,22 @@ impl Loop {
 
     fn finish(&mut self, f: Finished) {
         match self.held.remove(&(f.id, f.fencing)) {
+            Some(h) if h.in_tx.is_set() => self.finish_in_tx(f),
             Some(h) if !h.lost => self.push_pending(f),
             _ => {} /* lost: its outcome would be fenced out anyway */
+        }
+    }
+
+    /// The handler completed its job in its own transaction: nothing to
+    /// record when it returned Ok (the job is finished, or, if that commit
+    /// did not go through after all, still running until its lease
+    /// expires); a failure is recorded, and refused when it did commit.
+    fn finish_in_tx(&mut self, f: Finished) {
+        if let Outcome::Ok(_) = f.outcome {
+            self.cfg.event(Event::Recorded { id: f.id, state: "completed".into() });
+        } else {
+            self.in_tx.insert((f.id, f.fencing));
+            self.push_pending(f);
         }
     }
 
@@ -202,12 +222,16 @@ impl Loop {
     }
 
     /// Tells which outcomes were accepted and which were fenced out.
-    fn report(&self, done: &[Finished], recorded: Vec<crate::protocol::Recorded>) {
+    fn report(&mut self, done: &[Finished], recorded: Vec<crate::protocol::Recorded>) {
         let mut by_id: HashMap<i64, String> =
             recorded.into_iter().map(|r| (r.id, r.state)).collect();
         for f in done {
+            let in_tx = self.in_tx.remove(&(f.id, f.fencing));
             match by_id.remove(&f.id) {
                 Some(state) => self.cfg.event(Event::Recorded { id: f.id, state }),
+                None if in_tx => {
+                    self.cfg.event(Event::Recorded { id: f.id, state: "completed".into() })
+                }
                 None => self.cfg.event(Event::Fenced(Error::Fenced { id: f.id, fencing: f.fencing })),
             }
         }
@@ -243,7 +267,8 @@ impl Loop {
         let mut queued = Vec::with_capacity(jobs.len());
         for job in jobs {
             let token = CancellationToken::new();
-            self.held.insert((job.id, job.fencing), Held { token: token.clone(), lost: false });
+            let in_tx = job.completed_in_tx.clone();
+            self.held.insert((job.id, job.fencing), Held { token: token.clone(), lost: false, in_tx });
             queued.push((job, token));
         }
         self.queue.push(queued);
@@ -270,7 +295,8 @@ impl Loop {
         match heartbeat(client, &claims, self.cfg.lease).await {
             Ok(rows) => {
                 for ((id, ext), (_, fencing)) in rows.into_iter().zip(claims) {
-                    if !ext {
+                    let in_tx = self.held.get(&(id, fencing)).map_or(false, |h| h.in_tx.is_set());
+                    if !ext && !in_tx { /* in_tx: gone because its transaction committed */
                         self.lose(id, fencing);
                     }
                 }

@@ -23,7 +23,10 @@ pub(crate) type Handler =
 /// Something the worker noticed; see [`WorkerBuilder::on_event`].
 #[derive(Debug)]
 pub enum Event {
-    /// The outcome was accepted: the job's new state.
+    /// The outcome was accepted: the job's new state.  Also `completed`
+    /// for a job its handler completed in its own transaction
+    /// ([`Job::complete`]), whose outcome the worker does not send (or
+    /// whose later failure was refused because that transaction committed).
     Recorded { id: i64, state: String },
     /// The outcome was refused: the claim was no longer current.
     Fenced(Error),

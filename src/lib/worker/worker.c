@@ -203,7 +203,10 @@ static int c_run(skl_worker *w, slot *s)
 {
 	(void)w;
 	const c_handler *c = s->h->ctx;
-	return c->fn(&s->job, c->ctx);
+	skl__handler_slot_set(s); /* skl_job_complete_with finds the slot */
+	int code = c->fn(&s->job, c->ctx);
+	skl__handler_slot_set(NULL);
+	return code;
 }
 
 static const handler_ops c_ops = {.name = "C", .run = c_run, .free = free};

@@ -3,14 +3,17 @@
  *
  * The worker files call each other in one direction only (checked by
  * tests/layers/check_layers.sh):
- *   worker_log.c, worker_check.c, spawn.c        call no worker file
- *   worker.c, retry_policy.c, worker_idle.c      the log, the checks, spawn.c
+ *   worker_log.c, worker_check.c, spawn.c,       call no worker file
+ *   complete_tx.c
+ *   worker.c, retry_policy.c, worker_idle.c      the log, the checks, spawn.c,
+ *                                                complete_tx.c
  *   command.c, webhook.c                         worker.c (registration), the log
  *   stream_out.c < stream_proc.c < stream_loop.c < stream.c
  *                                                the same; each stream file
  *                                                calls only those before it
  *                                                (stream_int.h)
- *   worker_loop.c                                worker.c, the policy, the idle poll
+ *   worker_loop.c                                worker.c, the policy, the idle poll,
+ *                                                complete_tx.c
  * A handler is reached only through its handler_ops: the loop knows no
  * handler file, and worker.c knows none either.
  */
@@ -40,6 +43,8 @@ struct slot {
 	struct slot *next;
 	const struct handler *h;
 	volatile sig_atomic_t lost;
+	_Atomic int in_tx;           /* IN_TX_*: the handler completed the job in its
+	                              * own transaction (complete_tx.c) */
 	skl_outcome_kind outcome;
 	int64_t retry_delay_ms;      /* > 0 with a retry outcome: set by the handler
 	                              * path (e.g. a webhook's Retry-After) and wins
@@ -52,6 +57,11 @@ struct slot {
 	char *error;                 /* text or NULL */
 	double seconds;              /* how long the handler ran */
 };
+
+/* slot.in_tx (complete_tx.c): no completion; skiplock.job_complete ran
+ * in a transaction still open; that transaction committed (or its
+ * COMMIT's answer was lost). */
+enum { IN_TX_NONE = 0, IN_TX_OPEN = 1, IN_TX_DONE = 2 };
 
 /* What a kind of handler (C function, command, webhook, stream) offers
  * the worker.  ctx is the handler's own state, given at registration. */
@@ -189,6 +199,17 @@ int skl__idle_drain(skl_worker *w);
 /* One read-only statement: when the next job, fire time, lease expiry are due. */
 skl_rc skl__idle_poll(skl_worker *w, const char *const *kinds, skl_idle_view *v,
                       skl_error *err);
+
+/* complete_tx.c: the slot of the C handler running on this thread (NULL
+ * when none), set by the C handler's run around the handler. */
+void skl__handler_slot_set(slot *s);
+/* True when s's handler completed its job in its own transaction, or
+ * that transaction is open (a heartbeat may find the job gone). */
+bool skl__slot_completed_in_tx(slot *s);
+/* Unlinks from *list the slots whose handler returned SKL_JOB_OK after
+ * completing the job in its own transaction (no outcome to record), less
+ * one from *n each; returns them as a list. */
+slot *skl__take_completed_in_tx(slot **list, size_t *n);
 
 /* worker_check.c: SKL_OK when every option is within its documented
  * bounds (skiplock/worker.h), else SKL_INVALID naming the first that is

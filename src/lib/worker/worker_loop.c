@@ -173,7 +173,11 @@ static void log_outcome(skl_worker *w, slot *s, const skl_recorded *rec)
 	const skl_job *j = &s->job;
 	skl__wm_duration(w->metrics, j->queue, j->kind, s->seconds);
 	s->retry_delay_ms = rec->delay_ms;
-	if (!rec->accepted) {
+	if (!rec->accepted && skl__slot_completed_in_tx(s)) {
+		w->st_completed++; /* the handler's transaction committed the completion */
+		count(w, s, WM_COMPLETED);
+		skl__wlog_job(w, SKL_LOG_DEBUG, j, "completed by the handler's transaction");
+	} else if (!rec->accepted) {
 		w->st_fenced++;
 		count(w, s, WM_FENCED);
 		skl__wlog_job(w, SKL_LOG_WARNING, j, "lease lost, outcome dropped");
@@ -192,6 +196,22 @@ static void log_outcome(skl_worker *w, slot *s, const skl_recorded *rec)
 		count(w, s, WM_RETRIED);
 		skl__wlog_job(w, SKL_LOG_INFO, j, "failed, retry in %" PRId64 " ms: %s",
 		              s->retry_delay_ms, s->error ? s->error : "");
+	}
+}
+
+/* Counts and frees slots whose handler completed the job in its own
+ * transaction (skl_job_complete_with): there is no outcome to record. */
+static void settle_in_tx(skl_worker *w, slot *list)
+{
+	for (slot *s = list, *next; s; s = next) {
+		next = s->next;
+		skl__wm_duration(w->metrics, s->job.queue, s->job.kind, s->seconds);
+		w->st_completed++;
+		count(w, s, WM_COMPLETED);
+		skl__wlog_job(w, SKL_LOG_DEBUG, &s->job, "completed in its handler's transaction "
+		              "in %.3f s", s->seconds);
+		forget_running(w, s);
+		skl__slot_free(s);
 	}
 }
 
@@ -329,6 +349,7 @@ static int exchange(skl_worker *w, size_t claim, const char *const *kinds, size_
 {
 	size_t ndone;
 	slot *list = take_done(w, &ndone);
+	settle_in_tx(w, skl__take_completed_in_tx(&list, &ndone));
 	if (ndone == 0 && claim == 0)
 		return 0;
 	skl_outcome *outs = outcomes_of(list, ndone);
@@ -383,7 +404,8 @@ static void heartbeat(skl_worker *w)
 	if (rc == SKL_OK) {
 		w->st_heartbeats++;
 		for (size_t i = 0; i < n; i++)
-			if (!alive[i] && !w->running[i]->lost) {
+			if (!alive[i] && !w->running[i]->lost &&
+			    !skl__slot_completed_in_tx(w->running[i])) {
 				w->running[i]->lost = 1;
 				skl__wlog_job(w, SKL_LOG_WARNING, &w->running[i]->job,
 				              "lease lost; stopping it");

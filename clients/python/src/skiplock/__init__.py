@@ -15,7 +15,7 @@ from .errors import (FencedError, PermanentError, SkiplockError, TransientError,
                      is_transient)
 from .job import Discard, Job, JobContext, Retry
 from .pooler import url_looks_pooled
-from .protocol import complete, enqueue, fail, job_fence
+from .protocol import complete, enqueue, fail, job_complete, job_fence
 from .worker import Stats, Worker
 
 __version__ = "0.2.0"
@@ -23,5 +23,5 @@ __version__ = "0.2.0"
 __all__ = [
     "Discard", "FencedError", "Job", "JobContext", "PermanentError", "Retry", "SkiplockError",
     "Stats", "TransientError", "Worker", "classify", "complete", "enqueue", "fail",
-    "is_transient", "job_fence", "url_looks_pooled",
+    "is_transient", "job_complete", "job_fence", "url_looks_pooled",
 ]

@@ -55,6 +55,7 @@ class Outcome:
     error: Optional[str] = None
     retry_after_ms: Optional[int] = None
     resent: bool = False  # sent before without an answer: a missing row is no news
+    in_tx: bool = False  # the handler completed the job in its transaction: a refusal is no news
 
 
 def outcome_params(outs: Sequence[Outcome]) -> List[Any]:

@@ -166,10 +166,23 @@ class Slots:
             return
         if h.timer is not None:
             h.timer.cancel()
+        if h.ctx.completed_in_tx and not fut.cancelled() and fut.exception() is None:
+            self._completed_in_tx(h)
+            return
         self._queue(h, outcome_of(h.job, fut))
+
+    def _completed_in_tx(self, h: Held) -> None:
+        """The handler completed its job in its own transaction and returned:
+        nothing to record (the job is finished, or, if that commit did not
+        go through after all, still running until its lease expires)."""
+        self.stats.completed += 1
+        self._settle(h)
+        self.forget(h.job.id, h.job.fencing)
+        self._wake()
 
     def _queue(self, h: Held, outcome: Outcome) -> None:
         self._settle(h)
+        outcome.in_tx = h.ctx.completed_in_tx
         self.outcomes.append(outcome)
         self._wake()
 

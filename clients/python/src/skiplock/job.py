@@ -42,12 +42,13 @@ class JobContext:
     handler returns afterwards is dropped or recorded as a failure.
     """
 
-    __slots__ = ("job", "reason", "_cancelled")
+    __slots__ = ("job", "reason", "_cancelled", "_completed_in_tx")
 
     def __init__(self, job: Job):
         self.job = job
         self.reason: Optional[str] = None
         self._cancelled: Optional[threading.Event] = None
+        self._completed_in_tx = False
 
     def __repr__(self) -> str:
         return f"JobContext(job={self.job!r}, reason={self.reason!r})"
@@ -74,6 +75,34 @@ class JobContext:
         on an AsyncConnection)."""
         from .protocol import job_fence
         return job_fence(conn, self.job.id, self.job.fencing)
+
+    def complete(self, conn: Any, result: Any = None) -> Any:
+        """Completes the job in your transaction on `conn`, the one that
+        makes the job's effect (skiplock.job_complete; call it last, just
+        before the commit).  The effect and the completion then commit
+        together or not at all: the effect happens exactly once, even when
+        the worker dies right after the commit (the fence alone cannot
+        prevent the next attempt from applying it again).  Raises
+        FencedError (SQLSTATE SK001) unless the claim is current: roll
+        back.  `result` (any JSON value) is kept as the job's result.
+
+        Return normally only once that transaction has committed: the
+        worker then records no outcome of its own (the handler's return
+        value is ignored) and does not take the job's end for a lost lease.
+        If the commit fails, raise: the worker records a failed attempt,
+        which is refused harmlessly when the commit did go through.
+        Awaitable on an AsyncConnection."""
+        from .protocol import _then, job_complete
+
+        def done(_: Any) -> None:
+            self._completed_in_tx = True
+
+        return _then(job_complete(conn, self.job.id, self.job.fencing, result), done)
+
+    @property
+    def completed_in_tx(self) -> bool:
+        """True once complete() succeeded in the handler's transaction."""
+        return self._completed_in_tx
 
 
 class Retry(Exception):

@@ -139,6 +139,18 @@ def job_fence(conn: Any, job_id: int, fencing: int) -> Any:
     return _one(conn, "SELECT skiplock.job_fence(%s::bigint, %s::bigint)", [job_id, fencing])
 
 
+def job_complete(conn: Any, job_id: int, fencing: int, result: Any = None) -> Any:
+    """In the transaction of a job's effect, last before COMMIT: raises
+    FencedError unless (job_id, fencing) is the current claim (or if this
+    claim completed the job already), then completes the job with `result`
+    (any JSON value) in that transaction: the effect and the completion
+    commit together or not at all, so the effect happens exactly once
+    (sql/0019_complete_in_tx.sql).  In a handler, use ctx.complete(conn)
+    instead: it also tells the worker to send no outcome of its own."""
+    return _one(conn, "SELECT skiplock.job_complete(%s::bigint, %s::bigint, %s::jsonb)",
+                [job_id, fencing, None if result is None else Jsonb(result)])
+
+
 def _then(value: Any, fn: Any) -> Any:
     """fn(value), or an awaitable of it when value is one."""
     if hasattr(value, "__await__"):

@@ -286,6 +286,8 @@ class Worker:
                     self.stats.completed += 1
                 else:
                     self.stats.failed += 1
+            elif o.in_tx:  # refused: the handler's transaction completed the job
+                self.stats.completed += 1
             elif not o.resent:
                 self.stats.fenced += 1
                 log.warning("skiplock worker: the outcome of job %d (token %d) was refused: "
@@ -309,7 +311,9 @@ class Worker:
         rows = await self._session.heartbeat([h.job.id for h in held],
                                              [h.job.fencing for h in held], self.lease_ms)
         for (job_id, extended), h in zip(rows, held):
-            if not extended and self._slots.held.get(job_id) is h:
+            # A job its handler completed in its own transaction is gone: not lost.
+            if (not extended and self._slots.held.get(job_id) is h
+                    and not h.ctx.completed_in_tx):
                 self._slots.lose(h)
 
     def _poke(self) -> None:
