@@ -36,6 +36,8 @@ struct slot {
 	struct slot *next;
 	const struct handler *h;
 	volatile sig_atomic_t lost;
+	bool row_locked;             /* the last heartbeat found its row held by a
+	                              * transaction (a job_fence): not extended */
 	skl_outcome_kind outcome;
 	int64_t retry_delay_ms;      /* > 0 with a retry outcome: set by the handler
 	                              * path (e.g. a webhook's Retry-After) and wins

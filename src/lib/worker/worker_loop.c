@@ -359,36 +359,65 @@ static int exchange(skl_worker *w, size_t claim, const char *const *kinds)
 	return rc == SKL_OK || rc == SKL_EMPTY ? (int)n : -1;
 }
 
-static void heartbeat(skl_worker *w)
+/* While a claim's row is held by a transaction (its handler's job_fence)
+ * the heartbeat cannot extend its lease, and nothing can take the job.
+ * When that transaction ends the lease may have expired, and a rescue
+ * anywhere in the fleet may end the claim before the next heartbeat; so
+ * the heartbeat comes sooner meanwhile: lease/10, from 50 ms to 1 s. */
+#define HB_LOCKED_MIN_MS 50
+#define HB_LOCKED_MAX_MS 1000
+
+static void note_hb_state(skl_worker *w, slot *s, skl_hb_state st)
 {
+	if (st == SKL_HB_LOST && !s->lost) {
+		s->lost = 1;
+		skl__wlog_job(w, SKL_LOG_WARNING, &s->job, "lease lost; stopping it");
+	} else if ((st == SKL_HB_LOCKED) != s->row_locked) {
+		s->row_locked = st == SKL_HB_LOCKED;
+		skl__wlog_job(w, SKL_LOG_DEBUG, &s->job, s->row_locked
+		              ? "heartbeat: a transaction holds the job's row (a job_fence?); "
+		                "lease kept, not extended"
+		              : "heartbeat: the job's row is free again; lease extended");
+	}
+}
+
+/* Heartbeats every claim held; returns the ms until the next heartbeat:
+ * lease/3, or sooner while a claim's row is locked.  The statement never
+ * waits for a row lock (sql/0020_heartbeat_idem.sql), so one job's open
+ * effect transaction cannot cost the others their leases. */
+static int64_t heartbeat(skl_worker *w)
+{
+	int64_t every = w->wo.lease_ms / 3, soon = w->wo.lease_ms / 10;
 	size_t n = w->nrunning;
 	if (n == 0)
-		return;
+		return every;
 	int64_t *ids = calloc(n, sizeof(int64_t)), *fen = calloc(n, sizeof(int64_t));
-	bool *alive = calloc(n, sizeof(bool));
+	skl_hb_state *st = calloc(n, sizeof(skl_hb_state));
 	skl_error err;
 	for (size_t i = 0; ids && fen && i < n; i++) {
 		ids[i] = w->running[i]->job.id;
 		fen[i] = w->running[i]->job.fencing;
 	}
-	skl_rc rc = ids && fen && alive
-	                ? skl_heartbeat(w->db, ids, fen, n, w->wo.lease_ms, alive, &err)
+	skl_rc rc = ids && fen && st
+	                ? skl_heartbeat_states(w->db, ids, fen, n, w->wo.lease_ms, st, &err)
 	                : SKL_NOMEM;
+	bool locked = false;
 	if (rc == SKL_OK) {
 		w->st_heartbeats++;
-		for (size_t i = 0; i < n; i++)
-			if (!alive[i] && !w->running[i]->lost) {
-				w->running[i]->lost = 1;
-				skl__wlog_job(w, SKL_LOG_WARNING, &w->running[i]->job,
-				              "lease lost; stopping it");
-			}
+		for (size_t i = 0; i < n; i++) {
+			note_hb_state(w, w->running[i], st[i]);
+			locked = locked || st[i] == SKL_HB_LOCKED;
+		}
 	} else {
 		skl__wlog(w, SKL_LOG_WARNING, "heartbeat failed: %s",
 		          rc == SKL_NOMEM ? "out of memory" : err.message);
 	}
 	free(ids);
 	free(fen);
-	free(alive);
+	free(st);
+	soon = soon < HB_LOCKED_MIN_MS ? HB_LOCKED_MIN_MS
+	       : soon > HB_LOCKED_MAX_MS ? HB_LOCKED_MAX_MS : soon;
+	return locked && soon < every ? soon : every;
 }
 
 static void count_rescue(void *ctx, const char *queue, const char *kind, bool discarded)
@@ -625,10 +654,8 @@ static void idle_poll(skl_worker *w, loop_state *ls, const char *const *kinds, i
  * one of them is due next. */
 static int64_t chores(skl_worker *w, loop_state *ls, const char *const *kinds, int64_t now)
 {
-	if (now >= ls->next_hb) {
-		heartbeat(w);
-		ls->next_hb = now + w->wo.lease_ms / 3;
-	}
+	if (now >= ls->next_hb)
+		ls->next_hb = now + heartbeat(w);
 	skl__wm_set_scalars(w->metrics, w->nrunning,
 	                    skl_client_connects(w->db) ? skl_client_connects(w->db) - 1 : 0,
 	                    skl_client_indeterminate(w->db));
