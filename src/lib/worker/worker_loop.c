@@ -467,19 +467,22 @@ static size_t done_count(skl_worker *w)
 }
 
 /* Waits for the wake pipe, a notification or ms; true when a
- * notification arrived or the connection was lost (claim at once). */
-static bool wait_wake(skl_worker *w, int64_t ms)
+ * notification arrived or the connection was lost (claim soon).  With
+ * hints false a notification could not bring the next claim forward (see
+ * hint_helps): what arrived is read and counted, the socket is not
+ * polled, so a flood of them cannot spin the loop. */
+static bool wait_wake(skl_worker *w, int64_t ms, bool hints)
 {
 	int woken = skl__idle_drain(w); /* read while the last statement ran */
-	struct pollfd p[2] = {{.fd = w->wake[0], .events = POLLIN},
-	                      {.fd = skl__idle_fd(w), .events = POLLIN}};
-	if (ms > 0 && woken == 0 && poll(p, p[1].fd >= 0 ? 2 : 1, ms > 1000 ? 1000 : (int)ms) > 0 &&
-	    p[1].fd >= 0 && p[1].revents)
+	int fd = hints ? skl__idle_fd(w) : -1;
+	struct pollfd p[2] = {{.fd = w->wake[0], .events = POLLIN}, {.fd = fd, .events = POLLIN}};
+	if (ms > 0 && (woken == 0 || !hints) &&
+	    poll(p, fd >= 0 ? 2 : 1, ms > 1000 ? 1000 : (int)ms) > 0 && fd >= 0 && p[1].revents)
 		woken = skl__idle_drain(w);
 	char buf[256];
 	while (read(w->wake[0], buf, sizeof(buf)) > 0)
 		;
-	return woken != 0;
+	return hints && woken != 0;
 }
 
 static skl_rc start_threads(skl_worker *w, skl_error *err)
@@ -515,8 +518,9 @@ typedef struct loop_state {
 	int64_t poll, next_claim, next_hb, next_rescue, stop_at, kill_sent, next_cron, cron_warned;
 	int64_t next_stats, stats_warned, next_maint;
 	bool idle;                   /* nothing claimed for idle_after(): see idle_poll */
-	bool woken;                  /* a notification or a new LISTEN: claim at once */
-	int64_t last_work, next_idle, idle_warned;
+	bool woken;                  /* a notification or a new LISTEN: see on_wake */
+	bool empty;                  /* the last claim found nothing, at empty_at */
+	int64_t last_work, next_idle, idle_warned, empty_at;
 } loop_state;
 
 /* Uniform in [ms/2, 3ms/2). The generator is shared with handler threads. */
@@ -605,6 +609,42 @@ static int64_t min64(int64_t a, int64_t b)
 	return a < b ? a : b;
 }
 
+/* When a wake-up (a notification, a new LISTEN) may claim: at once,
+ * unless the last claim found nothing less than poll_ms ago; then poll_ms
+ * after it. */
+static int64_t wake_claim_at(const skl_worker *w, const loop_state *ls, int64_t now)
+{
+	int64_t at = ls->empty ? ls->empty_at + w->wo.poll_ms : now;
+	return at > now ? at : now;
+}
+
+/* A notification is a hint that a job may be due, never a promise, and
+ * any role can send one (NOTIFY cannot be restricted).  So hints are
+ * coalesced (all that arrived count as one), never delay a claim, and,
+ * while claims find nothing, bring one forward at most to poll_ms after
+ * the last: a flood of them costs a worker at most about 1000 / poll_ms
+ * claims a second (5 with the default --poll 200ms), and a real job is
+ * still claimed within poll_ms.  They neither reset the backoff of an
+ * empty claim nor count as work (only an idle worker leaves idleness). */
+static void on_wake(skl_worker *w, loop_state *ls, int64_t now)
+{
+	int64_t at = wake_claim_at(w, ls, now);
+	if (ls->idle)
+		leave_idle(w, ls, now);
+	else if (ls->next_claim < at)
+		at = ls->next_claim;
+	ls->next_claim = at;
+}
+
+/* Whether a notification now would bring a claim forward: the worker has
+ * room for a job, and is idle or next claims later than a wake-up would. */
+static bool hint_helps(skl_worker *w, const loop_state *ls, int64_t now)
+{
+	if (w->stop || pending_count(w) >= capacity(w))
+		return false;
+	return ls->idle || ls->next_claim > wake_claim_at(w, ls, now);
+}
+
 /* How long an idle worker sleeps after its idle poll: poll_idle_ms
  * (drawn in [1, 1.25) times it, so never more often), or less when a job,
  * a fire time or a lease expiry is due earlier. */
@@ -659,6 +699,7 @@ static int64_t chores(skl_worker *w, loop_state *ls, const char *const *kinds, i
 	skl__wm_set_scalars(w->metrics, w->nrunning,
 	                    skl_client_connects(w->db) ? skl_client_connects(w->db) - 1 : 0,
 	                    skl_client_indeterminate(w->db));
+	skl__wm_set_wakeups(w->metrics, w->st_claims, w->st_empty_claims, w->st_notifications);
 	bool stats = !w->stop && w->wo.queue_stats_every_ms > 0;
 	if (stats && now >= ls->next_stats) /* metrics stay fresh, idle or not */
 		queue_stats(w, ls, now);
@@ -706,6 +747,12 @@ static void claim_turn(skl_worker *w, loop_state *ls, const char *const *kinds, 
 		return;
 	}
 	int got = exchange(w, free_slots, kinds);
+	if (got >= 0) {
+		w->st_claims++;
+		w->st_empty_claims += got == 0;
+		ls->empty = got == 0;
+		ls->empty_at = now;
+	}
 	if (got > 0) {
 		ls->poll = w->wo.poll_ms;
 		ls->next_claim = now; /* more may be due as soon as a slot frees */
@@ -742,7 +789,7 @@ static bool turn(skl_worker *w, loop_state *ls, const char *const *kinds)
 		return false; /* C handlers that ignore skl_job_lost: leave them to the rescue */
 	if (ls->woken) {
 		ls->woken = false;
-		leave_idle(w, ls, now);
+		on_wake(w, ls, now);
 	}
 	claim_turn(w, ls, kinds, now);
 	int64_t until = chores(w, ls, kinds, now);
@@ -751,7 +798,7 @@ static bool turn(skl_worker *w, loop_state *ls, const char *const *kinds)
 		until = ls->next_claim;
 	if (skl__idle_relisten(w))
 		ls->woken = true;
-	else if (wait_wake(w, until - skl__now_ms()))
+	else if (wait_wake(w, until - skl__now_ms(), hint_helps(w, ls, skl__now_ms())))
 		ls->woken = true;
 	return true;
 }
