@@ -70,8 +70,7 @@ RETURNS SETOF skiplock.heartbeat_result
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
 #variable_conflict use_column
 DECLARE
-  v_ids bigint[];
-  v_fencings bigint[];
+  v_extended boolean[];
 BEGIN
   IF heartbeat.ids IS NULL OR heartbeat.fencings IS NULL OR heartbeat.lease IS NULL THEN
     RAISE EXCEPTION 'heartbeat: ids, fencings and lease must not be NULL' USING ERRCODE = '22004';
@@ -85,28 +84,32 @@ BEGIN
       USING ERRCODE = '22023';
   END IF;
   -- Never waits: a row another transaction holds is skipped here.
-  WITH v AS (SELECT DISTINCT * FROM unnest(heartbeat.ids, heartbeat.fencings) AS v(id, fencing)),
-  l AS (SELECT j.id FROM skiplock.jobs j, v
-         WHERE j.id = v.id AND j.fencing = v.fencing AND j.state = 'running' COLLATE "C"
+  WITH v AS (SELECT * FROM unnest(heartbeat.ids, heartbeat.fencings) WITH ORDINALITY
+                             AS v(id, fencing, ord)),
+  l AS (SELECT j.id FROM skiplock.jobs j, (SELECT DISTINCT v.id, v.fencing FROM v) d
+         WHERE j.id = d.id AND j.fencing = d.fencing AND j.state = 'running' COLLATE "C"
            FOR NO KEY UPDATE OF j SKIP LOCKED),
   u AS (UPDATE skiplock.jobs j SET lease_expires_at = now() + heartbeat.lease
           FROM l WHERE j.id = l.id
         RETURNING j.id, j.fencing)
-  SELECT coalesce(array_agg(u.id), '{}'), coalesce(array_agg(u.fencing), '{}')
-    INTO v_ids, v_fencings FROM u;
+  SELECT array_agg(u.id IS NOT NULL ORDER BY v.ord) INTO v_extended
+    FROM v LEFT JOIN u ON u.id = v.id AND u.fencing = v.fencing;
+  IF false <> ALL (v_extended) THEN
+    RETURN QUERY SELECT v.id, true, false FROM unnest(heartbeat.ids) WITH ORDINALITY AS v(id, ord)
+                  ORDER BY v.ord;
+    RETURN;
+  END IF;
   -- A new statement, a newer snapshot: of the claims not extended, those
   -- still current are held by a transaction (locked), the rest are lost.
   RETURN QUERY
-  WITH v AS (SELECT * FROM unnest(heartbeat.ids, heartbeat.fencings) WITH ORDINALITY
-                             AS v(id, fencing, ord)),
-  e AS (SELECT * FROM unnest(v_ids, v_fencings) AS e(id, fencing)),
-  s AS (SELECT v.id, v.fencing, v.ord,
-               EXISTS (SELECT 1 FROM e WHERE e.id = v.id AND e.fencing = v.fencing) AS ok
-          FROM v)
-  SELECT s.id, s.ok OR h.id IS NOT NULL, NOT s.ok AND h.id IS NOT NULL
-    FROM s LEFT JOIN skiplock.jobs h
-      ON NOT s.ok AND h.id = s.id AND h.fencing = s.fencing AND h.state = 'running' COLLATE "C"
-   ORDER BY s.ord;
+  SELECT x.id, x.ok OR x.held, x.held
+    FROM (SELECT v.id, v.ord, v.ok,
+                 CASE WHEN v.ok THEN false ELSE EXISTS (
+                   SELECT 1 FROM skiplock.jobs j WHERE j.id = v.id AND j.fencing = v.fencing
+                      AND j.state = 'running' COLLATE "C") END AS held
+            FROM unnest(heartbeat.ids, heartbeat.fencings, v_extended) WITH ORDINALITY
+                   AS v(id, fencing, ok, ord) OFFSET 0) x
+   ORDER BY x.ord;
 END
 $fn$;
 

@@ -39,7 +39,8 @@ CREATE TYPE skiplock.exchange_row AS (
 
 CREATE TYPE skiplock.heartbeat_result AS (
 	id bigint,
-	extended boolean
+	extended boolean,
+	locked boolean
 );
 
 CREATE TYPE skiplock.job_action_result AS (
@@ -870,6 +871,8 @@ CREATE FUNCTION skiplock.heartbeat(ids bigint[], fencings bigint[], lease interv
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 #variable_conflict use_column
+DECLARE
+  v_extended boolean[];
 BEGIN
   IF heartbeat.ids IS NULL OR heartbeat.fencings IS NULL OR heartbeat.lease IS NULL THEN
     RAISE EXCEPTION 'heartbeat: ids, fencings and lease must not be NULL' USING ERRCODE = '22004';
@@ -882,26 +885,46 @@ BEGIN
     RAISE EXCEPTION 'heartbeat: lease must be 100 ms to 1 day, got %', heartbeat.lease
       USING ERRCODE = '22023';
   END IF;
-  RETURN QUERY
+  -- Never waits: a row another transaction holds is skipped here.
   WITH v AS (SELECT * FROM unnest(heartbeat.ids, heartbeat.fencings) WITH ORDINALITY
                              AS v(id, fencing, ord)),
+  l AS (SELECT j.id FROM skiplock.jobs j, (SELECT DISTINCT v.id, v.fencing FROM v) d
+         WHERE j.id = d.id AND j.fencing = d.fencing AND j.state = 'running' COLLATE "C"
+           FOR NO KEY UPDATE OF j SKIP LOCKED),
   u AS (UPDATE skiplock.jobs j SET lease_expires_at = now() + heartbeat.lease
-          FROM v WHERE j.id = v.id AND j.fencing = v.fencing AND j.state = 'running' COLLATE "C"
-        RETURNING j.id, v.fencing)
-  SELECT v.id, u.id IS NOT NULL FROM v LEFT JOIN u ON u.id = v.id AND u.fencing = v.fencing
-   ORDER BY v.ord;
+          FROM l WHERE j.id = l.id
+        RETURNING j.id, j.fencing)
+  SELECT array_agg(u.id IS NOT NULL ORDER BY v.ord) INTO v_extended
+    FROM v LEFT JOIN u ON u.id = v.id AND u.fencing = v.fencing;
+  IF false <> ALL (v_extended) THEN
+    RETURN QUERY SELECT v.id, true, false FROM unnest(heartbeat.ids) WITH ORDINALITY AS v(id, ord)
+                  ORDER BY v.ord;
+    RETURN;
+  END IF;
+  -- A new statement, a newer snapshot: of the claims not extended, those
+  -- still current are held by a transaction (locked), the rest are lost.
+  RETURN QUERY
+  SELECT x.id, x.ok OR x.held, x.held
+    FROM (SELECT v.id, v.ord, v.ok,
+                 CASE WHEN v.ok THEN false ELSE EXISTS (
+                   SELECT 1 FROM skiplock.jobs j WHERE j.id = v.id AND j.fencing = v.fencing
+                      AND j.state = 'running' COLLATE "C") END AS held
+            FROM unnest(heartbeat.ids, heartbeat.fencings, v_extended) WITH ORDINALITY
+                   AS v(id, fencing, ok, ord) OFFSET 0) x
+   ORDER BY x.ord;
 END
 $$;
 
-COMMENT ON FUNCTION skiplock.heartbeat(ids bigint[], fencings bigint[], lease interval) IS 'extend running claims; extended = false for a claim that was lost';
+COMMENT ON FUNCTION skiplock.heartbeat(ids bigint[], fencings bigint[], lease interval) IS 'extend running claims without waiting for row locks: extended = false when lost, locked = true when a transaction holds the row (not extended, still yours)';
 
-CREATE FUNCTION skiplock.idem_claim(key text, request_hash text, ttl interval DEFAULT '24:00:00'::interval, recovery interval DEFAULT '00:01:00'::interval) RETURNS TABLE(outcome text, response_code integer, response_body jsonb)
+CREATE FUNCTION skiplock.idem_claim(key text, request_hash text, ttl interval DEFAULT '24:00:00'::interval, recovery interval DEFAULT '00:01:00'::interval) RETURNS TABLE(outcome text, response_code integer, response_body jsonb, holder text)
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 #variable_conflict use_variable
 DECLARE
   k skiplock.idempotency_keys;
+  v_holder text;
 BEGIN
   IF key IS NULL OR octet_length(key) NOT BETWEEN 1 AND 255 THEN
     RAISE EXCEPTION 'idempotency key must be 1 to 255 bytes' USING ERRCODE = '22023';
@@ -912,14 +935,18 @@ BEGIN
   IF ttl IS NULL OR ttl <= interval '0' OR recovery IS NULL OR recovery <= interval '0' THEN
     RAISE EXCEPTION 'ttl and recovery window must be positive' USING ERRCODE = '22023';
   END IF;
+  v_holder := encode(sha256(convert_to(gen_random_uuid()::text || gen_random_uuid()::text,
+                                       'UTF8')), 'hex');
   -- A few rounds: the key may be released or pruned between the insert
   -- that did not take it and the read of the row that holds it.
   FOR round IN 1..5 LOOP
-    INSERT INTO skiplock.idempotency_keys AS t (key, request_hash, locked_until, expires_at)
-    VALUES (key, request_hash, clock_timestamp() + recovery, clock_timestamp() + ttl)
+    INSERT INTO skiplock.idempotency_keys AS t (key, request_hash, locked_until, expires_at,
+                                                holder_hash)
+    VALUES (key, request_hash, clock_timestamp() + recovery, clock_timestamp() + ttl,
+            sha256(convert_to(v_holder, 'UTF8')))
     ON CONFLICT ON CONSTRAINT idempotency_keys_pkey DO UPDATE
        SET request_hash = excluded.request_hash, state = 'in_progress',
-           response_code = NULL, response_body = NULL,
+           response_code = NULL, response_body = NULL, holder_hash = excluded.holder_hash,
            claims = CASE WHEN t.expires_at <= clock_timestamp() THEN 1 ELSE t.claims + 1 END,
            locked_until = clock_timestamp() + recovery,
            created_at = CASE WHEN t.expires_at <= clock_timestamp()
@@ -932,7 +959,7 @@ BEGIN
             AND t.request_hash = excluded.request_hash)
     RETURNING t.* INTO k;
     IF FOUND THEN
-      RETURN QUERY SELECT 'acquired'::text, NULL::int, NULL::jsonb;
+      RETURN QUERY SELECT 'acquired'::text, NULL::int, NULL::jsonb, v_holder;
       RETURN;
     END IF;
     -- A new statement: its snapshot sees the row the insert collided with.
@@ -942,11 +969,11 @@ BEGIN
             OR t.request_hash <> request_hash);
     IF FOUND THEN
       IF k.request_hash <> request_hash THEN
-        RETURN QUERY SELECT 'conflict'::text, NULL::int, NULL::jsonb;
+        RETURN QUERY SELECT 'conflict'::text, NULL::int, NULL::jsonb, NULL::text;
       ELSIF k.state = 'completed' THEN
-        RETURN QUERY SELECT 'replay'::text, k.response_code, k.response_body;
+        RETURN QUERY SELECT 'replay'::text, k.response_code, k.response_body, NULL::text;
       ELSE
-        RETURN QUERY SELECT 'in_progress'::text, NULL::int, NULL::jsonb;
+        RETURN QUERY SELECT 'in_progress'::text, NULL::int, NULL::jsonb, NULL::text;
       END IF;
       RETURN;
     END IF;
@@ -954,6 +981,8 @@ BEGIN
   RAISE EXCEPTION 'idempotency key "%" is contended', key USING ERRCODE = '40001';
 END
 $$;
+
+COMMENT ON FUNCTION skiplock.idem_claim(key text, request_hash text, ttl interval, recovery interval) IS 'claim an idempotency key: acquired (with a holder token), replay, in_progress or conflict';
 
 CREATE FUNCTION skiplock.idem_complete(key text, response_code integer, response_body jsonb) RETURNS void
     LANGUAGE plpgsql SECURITY DEFINER
@@ -964,15 +993,23 @@ BEGIN
   IF response_code IS NULL THEN
     RAISE EXCEPTION 'response code must not be null' USING ERRCODE = '22023';
   END IF;
+  PERFORM 1 FROM skiplock.idempotency_keys t WHERE t.key = key AND t.holder_hash IS NOT NULL;
+  IF FOUND THEN
+    RAISE EXCEPTION 'idempotency key "%" was claimed with a holder token', key
+      USING ERRCODE = '42501',
+            HINT = 'Call skiplock.idem_complete(key, response_code, response_body, holder) '
+                   'with the holder that skiplock.idem_claim returned.';
+  END IF;
   UPDATE skiplock.idempotency_keys t
      SET state = 'completed', response_code = response_code,
          response_body = response_body, completed_at = clock_timestamp(), locked_until = NULL
-   WHERE t.key = key AND t.state = 'in_progress' AND t.expires_at > clock_timestamp();
+   WHERE t.key = key AND t.state = 'in_progress' AND t.expires_at > clock_timestamp()
+     AND t.holder_hash IS NULL;
   IF FOUND THEN
     RETURN;
   END IF;
   PERFORM 1 FROM skiplock.idempotency_keys t
-   WHERE t.key = key AND t.state = 'completed'
+   WHERE t.key = key AND t.state = 'completed' AND t.holder_hash IS NULL
      AND t.response_code = response_code
      AND t.response_body IS NOT DISTINCT FROM response_body;
   IF NOT FOUND THEN
@@ -982,6 +1019,57 @@ BEGIN
   END IF;
 END
 $$;
+
+COMMENT ON FUNCTION skiplock.idem_complete(key text, response_code integer, response_body jsonb) IS 'without a holder: only for a claim made before step 0020 (42501 otherwise)';
+
+CREATE FUNCTION skiplock.idem_complete(key text, response_code integer, response_body jsonb, holder text) RETURNS void
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+#variable_conflict use_variable
+DECLARE
+  v_hash bytea := skiplock.idem_holder_hash(holder);
+BEGIN
+  IF response_code IS NULL THEN
+    RAISE EXCEPTION 'response code must not be null' USING ERRCODE = '22023';
+  END IF;
+  UPDATE skiplock.idempotency_keys t
+     SET state = 'completed', response_code = response_code,
+         response_body = response_body, completed_at = clock_timestamp(), locked_until = NULL
+   WHERE t.key = key AND t.state = 'in_progress' AND t.expires_at > clock_timestamp()
+     AND t.holder_hash = v_hash;
+  IF FOUND THEN
+    RETURN;
+  END IF;
+  PERFORM 1 FROM skiplock.idempotency_keys t
+   WHERE t.key = key AND t.state = 'completed' AND t.holder_hash = v_hash
+     AND t.response_code = response_code
+     AND t.response_body IS NOT DISTINCT FROM response_body;
+  IF NOT FOUND THEN
+    RAISE EXCEPTION 'idempotency key "%" is not in progress under this holder', key
+      USING ERRCODE = 'SK002',
+            HINT = 'The claim was released, expired, or taken over after its recovery '
+                   'window, or the holder is not the one idem_claim returned.';
+  END IF;
+END
+$$;
+
+COMMENT ON FUNCTION skiplock.idem_complete(key text, response_code integer, response_body jsonb, holder text) IS 'store the response of the claim the holder acquired; SK002 otherwise';
+
+CREATE FUNCTION skiplock.idem_holder_hash(p_holder text) RETURNS bytea
+    LANGUAGE plpgsql IMMUTABLE
+    AS $$
+BEGIN
+  IF p_holder IS NULL OR octet_length(p_holder) NOT BETWEEN 1 AND 255 THEN
+    RAISE EXCEPTION 'holder token must be 1 to 255 bytes, got %',
+      coalesce(octet_length(p_holder)::text, 'NULL') USING ERRCODE = '22023',
+      HINT = 'Pass the holder that skiplock.idem_claim returned with "acquired".';
+  END IF;
+  RETURN sha256(convert_to(p_holder, 'UTF8'));
+END
+$$;
+
+COMMENT ON FUNCTION skiplock.idem_holder_hash(p_holder text) IS 'the stored form of a holder token; 22023 when it is missing';
 
 CREATE FUNCTION skiplock.idem_prune(batch integer DEFAULT 1000) RETURNS integer
     LANGUAGE sql SECURITY DEFINER
@@ -998,12 +1086,51 @@ CREATE FUNCTION skiplock.idem_prune(batch integer DEFAULT 1000) RETURNS integer
 $$;
 
 CREATE FUNCTION skiplock.idem_release(key text) RETURNS void
-    LANGUAGE sql SECURITY DEFINER
+    LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
+#variable_conflict use_variable
+BEGIN
+  PERFORM 1 FROM skiplock.idempotency_keys t
+   WHERE t.key = key AND t.state = 'in_progress' AND t.holder_hash IS NOT NULL;
+  IF FOUND THEN
+    RAISE EXCEPTION 'idempotency key "%" was claimed with a holder token', key
+      USING ERRCODE = '42501',
+            HINT = 'Call skiplock.idem_release(key, holder) with the holder that '
+                   'skiplock.idem_claim returned.';
+  END IF;
   DELETE FROM skiplock.idempotency_keys t
-   WHERE t.key = idem_release.key AND t.state = 'in_progress'
+   WHERE t.key = key AND t.state = 'in_progress' AND t.holder_hash IS NULL;
+END
 $$;
+
+COMMENT ON FUNCTION skiplock.idem_release(key text) IS 'without a holder: only for a claim made before step 0020 (42501 otherwise)';
+
+CREATE FUNCTION skiplock.idem_release(key text, holder text) RETURNS void
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+#variable_conflict use_variable
+DECLARE
+  v_hash bytea := skiplock.idem_holder_hash(holder);
+BEGIN
+  DELETE FROM skiplock.idempotency_keys t
+   WHERE t.key = key AND t.state = 'in_progress' AND t.holder_hash = v_hash;
+  IF FOUND THEN
+    RETURN;
+  END IF;
+  PERFORM 1 FROM skiplock.idempotency_keys t
+   WHERE t.key = key AND t.state = 'in_progress' AND t.expires_at > clock_timestamp();
+  IF FOUND THEN
+    RAISE EXCEPTION 'idempotency key "%" is in progress under another holder', key
+      USING ERRCODE = 'SK002',
+            HINT = 'It was taken over after its recovery window, or the holder is not the '
+                   'one idem_claim returned.';
+  END IF;
+END
+$$;
+
+COMMENT ON FUNCTION skiplock.idem_release(key text, holder text) IS 'give up the claim the holder acquired; SK002 when another holder has it';
 
 CREATE FUNCTION skiplock.idle_workers(p_seen interval DEFAULT '00:15:00'::interval) RETURNS TABLE(owner text, kinds text[], queues text[], empty_at timestamp with time zone, first_seen_at timestamp with time zone, waiting integer, waiting_kinds text[])
     LANGUAGE sql STABLE
@@ -2222,11 +2349,14 @@ CREATE TABLE skiplock.idempotency_keys (
     created_at timestamp with time zone DEFAULT clock_timestamp() NOT NULL,
     completed_at timestamp with time zone,
     expires_at timestamp with time zone NOT NULL,
+    holder_hash bytea,
     CONSTRAINT idempotency_keys_completed_check CHECK (((state = 'completed'::text) = (response_code IS NOT NULL))),
     CONSTRAINT idempotency_keys_hash_check CHECK (((octet_length(request_hash) >= 1) AND (octet_length(request_hash) <= 255))),
     CONSTRAINT idempotency_keys_key_check CHECK (((octet_length(key) >= 1) AND (octet_length(key) <= 255))),
     CONSTRAINT idempotency_keys_state_check CHECK ((state = ANY (ARRAY['in_progress'::text, 'completed'::text])))
 );
+
+COMMENT ON COLUMN skiplock.idempotency_keys.holder_hash IS 'SHA-256 of the holder token idem_claim returned with acquired; NULL for claims before step 0020';
 
 CREATE TABLE skiplock.leases (
     name text NOT NULL,

@@ -9,6 +9,8 @@
  *                                one is "locked" (kept, not extended), a
  *                                stale claim of it is lost; once the fence
  *                                ends it is extended again
+ *   heartbeat_plan               its statements read skiplock.jobs by
+ *                                jobs_pkey, never a sequential scan
  *   fence_keeps_other_leases     a worker with three jobs: A's handler
  *                                holds a job_fence past 2 x the lease while
  *                                another connection rescues every 100 ms;
@@ -88,6 +90,26 @@ static void heartbeat_skips_locked_row(itest_ctx *t)
 	PQfinish(db);
 	skl_client_close(c);
 	itest_no_leftovers(t);
+}
+
+/* 20,000 jobs, 10 claimed: the heartbeat of those 10 (one held by a
+ * fence, one stale) reads the jobs through their primary key. */
+static void heartbeat_plan(itest_ctx *t)
+{
+	skl_client_close(itest_client(t, "itest-heartbeat", true));
+	PQclear(itest_sql(t->admin, "SELECT count(skiplock.enqueue('k')) FROM generate_series(1, 20000)"));
+	long long id[10], f[10];
+	claim_n(t->admin, 10, "1 hour", id, f);
+	PQclear(itest_sql(t->admin, "ANALYZE skiplock.jobs"));
+	PGconn *fence = itest_connect(t->direct_url, "itest-fence");
+	PQclear(itest_sql(fence, "BEGIN; SELECT skiplock.job_fence(%lld, %lld)", id[0], f[0]));
+	itest_call_plans_use(t->admin, "jobs_pkey", NULL,
+	                     "SELECT * FROM skiplock.heartbeat(ARRAY(SELECT id FROM skiplock.jobs"
+	                     " WHERE state = 'running' ORDER BY id), ARRAY(SELECT fencing +"
+	                     " (id = %lld)::int FROM skiplock.jobs WHERE state = 'running'"
+	                     " ORDER BY id), '1 hour')", id[9]);
+	PQclear(itest_sql(fence, "COMMIT"));
+	PQfinish(fence);
 }
 
 /* ---- a worker whose job A holds its fence for longer than the lease ---- */
@@ -231,6 +253,7 @@ int main(int argc, char **argv)
 {
 	static const itest_case cases[] = {
 		{"heartbeat_skips_locked_row", heartbeat_skips_locked_row, 60},
+		{"heartbeat_plan", heartbeat_plan, 120},
 		{"fence_keeps_other_leases", fence_keeps_other_leases, 120},
 	};
 	return itest_main(argc, argv, cases, (int)(sizeof(cases) / sizeof(cases[0])));
