@@ -6,7 +6,9 @@
  *
  * The key is claimed (skl_idem_claim) before anything is written; the
  * charge row and the stored response commit in one transaction with
- * idem_complete (skl_idem_complete_with).  So however often a request is
+ * idem_complete (skl_idem_complete_with), under the holder token the claim
+ * returned, so only the attempt that acquired the key can store its
+ * response.  So however often a request is
  * retried, and however many servers receive it at once, one charge is
  * written and every retry gets the first response:
  *
@@ -128,9 +130,10 @@ static void pause_ms(int64_t ms)
 		;
 }
 
-/* The claim is ours: charge and complete in one transaction. */
-static reply charge(skl_client *c, const char *key, const char *hash, const char *amount,
-                    const char *currency)
+/* The claim is ours (holder is its token): charge and complete in one
+ * transaction. */
+static reply charge(skl_client *c, const char *key, const char *holder, const char *hash,
+                    const char *amount, const char *currency)
 {
 	if (cfg.pause_ms > 0)
 		pause_ms(cfg.pause_ms);
@@ -138,14 +141,14 @@ static reply charge(skl_client *c, const char *key, const char *hash, const char
 	skl_idem_effect e = {.sql = charge_sql, .nparams = 3, .params = params};
 	char *body = NULL;
 	skl_error err;
-	skl_rc rc = skl_idem_complete_with(c, key, 201, &e, &body, &err);
+	skl_rc rc = skl_idem_complete_with(c, key, holder, 201, &e, &body, &err);
 	if (rc == SKL_OK)
 		return (reply){.status = 201, .body = body};
 	if (rc == SKL_FENCED) { /* completed by another attempt, or by a lost COMMIT of ours */
 		skl_idem_result res;
 		if (skl_idem_claim(c, key, hash, &cfg.claim, &res, &err) == SKL_OK) {
 			if (res.outcome == SKL_IDEM_ACQUIRED) /* expired meanwhile: start over later */
-				skl_idem_release(c, key, NULL);
+				skl_idem_release(c, key, res.holder, NULL);
 			reply r = res.outcome == SKL_IDEM_ACQUIRED
 			              ? error_reply(503, "the key expired while charging; retry")
 			              : from_claim(&res);
@@ -155,7 +158,7 @@ static reply charge(skl_client *c, const char *key, const char *hash, const char
 	} else if (!err.indeterminate) {
 		/* Nothing was written: let a retry run at once. */
 		skl_error ignored;
-		skl_idem_release(c, key, &ignored);
+		skl_idem_release(c, key, holder, &ignored);
 	}
 	fprintf(stderr, "charges: key %s: %s\n", key, err.message);
 	return error_reply(503, "the charge could not be recorded; retry with the same key");
@@ -184,7 +187,7 @@ static reply handle_charge(const request *rq, const char *key)
 		fprintf(stderr, "charges: key %s: claim: %s\n", key, err.message);
 		r = error_reply(503, "the key could not be claimed; retry with the same key");
 	} else if (res.outcome == SKL_IDEM_ACQUIRED) {
-		r = charge(c, key, hash, amount, currency);
+		r = charge(c, key, res.holder, hash, amount, currency);
 	} else {
 		r = from_claim(&res);
 	}

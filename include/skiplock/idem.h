@@ -10,9 +10,13 @@
  * while another holds the key is told it is in progress; the same key with
  * a different request fingerprint is a conflict.  An in-progress claim
  * whose holder is gone (its recovery window passed) may be taken over by
- * the same request.  The same operations are SQL functions
- * (skiplock.idem_claim, idem_complete, idem_release) for any language;
- * docs/idempotency.md has the pattern and its trade-offs.
+ * the same request.  An acquired claim comes with a holder token, a
+ * secret only its holder knows: completing or releasing the claim needs
+ * it, so no other caller that knows the key can store a response for it,
+ * and a holder that was taken over can no longer complete.  The same
+ * operations are SQL functions (skiplock.idem_claim, idem_complete,
+ * idem_release) for any language; docs/idempotency.md has the pattern and
+ * its trade-offs.
  *
  * Calls taking an skl_client are as thread-safe as the client (one thread
  * at a time per client), block up to the client's retry bound, and retry
@@ -38,6 +42,7 @@ extern "C" {
 #define SKL_IDEM_HASH_LEN 65              /* SHA-256 as lower-case hex, and NUL */
 #define SKL_IDEM_TTL_DEFAULT_MS 86400000  /* keys are remembered 24 hours */
 #define SKL_IDEM_RECOVERY_DEFAULT_MS 60000 /* an in-progress claim is safe 60 s */
+#define SKL_IDEM_HOLDER_MAX 255           /* bytes in a holder token */
 
 typedef enum skl_idem_outcome {
 	SKL_IDEM_ACQUIRED = 0,    /* do the work, then complete or release */
@@ -59,6 +64,13 @@ typedef struct skl_idem_result {
 	char *response_body;  /* SKL_IDEM_REPLAY: the stored JSON text as the
 	                       * server prints it (byte-identical on every
 	                       * replay); else NULL.  Free with skl_idem_result_free. */
+	char *holder;         /* SKL_IDEM_ACQUIRED: the holder token (64 hex digits
+	                       * today) to pass to skl_idem_complete,
+	                       * skl_idem_complete_with or skl_idem_release; a
+	                       * secret: do not log it.  NULL for the other
+	                       * outcomes, and when the database's schema predates
+	                       * step 0020 (claims without a token).  Freed by
+	                       * skl_idem_result_free. */
 } skl_idem_result;
 
 /* "acquired", "replay", "in_progress", "conflict"; "unknown" otherwise. */
@@ -75,16 +87,21 @@ SKL_API skl_rc skl_idem_claim(skl_client *c, const char *key, const char *reques
                               const skl_idem_claim_opts *o, skl_idem_result *out,
                               skl_error *err);
 
-/* Frees r->response_body and resets r.  Accepts NULL. */
+/* Frees r->response_body and r->holder and resets r.  Accepts NULL. */
 SKL_API void skl_idem_result_free(skl_idem_result *r);
 
-/* Stores the response of an acquired claim: status code and body (JSON
- * text; SKL_INVALID when it does not parse).  Repeating it with the same
- * response is a no-op.  SKL_FENCED when the key is not in progress: never
- * claimed, released, expired, or taken over and completed by another
- * attempt after the recovery window — claim again to learn the answer. */
-SKL_API skl_rc skl_idem_complete(skl_client *c, const char *key, int response_code,
-                                 const char *response_body, skl_error *err);
+/* Stores the response of the claim that holder acquired (the holder of
+ * its skl_idem_result): status code and body (JSON text; SKL_INVALID when
+ * it does not parse, or for an empty holder or one over
+ * SKL_IDEM_HOLDER_MAX bytes).  Repeating it with the same response is a
+ * no-op.  SKL_FENCED (SQLSTATE SK002) when the key is not in progress
+ * under that holder: never claimed, released, expired, taken over by
+ * another attempt after the recovery window, or a wrong holder — claim
+ * again to learn the answer.  holder NULL is only for a claim that came
+ * without one (a schema before step 0020); a key claimed with a token
+ * then gets SKL_DB, SQLSTATE 42501. */
+SKL_API skl_rc skl_idem_complete(skl_client *c, const char *key, const char *holder,
+                                 int response_code, const char *response_body, skl_error *err);
 
 /* A side effect committed with the completion: sql is one statement with
  * parameters $1…$nparams (as text) that returns one row whose first column
@@ -95,21 +112,26 @@ typedef struct skl_idem_effect {
 	const char *const *params;
 } skl_idem_effect;
 
-/* Runs effect and skiplock.idem_complete(key, response_code, <its body>)
- * in one transaction: both commit or neither does.  On SKL_OK, *body (if
- * not NULL) is the stored body (free with skl_free).  SKL_FENCED when the
- * key is not in progress (as skl_idem_complete), and then the effect was
+/* Runs effect and skiplock.idem_complete(key, response_code, <its body>,
+ * holder) in one transaction: both commit or neither does.  On SKL_OK,
+ * *body (if not NULL) is the stored body (free with skl_free).  holder as
+ * in skl_idem_complete.  SKL_FENCED when the key is not in progress under
+ * that holder (as skl_idem_complete), and then the effect was
  * rolled back — including on a retry after a COMMIT whose answer was lost,
  * so claim again: a replay means the earlier attempt committed.  SKL_INVALID
  * when the statement returns no row or a body that is not JSON (rolled
  * back too). */
-SKL_API skl_rc skl_idem_complete_with(skl_client *c, const char *key, int response_code,
-                                      const skl_idem_effect *effect, char **body,
-                                      skl_error *err);
+SKL_API skl_rc skl_idem_complete_with(skl_client *c, const char *key, const char *holder,
+                                      int response_code, const skl_idem_effect *effect,
+                                      char **body, skl_error *err);
 
-/* Gives up an acquired claim before any side effect, so a retry may run at
- * once.  A completed or unknown key is left alone (SKL_OK). */
-SKL_API skl_rc skl_idem_release(skl_client *c, const char *key, skl_error *err);
+/* Gives up the claim that holder acquired, before any side effect, so a
+ * retry may run at once.  A completed, expired or unknown key is left
+ * alone (SKL_OK); SKL_FENCED (SK002) when the key is in progress under
+ * another holder (taken over, or a wrong holder).  holder as in
+ * skl_idem_complete. */
+SKL_API skl_rc skl_idem_release(skl_client *c, const char *key, const char *holder,
+                                skl_error *err);
 
 /* Deletes expired keys in batches of `batch` (0: 1000), each batch its own
  * short transaction, until none is left.  *deleted (may be NULL) counts

@@ -187,8 +187,27 @@ SKL_API skl_rc skl_record_and_claim(skl_client *c, const skl_outcome *outs, size
                                    bool *accepted, const skl_claim_opts *o, skl_job **jobs,
                                    size_t *n, skl_error *err);
 
+/* What a heartbeat found for one claim (skl_heartbeat_states). */
+typedef enum skl_hb_state {
+	SKL_HB_LOST = 0,      /* the claim was lost: stop the job, drop its outcome */
+	SKL_HB_EXTENDED = 1,  /* its lease now ends lease_ms after the database's now() */
+	SKL_HB_LOCKED = 2     /* still this claim, but a transaction holds the job's row
+	                       * (usually the handler's own skiplock.job_fence): the
+	                       * lease was not moved, and no rescue, claim or cancel
+	                       * can take the job while that transaction lasts;
+	                       * heartbeat it again soon */
+} skl_hb_state;
+
 /* Extends the leases of n running claims to now() + lease_ms in one fenced
- * statement.  alive[i] is false for a claim that was lost. */
+ * statement that never waits for a row lock, so a claim whose row another
+ * transaction holds costs the others nothing (docs/protocol.md).
+ * states[i] is what it found for (ids[i], fencings[i]). */
+SKL_API skl_rc skl_heartbeat_states(skl_client *c, const int64_t *ids, const int64_t *fencings,
+                                    size_t n, int64_t lease_ms, skl_hb_state *states,
+                                    skl_error *err);
+
+/* skl_heartbeat_states, with alive[i] false only for a claim that was
+ * lost (true when extended or locked). */
 SKL_API skl_rc skl_heartbeat(skl_client *c, const int64_t *ids, const int64_t *fencings,
                              size_t n, int64_t lease_ms, bool *alive, skl_error *err);
 

@@ -2,8 +2,8 @@
  * cmd_idem.c — `skiplock idem prune`: delete expired idempotency keys.
  *
  * Keys are claimed, completed and released by applications, through the
- * library (skiplock/idem.h) or the SQL functions; the command line only
- * cleans up.  Options are checked before the database is contacted, so
+ * library (skiplock/idem.h) or the SQL functions, under the holder token a
+ * claim returns; the command line only cleans up.  Options are checked before the database is contacted, so
  * bad input exits 2 with one line and deletes nothing.
  */
 #include <inttypes.h>
@@ -16,7 +16,8 @@ static const char idem_usage[] =
 	"Usage: skiplock idem prune [--batch N]\n"
 	"\n"
 	"Idempotency keys (skiplock.idempotency_keys): an application claims a key\n"
-	"before a side effect and stores the response after it; a retry with the\n"
+	"before a side effect and stores the response after it, with the holder\n"
+	"token the claim returned (no other caller can store one); a retry with the\n"
 	"same key replays that response until the key expires.\n"
 	"\n"
 	"  prune   delete expired keys, N per short transaction, oldest first, and\n"

@@ -9,8 +9,9 @@ S=$SKL_BIN
 act() { local out; out=$("$@" 2>"$TMP/act.err"); echo "$? $out$(head -c 300 "$TMP/act.err")"; }
 claim() { q "SELECT outcome FROM skiplock.idem_claim('$1', '$2')"; }
 
-for k in a b c d e live; do claim "$k" h >/dev/null; done
-q "SELECT skiplock.idem_complete('a', 201, '{\"id\": 1}')" >/dev/null
+for k in b c d e live; do claim "$k" h >/dev/null; done
+HA=$(q "SELECT holder FROM skiplock.idem_claim('a', 'h')")
+q "SELECT skiplock.idem_complete('a', 201, '{\"id\": 1}', '$HA')" >/dev/null
 q "UPDATE skiplock.idempotency_keys SET expires_at = now() - interval '1 minute' WHERE key <> 'live'" >/dev/null
 
 # --- bad input first: nothing deleted ---

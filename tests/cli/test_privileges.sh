@@ -80,6 +80,15 @@ for R in $OP $WK; do
 		"SELECT 1 / has_function_privilege('skiplock.job_complete(bigint, bigint, jsonb)', 'EXECUTE')::int"
 done
 refused "$RD" "complete a job in its effect's transaction" "SELECT skiplock.job_complete(1, 1)"
+# idempotency keys: the holder token's hash is no role's to compute or read
+for R in $OP $RD $WK; do
+	refused "$R" "call idem_holder_hash" "SELECT skiplock.idem_holder_hash('x')"
+	refused "$R" "read holder hashes" "SELECT holder_hash FROM skiplock.idempotency_keys"
+done
+allowed "$WK" "complete an idempotency key with its holder" \
+	"SELECT skiplock.idem_complete('wk-key', 201, '{}', (SELECT holder FROM skiplock.idem_claim('wk-key', 'h')))"
+allowed "$WK" "release an idempotency key with its holder" \
+	"SELECT skiplock.idem_release('wk-key2', (SELECT holder FROM skiplock.idem_claim('wk-key2', 'h')))"
 allowed "$WK" "record its empty claim by claiming" \
 	"SELECT count(*) FROM skiplock.claim('wk', '{none}'); SELECT 1 / count(*) FROM skiplock.workers WHERE owner = 'wk'"
 
@@ -115,6 +124,8 @@ refused "$RD" "enqueue" "SELECT skiplock.enqueue('k')"
 refused "$RD" "complete a job" "SELECT skiplock.complete(1, 1)"
 refused "$RD" "take a lease" "SELECT skiplock.lease_acquire('nightly', 'rd', '1 min')"
 refused "$RD" "use idempotency keys" "SELECT * FROM skiplock.idem_claim('key', 'h')"
+refused "$RD" "complete an idempotency key" "SELECT skiplock.idem_complete('key', 201, '{}', 'h')"
+refused "$RD" "release an idempotency key" "SELECT skiplock.idem_release('key', 'h')"
 refused "$RD" "update jobs" "UPDATE skiplock.jobs SET fencing = 99"
 refused "$RD" "edit schedules" "DELETE FROM skiplock.schedules"
 refused "$RD" "set retention" "SELECT skiplock.retention_set('q', NULL, '1 hour')"

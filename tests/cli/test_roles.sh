@@ -55,7 +55,14 @@ check_eq "jobs prune as worker: refused (an operator's action), exit 1" "$?" 1
 for c in "jobs list" "jobs show 1" "status" "lease list" "cron list" "idem prune"; do
 	run "$S" $c --url "$WURL" && pass "$c as worker" || fail "$c as worker: $(tail -n 2 "$ALL")"
 done
-check_eq "idempotency keys as worker" "$(wq "SELECT outcome FROM skiplock.idem_claim('k1', 'h1')")" acquired
+HK=$(wq "SELECT holder FROM skiplock.idem_claim('k1', 'h1')")
+check_eq "idempotency keys as worker: a holder token" "${#HK}" 64
+check_eq "idempotency keys as worker: completed with it" \
+	"$(wq "SELECT skiplock.idem_complete('k1', 201, '{}', '$HK') IS NULL")" t
+case $(wq "SELECT skiplock.idem_complete('k1', 201, '{}')") in
+*"claimed with a holder token"*) pass "worker cannot complete an idempotency key without its holder" ;;
+*) fail "idem_complete without a holder as worker" ;;
+esac
 
 # --- ... and nothing more ---
 denied() { # name SQL

@@ -32,6 +32,7 @@ static void counters_and_histogram(void **state)
 	skl__wm_duration(m, "mail", "email", 0.2);
 	skl__wm_duration(m, "mail", "email", 1000);
 	skl__wm_set_scalars(m, 4, 1, 2);
+	skl__wm_set_wakeups(m, 7, 5, 1234);
 	char *t = skl__wm_render(m);
 	assert_non_null(t);
 	has_line(t, "# TYPE skiplock_jobs_claimed_total counter");
@@ -48,6 +49,10 @@ static void counters_and_histogram(void **state)
 	has_line(t, "skiplock_worker_leases_held 4");
 	has_line(t, "skiplock_db_reconnects_total 1");
 	has_line(t, "skiplock_db_indeterminate_total 2");
+	has_line(t, "# TYPE skiplock_worker_claims_total counter");
+	has_line(t, "skiplock_worker_claims_total 7");
+	has_line(t, "skiplock_worker_empty_claims_total 5");
+	has_line(t, "skiplock_worker_notifications_total 1234");
 	assert_null(strstr(t, "skiplock_queue_depth")); /* not read yet: absent, not 0 */
 	free(t);
 	skl__wm_free(m);

@@ -5,9 +5,17 @@
  * Every decision is the database's: the claim is skiplock.idem_claim (one
  * insert on the key's primary key, then a read of the row it collided
  * with), the completion skiplock.idem_complete (an update that only an
- * in-progress key accepts).  This file checks input before any database
- * call and runs each call as one short transaction through skl__run;
- * SQLSTATE SK002 (the key is not in progress) is SKL_FENCED (error.c).
+ * in-progress key accepts, from the holder whose token it is).  This file
+ * checks input before any database call and runs each call as one short
+ * transaction through skl__run; SQLSTATE SK002 (the key is not in progress
+ * under that holder) is SKL_FENCED (error.c).
+ *
+ * Holder tokens (schema step 0020): the claim's answer has a `holder`
+ * column, read by name.  A schema before that step answers without it;
+ * the claim then has no holder, and complete and release with a NULL
+ * holder call the functions without one.  So this library works on both
+ * sides of the upgrade, and an application can be deployed before
+ * `skiplock init` applies the step (docs/idempotency.md, "Upgrading").
  *
  * Retries: a claim repeated after a lost answer finds its own claim in
  * progress (the caller answers "in progress"; after the recovery window
@@ -46,6 +54,16 @@ static skl_rc check_text(const char *what, const char *s, skl_error *err)
 	return SKL_OK;
 }
 
+/* NULL passes: a claim that came without a holder (a schema before 0020). */
+static skl_rc check_holder(const char *holder, skl_error *err)
+{
+	size_t n = holder ? strlen(holder) : 0;
+	if (holder && (n == 0 || n > SKL_IDEM_HOLDER_MAX))
+		return skl__seterr(err, SKL_INVALID, "holder token must be 1 to %d bytes (got %zu)",
+		                   SKL_IDEM_HOLDER_MAX, n);
+	return SKL_OK;
+}
+
 static skl_rc check_json(const char *json, skl_error *err)
 {
 	json_error_t e;
@@ -67,24 +85,43 @@ static skl_rc run_stmt(skl_client *c, skl_stmt *s, skl_error *err)
 
 /* ---- claim ---- */
 
+/* Every column, so that a schema before step 0020 (no holder) answers too. */
 static const char *const claim_sql =
-	"SELECT outcome, response_code, response_body"
+	"SELECT *"
 	"  FROM skiplock.idem_claim($1, $2, $3::bigint * interval '1 millisecond',"
 	"                           $4::bigint * interval '1 millisecond')";
+static const char *const claim_cols[] = {"outcome", "response_code", "response_body"};
+
+/* A copy of row 0's column col, or NULL when absent (-1) or NULL; false
+ * when out of memory. */
+static bool dup_col(const PGresult *r, int col, char **out)
+{
+	*out = NULL;
+	if (col < 0 || PQgetisnull(r, 0, col))
+		return true;
+	*out = skl__strdup(PQgetvalue(r, 0, col));
+	return *out != NULL;
+}
 
 static skl_rc read_claim(const PGresult *r, skl_idem_result *out, skl_error *err)
 {
 	static const char *const names[] = {"acquired", "replay", "in_progress", "conflict"};
+	skl_rc rc = skl__check_columns(r, claim_cols, (int)SKL_ARRAY_LEN(claim_cols), err);
+	if (rc != SKL_OK)
+		return rc;
 	const char *o = PQntuples(r) == 1 ? PQgetvalue(r, 0, 0) : "";
 	for (int i = 0; i < (int)SKL_ARRAY_LEN(names); i++) {
 		if (strcmp(o, names[i]) != 0)
 			continue;
-		char *body = NULL;
-		if (!PQgetisnull(r, 0, 2) && (body = skl__strdup(PQgetvalue(r, 0, 2))) == NULL)
+		char *body = NULL, *holder = NULL;
+		if (!dup_col(r, 2, &body) || !dup_col(r, PQfnumber(r, "holder"), &holder)) {
+			free(body);
 			return skl__seterr(err, SKL_NOMEM, "out of memory");
+		}
 		out->outcome = (skl_idem_outcome)i;
 		out->response_code = PQgetisnull(r, 0, 1) ? 0 : atoi(PQgetvalue(r, 0, 1));
 		out->response_body = body;
+		out->holder = holder;
 		return SKL_OK;
 	}
 	return skl__seterr(err, SKL_DB, "idem_claim returned an unknown outcome \"%s\"", o);
@@ -124,25 +161,34 @@ void skl_idem_result_free(skl_idem_result *r)
 	if (r == NULL)
 		return;
 	free(r->response_body);
+	if (r->holder) /* a secret: not left behind in freed memory */
+		memset(r->holder, 0, strlen(r->holder));
+	free(r->holder);
 	*r = (skl_idem_result){0};
 }
 
 /* ---- complete, release, prune ---- */
 
-static const char *const complete_sql = "SELECT skiplock.idem_complete($1, $2::int, $3::jsonb)";
+/* With the holder (step 0020), and without it for a claim that had none. */
+static const char *const complete_sql =
+	"SELECT skiplock.idem_complete($1, $2::int, $3::jsonb, $4::text)";
+static const char *const complete_sql_v0 =
+	"SELECT skiplock.idem_complete($1, $2::int, $3::jsonb)";
 
-static skl_rc check_complete(const char *key, int code, skl_error *err)
+static skl_rc check_complete(const char *key, const char *holder, int code, skl_error *err)
 {
 	skl_rc rc = check_text("idempotency key", key, err);
+	if (rc == SKL_OK)
+		rc = check_holder(holder, err);
 	if (rc == SKL_OK && (code < 100 || code > 999))
 		rc = skl__seterr(err, SKL_INVALID, "response code must be 100 to 999 (got %d)", code);
 	return rc;
 }
 
-skl_rc skl_idem_complete(skl_client *c, const char *key, int response_code,
+skl_rc skl_idem_complete(skl_client *c, const char *key, const char *holder, int response_code,
                          const char *response_body, skl_error *err)
 {
-	skl_rc rc = c ? check_complete(key, response_code, err)
+	skl_rc rc = c ? check_complete(key, holder, response_code, err)
 	              : skl__seterr(err, SKL_MISUSE, "client must not be NULL");
 	if (rc == SKL_OK)
 		rc = check_json(response_body, err);
@@ -150,7 +196,8 @@ skl_rc skl_idem_complete(skl_client *c, const char *key, int response_code,
 		return rc;
 	char code[16];
 	snprintf(code, sizeof(code), "%d", response_code);
-	skl_stmt s = {.sql = complete_sql, .nparams = 3, .params = {key, code, response_body}};
+	skl_stmt s = {.sql = holder ? complete_sql : complete_sql_v0, .nparams = holder ? 4 : 3,
+	              .params = {key, code, response_body, holder}};
 	rc = run_stmt(c, &s, err); /* SK002 is SKL_FENCED (error.c) */
 	PQclear(s.res);
 	if (rc == SKL_OK)
@@ -160,6 +207,7 @@ skl_rc skl_idem_complete(skl_client *c, const char *key, int response_code,
 
 typedef struct effect_call {
 	const char *key;
+	const char *holder;
 	const char *code;
 	const skl_idem_effect *effect;
 	char *body;               /* on success */
@@ -183,15 +231,17 @@ static skl_rc effect_fn(skl_client *c, void *ctx, skl_error *err)
 		rc = skl__seterr(err, SKL_NOMEM, "out of memory");
 	PQclear(r);
 	r = NULL;
-	const char *params[3] = {e->key, e->code, e->body};
+	const char *params[4] = {e->key, e->code, e->body, e->holder};
 	if (rc == SKL_OK)
-		rc = skl__exec(c, complete_sql, 3, params, &r, err);
+		rc = skl__exec(c, e->holder ? complete_sql : complete_sql_v0, e->holder ? 4 : 3,
+		               params, &r, err);
 	PQclear(r);
 	return rc;
 }
 
-skl_rc skl_idem_complete_with(skl_client *c, const char *key, int response_code,
-                              const skl_idem_effect *effect, char **body, skl_error *err)
+skl_rc skl_idem_complete_with(skl_client *c, const char *key, const char *holder,
+                              int response_code, const skl_idem_effect *effect, char **body,
+                              skl_error *err)
 {
 	skl_error local;
 	if (err == NULL)
@@ -199,13 +249,13 @@ skl_rc skl_idem_complete_with(skl_client *c, const char *key, int response_code,
 	if (body)
 		*body = NULL;
 	skl_rc rc = c && effect && effect->sql && effect->nparams >= 0
-	                ? check_complete(key, response_code, err)
+	                ? check_complete(key, holder, response_code, err)
 	                : skl__seterr(err, SKL_MISUSE, "client and effect must not be NULL");
 	if (rc != SKL_OK)
 		return rc;
 	char code[16];
 	snprintf(code, sizeof(code), "%d", response_code);
-	effect_call e = {.key = key, .code = code, .effect = effect};
+	effect_call e = {.key = key, .holder = holder, .code = code, .effect = effect};
 	rc = skl__run(c, &idem_txn_opts, effect_fn, &e, err);
 	if (rc == SKL_OK && body) {
 		*body = e.body;
@@ -217,15 +267,19 @@ skl_rc skl_idem_complete_with(skl_client *c, const char *key, int response_code,
 	return rc;
 }
 
-static const char *const release_sql = "SELECT skiplock.idem_release($1)";
+static const char *const release_sql = "SELECT skiplock.idem_release($1, $2::text)";
+static const char *const release_sql_v0 = "SELECT skiplock.idem_release($1)";
 
-skl_rc skl_idem_release(skl_client *c, const char *key, skl_error *err)
+skl_rc skl_idem_release(skl_client *c, const char *key, const char *holder, skl_error *err)
 {
 	skl_rc rc = c ? check_text("idempotency key", key, err)
 	              : skl__seterr(err, SKL_MISUSE, "client must not be NULL");
+	if (rc == SKL_OK)
+		rc = check_holder(holder, err);
 	if (rc != SKL_OK)
 		return rc;
-	skl_stmt s = {.sql = release_sql, .nparams = 1, .params = {key}};
+	skl_stmt s = {.sql = holder ? release_sql : release_sql_v0, .nparams = holder ? 2 : 1,
+	              .params = {key, holder}};
 	rc = run_stmt(c, &s, err);
 	PQclear(s.res);
 	if (rc == SKL_OK)

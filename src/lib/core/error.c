@@ -143,7 +143,8 @@ static const struct {
 	skl_rc rc;
 } own_states[] = {
 	{"SK001", SKL_FENCED}, /* lease_fence: stale token or expired lease */
-	{"SK002", SKL_FENCED}, /* idem_complete: the key is not in progress */
+	{"SK002", SKL_FENCED}, /* idem_complete, idem_release: not in progress under
+	                        * this holder */
 };
 
 static skl_rc permanent_rc(const char *sqlstate)

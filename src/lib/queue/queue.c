@@ -709,9 +709,11 @@ skl_rc skl_record_and_claim(skl_client *c, const skl_outcome *outs, size_t nouts
 
 /* ---- heartbeat ---- */
 
+/* One row per claim, in the order given (sql/0020_heartbeat_idem.sql). */
 static const char *const heartbeat_sql =
-	"SELECT id FROM skiplock.heartbeat($1::bigint[], $2::bigint[],"
-	"                                   $3::bigint * interval '1 millisecond') WHERE extended";
+	"SELECT id, extended, locked FROM skiplock.heartbeat($1::bigint[], $2::bigint[],"
+	"                                   $3::bigint * interval '1 millisecond')";
+static const char *const heartbeat_cols[] = {"id", "extended", "locked"};
 
 const char *skl__heartbeat_sql(void)
 {
@@ -722,27 +724,35 @@ typedef struct fenced_call {
 	const char *params[3];
 	const int64_t *ids;
 	size_t n;
-	bool *ok;
+	skl_hb_state *states;
 } fenced_call;
 
-/* Runs the heartbeat and marks ok[i] for each id it extended. */
+static bool is_true(const PGresult *res, int row, int col)
+{
+	return !PQgetisnull(res, row, col) && PQgetvalue(res, row, col)[0] == 't';
+}
+
+/* Runs the heartbeat and reads the state of each claim, row i for ids[i]. */
 static skl_rc heartbeat_fn(skl_client *c, void *ctx, skl_error *err)
 {
 	fenced_call *f = ctx;
 	PGresult *res = NULL;
 	skl_rc rc = skl__exec_hot(c, heartbeat_sql, 3, f->params, &res, err);
-	if (rc != SKL_OK)
-		return rc;
-	for (size_t i = 0; f->ok && i < f->n; i++)
-		f->ok[i] = false;
-	for (int r = 0; f->ok && r < PQntuples(res); r++) {
-		int64_t id = strtoll(PQgetvalue(res, r, 0), NULL, 10);
-		for (size_t i = 0; i < f->n; i++)
-			if (f->ids[i] == id)
-				f->ok[i] = true;
+	if (rc == SKL_OK)
+		rc = skl__check_columns(res, heartbeat_cols, 3, err);
+	if (rc == SKL_OK && (size_t)PQntuples(res) != f->n)
+		rc = skl__seterr(err, SKL_DB, "heartbeat returned %d rows for %zu claims",
+		                 PQntuples(res), f->n);
+	for (size_t i = 0; rc == SKL_OK && i < f->n; i++) {
+		if (strtoll(PQgetvalue(res, (int)i, 0), NULL, 10) != f->ids[i])
+			rc = skl__seterr(err, SKL_DB, "heartbeat row %zu is not job %" PRId64, i + 1,
+			                 f->ids[i]);
+		else
+			f->states[i] = !is_true(res, (int)i, 1) ? SKL_HB_LOST
+			               : is_true(res, (int)i, 2) ? SKL_HB_LOCKED : SKL_HB_EXTENDED;
 	}
 	PQclear(res);
-	return SKL_OK;
+	return rc;
 }
 
 static void int_array(skl_buf *b, const int64_t *v, size_t n)
@@ -753,8 +763,8 @@ static void int_array(skl_buf *b, const int64_t *v, size_t n)
 	skl_buf_adds(b, "}");
 }
 
-skl_rc skl_heartbeat(skl_client *c, const int64_t *ids, const int64_t *fencings, size_t n,
-                     int64_t lease_ms, bool *alive, skl_error *err)
+skl_rc skl_heartbeat_states(skl_client *c, const int64_t *ids, const int64_t *fencings,
+                            size_t n, int64_t lease_ms, skl_hb_state *states, skl_error *err)
 {
 	if (n == 0)
 		return SKL_OK;
@@ -766,13 +776,26 @@ skl_rc skl_heartbeat(skl_client *c, const int64_t *ids, const int64_t *fencings,
 	char lease[24];
 	snprintf(lease, sizeof(lease), "%" PRId64, lease_ms);
 	fenced_call f = {.params = {skl_buf_str(&a), skl_buf_str(&b), lease},
-	                 .ids = ids, .n = n, .ok = alive};
+	                 .ids = ids, .n = n, .states = states};
 	static const skl_txn_opts o = {.idempotent = 1};
 	skl_rc rc = skl_buf_failed(&a) || skl_buf_failed(&b)
 	                ? skl__seterr(err, SKL_NOMEM, "out of memory")
 	                : skl__run(c, &o, heartbeat_fn, &f, err);
 	skl_buf_free(&a);
 	skl_buf_free(&b);
+	return rc;
+}
+
+skl_rc skl_heartbeat(skl_client *c, const int64_t *ids, const int64_t *fencings, size_t n,
+                     int64_t lease_ms, bool *alive, skl_error *err)
+{
+	skl_hb_state *st = n ? calloc(n, sizeof(*st)) : NULL;
+	if (n && st == NULL)
+		return skl__seterr(err, SKL_NOMEM, "out of memory");
+	skl_rc rc = skl_heartbeat_states(c, ids, fencings, n, lease_ms, st, err);
+	for (size_t i = 0; rc == SKL_OK && i < n; i++)
+		alive[i] = st[i] != SKL_HB_LOST;
+	free(st);
 	return rc;
 }
 

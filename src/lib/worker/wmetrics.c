@@ -42,6 +42,7 @@ struct skl_wmetrics {
 	size_t nb;
 	int64_t q_at_ms;            /* when the queue gauges were read; 0: never */
 	uint64_t leases_held, reconnects, indeterminate;
+	uint64_t claims, empty_claims, notifications;
 };
 
 skl_wmetrics *skl__wm_new(void)
@@ -149,6 +150,16 @@ void skl__wm_set_scalars(skl_wmetrics *m, uint64_t leases_held, uint64_t reconne
 	m->leases_held = leases_held;
 	m->reconnects = reconnects;
 	m->indeterminate = indeterminate;
+	pthread_mutex_unlock(&m->mu);
+}
+
+void skl__wm_set_wakeups(skl_wmetrics *m, uint64_t claims, uint64_t empty_claims,
+                         uint64_t notifications)
+{
+	pthread_mutex_lock(&m->mu);
+	m->claims = claims;
+	m->empty_claims = empty_claims;
+	m->notifications = notifications;
 	pthread_mutex_unlock(&m->mu);
 }
 
@@ -363,7 +374,8 @@ static void render_breakers(skl_buf *b, const skl_wmetrics *m)
 		}
 }
 
-static void render_gauges(skl_buf *b, const skl_wmetrics *m)
+/* The process's own gauge and counters. */
+static void render_process(skl_buf *b, const skl_wmetrics *m)
 {
 	head(b, "skiplock_worker_leases_held", "gauge",
 	     "Job leases this worker holds now (claimed, outcome not yet recorded).");
@@ -375,6 +387,20 @@ static void render_gauges(skl_buf *b, const skl_wmetrics *m)
 	     "Database calls whose outcome was unknown (the connection died after a write "
 	     "or COMMIT was sent).");
 	skl_buf_printf(b, "skiplock_db_indeterminate_total %" PRIu64 "\n", m->indeterminate);
+	head(b, "skiplock_worker_claims_total", "counter",
+	     "Claim statements this worker sent, whatever they returned.");
+	skl_buf_printf(b, "skiplock_worker_claims_total %" PRIu64 "\n", m->claims);
+	head(b, "skiplock_worker_empty_claims_total", "counter",
+	     "Claim statements of this worker that returned no job.");
+	skl_buf_printf(b, "skiplock_worker_empty_claims_total %" PRIu64 "\n", m->empty_claims);
+	head(b, "skiplock_worker_notifications_total", "counter",
+	     "Wake-up notifications (NOTIFY skiplock_jobs) this worker read; hints, coalesced.");
+	skl_buf_printf(b, "skiplock_worker_notifications_total %" PRIu64 "\n", m->notifications);
+}
+
+static void render_gauges(skl_buf *b, const skl_wmetrics *m)
+{
+	render_process(b, m);
 	if (m->q_at_ms == 0)
 		return; /* queue gauges off, or not read yet */
 	head(b, "skiplock_queue_depth", "gauge",

@@ -52,6 +52,14 @@ void skl__wm_set_queues(skl_wmetrics *m, skl_wm_queue *rows, size_t n);
 /* Scalars the loop thread copies in after each turn. */
 void skl__wm_set_scalars(skl_wmetrics *m, uint64_t leases_held, uint64_t reconnects,
                          uint64_t indeterminate);
+/* The loop's claims and wake-ups, copied in after each turn:
+ *   claims         claim statements sent (with room for jobs), whatever
+ *                  they returned
+ *   empty_claims   those that returned no job
+ *   notifications  NOTIFY hints read on the LISTEN connection (coalesced:
+ *                  many may lead to one claim, or none) */
+void skl__wm_set_wakeups(skl_wmetrics *m, uint64_t claims, uint64_t empty_claims,
+                         uint64_t notifications);
 /* Reads the queue gauges through c (the loop thread's connection): one
  * bounded statement.  queues NULL or empty: every queue. */
 skl_rc skl__wm_refresh(skl_wmetrics *m, skl_client *c, const char *const *queues,

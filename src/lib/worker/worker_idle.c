@@ -181,6 +181,7 @@ int skl__idle_drain(skl_worker *w)
 	int n = 0;
 	for (PGnotify *nt; (nt = PQnotifies(c->conn)) != NULL; n++)
 		PQfreemem(nt);
+	w->st_notifications += (uint64_t)n;
 	return n;
 }
 

@@ -45,6 +45,8 @@ struct slot {
 	volatile sig_atomic_t lost;
 	_Atomic int in_tx;           /* IN_TX_*: the handler completed the job in its
 	                              * own transaction (complete_tx.c) */
+	bool row_locked;             /* the last heartbeat found its row held by a
+	                              * transaction (a job_fence): not extended */
 	skl_outcome_kind outcome;
 	int64_t retry_delay_ms;      /* > 0 with a retry outcome: set by the handler
 	                              * path (e.g. a webhook's Retry-After) and wins
@@ -157,6 +159,7 @@ struct skl_worker {
 	skl_wmetrics *metrics;       /* per queue and kind; see wmetrics.h */
 	_Atomic uint64_t st_claimed, st_completed, st_retried, st_discarded, st_fenced,
 		st_rescued, st_heartbeats;
+	uint64_t st_claims, st_empty_claims, st_notifications; /* loop thread only */
 };
 
 /* worker.c: registers a handler of kind with its ops and ctx.  ctx is
@@ -193,8 +196,9 @@ bool skl__idle_listens(const skl_worker *w);
 bool skl__idle_relisten(skl_worker *w);
 /* The socket to poll for notifications, or -1 when not listening. */
 int skl__idle_fd(const skl_worker *w);
-/* Reads what arrived: the number of notifications, or -1 when the
- * connection was lost (the next statement reconnects). */
+/* Reads what arrived: the number of notifications (added to
+ * st_notifications), or -1 when the connection was lost (the next
+ * statement reconnects). */
 int skl__idle_drain(skl_worker *w);
 /* One read-only statement: when the next job, fire time, lease expiry are due. */
 skl_rc skl__idle_poll(skl_worker *w, const char *const *kinds, skl_idle_view *v,

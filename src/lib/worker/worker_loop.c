@@ -386,37 +386,65 @@ static int exchange(skl_worker *w, size_t claim, const char *const *kinds, size_
 	return rc == SKL_OK || rc == SKL_EMPTY ? (int)n : -1;
 }
 
-static void heartbeat(skl_worker *w)
+/* While a claim's row is held by a transaction (its handler's job_fence)
+ * the heartbeat cannot extend its lease, and nothing can take the job.
+ * When that transaction ends the lease may have expired, and a rescue
+ * anywhere in the fleet may end the claim before the next heartbeat; so
+ * the heartbeat comes sooner meanwhile: lease/10, from 50 ms to 1 s. */
+#define HB_LOCKED_MIN_MS 50
+#define HB_LOCKED_MAX_MS 1000
+
+static void note_hb_state(skl_worker *w, slot *s, skl_hb_state st)
 {
+	if (st == SKL_HB_LOST && !s->lost && !skl__slot_completed_in_tx(s)) {
+		s->lost = 1;
+		skl__wlog_job(w, SKL_LOG_WARNING, &s->job, "lease lost; stopping it");
+	} else if ((st == SKL_HB_LOCKED) != s->row_locked) {
+		s->row_locked = st == SKL_HB_LOCKED;
+		skl__wlog_job(w, SKL_LOG_DEBUG, &s->job, s->row_locked
+		              ? "heartbeat: a transaction holds the job's row (a job_fence?); "
+		                "lease kept, not extended"
+		              : "heartbeat: the job's row is free again; lease extended");
+	}
+}
+
+/* Heartbeats every claim held; returns the ms until the next heartbeat:
+ * lease/3, or sooner while a claim's row is locked.  The statement never
+ * waits for a row lock (sql/0020_heartbeat_idem.sql), so one job's open
+ * effect transaction cannot cost the others their leases. */
+static int64_t heartbeat(skl_worker *w)
+{
+	int64_t every = w->wo.lease_ms / 3, soon = w->wo.lease_ms / 10;
 	size_t n = w->nrunning;
 	if (n == 0)
-		return;
+		return every;
 	int64_t *ids = calloc(n, sizeof(int64_t)), *fen = calloc(n, sizeof(int64_t));
-	bool *alive = calloc(n, sizeof(bool));
+	skl_hb_state *st = calloc(n, sizeof(skl_hb_state));
 	skl_error err;
 	for (size_t i = 0; ids && fen && i < n; i++) {
 		ids[i] = w->running[i]->job.id;
 		fen[i] = w->running[i]->job.fencing;
 	}
-	skl_rc rc = ids && fen && alive
-	                ? skl_heartbeat(w->db, ids, fen, n, w->wo.lease_ms, alive, &err)
+	skl_rc rc = ids && fen && st
+	                ? skl_heartbeat_states(w->db, ids, fen, n, w->wo.lease_ms, st, &err)
 	                : SKL_NOMEM;
+	bool locked = false;
 	if (rc == SKL_OK) {
 		w->st_heartbeats++;
-		for (size_t i = 0; i < n; i++)
-			if (!alive[i] && !w->running[i]->lost &&
-			    !skl__slot_completed_in_tx(w->running[i])) {
-				w->running[i]->lost = 1;
-				skl__wlog_job(w, SKL_LOG_WARNING, &w->running[i]->job,
-				              "lease lost; stopping it");
-			}
+		for (size_t i = 0; i < n; i++) {
+			note_hb_state(w, w->running[i], st[i]);
+			locked = locked || st[i] == SKL_HB_LOCKED;
+		}
 	} else {
 		skl__wlog(w, SKL_LOG_WARNING, "heartbeat failed: %s",
 		          rc == SKL_NOMEM ? "out of memory" : err.message);
 	}
 	free(ids);
 	free(fen);
-	free(alive);
+	free(st);
+	soon = soon < HB_LOCKED_MIN_MS ? HB_LOCKED_MIN_MS
+	       : soon > HB_LOCKED_MAX_MS ? HB_LOCKED_MAX_MS : soon;
+	return locked && soon < every ? soon : every;
 }
 
 static void count_rescue(void *ctx, const char *queue, const char *kind, bool discarded)
@@ -466,19 +494,22 @@ static size_t done_count(skl_worker *w)
 }
 
 /* Waits for the wake pipe, a notification or ms; true when a
- * notification arrived or the connection was lost (claim at once). */
-static bool wait_wake(skl_worker *w, int64_t ms)
+ * notification arrived or the connection was lost (claim soon).  With
+ * hints false a notification could not bring the next claim forward (see
+ * hint_helps): what arrived is read and counted, the socket is not
+ * polled, so a flood of them cannot spin the loop. */
+static bool wait_wake(skl_worker *w, int64_t ms, bool hints)
 {
 	int woken = skl__idle_drain(w); /* read while the last statement ran */
-	struct pollfd p[2] = {{.fd = w->wake[0], .events = POLLIN},
-	                      {.fd = skl__idle_fd(w), .events = POLLIN}};
-	if (ms > 0 && woken == 0 && poll(p, p[1].fd >= 0 ? 2 : 1, ms > 1000 ? 1000 : (int)ms) > 0 &&
-	    p[1].fd >= 0 && p[1].revents)
+	int fd = hints ? skl__idle_fd(w) : -1;
+	struct pollfd p[2] = {{.fd = w->wake[0], .events = POLLIN}, {.fd = fd, .events = POLLIN}};
+	if (ms > 0 && (woken == 0 || !hints) &&
+	    poll(p, fd >= 0 ? 2 : 1, ms > 1000 ? 1000 : (int)ms) > 0 && fd >= 0 && p[1].revents)
 		woken = skl__idle_drain(w);
 	char buf[256];
 	while (read(w->wake[0], buf, sizeof(buf)) > 0)
 		;
-	return woken != 0;
+	return hints && woken != 0;
 }
 
 static skl_rc start_threads(skl_worker *w, skl_error *err)
@@ -515,8 +546,9 @@ typedef struct loop_state {
 	int64_t poll, next_claim, next_hb, next_rescue, stop_at, kill_sent, next_cron, cron_warned;
 	int64_t next_stats, stats_warned, next_maint;
 	bool idle;                   /* nothing claimed for idle_after(): see idle_poll */
-	bool woken;                  /* a notification or a new LISTEN: claim at once */
-	int64_t last_work, next_idle, idle_warned;
+	bool woken;                  /* a notification or a new LISTEN: see on_wake */
+	bool empty;                  /* the last claim found nothing, at empty_at */
+	int64_t last_work, next_idle, idle_warned, empty_at;
 } loop_state;
 
 /* Uniform in [ms/2, 3ms/2). The generator is shared with handler threads. */
@@ -606,6 +638,42 @@ static int64_t min64(int64_t a, int64_t b)
 	return a < b ? a : b;
 }
 
+/* When a wake-up (a notification, a new LISTEN) may claim: at once,
+ * unless the last claim found nothing less than poll_ms ago; then poll_ms
+ * after it. */
+static int64_t wake_claim_at(const skl_worker *w, const loop_state *ls, int64_t now)
+{
+	int64_t at = ls->empty ? ls->empty_at + w->wo.poll_ms : now;
+	return at > now ? at : now;
+}
+
+/* A notification is a hint that a job may be due, never a promise, and
+ * any role can send one (NOTIFY cannot be restricted).  So hints are
+ * coalesced (all that arrived count as one), never delay a claim, and,
+ * while claims find nothing, bring one forward at most to poll_ms after
+ * the last: a flood of them costs a worker at most about 1000 / poll_ms
+ * claims a second (5 with the default --poll 200ms), and a real job is
+ * still claimed within poll_ms.  They neither reset the backoff of an
+ * empty claim nor count as work (only an idle worker leaves idleness). */
+static void on_wake(skl_worker *w, loop_state *ls, int64_t now)
+{
+	int64_t at = wake_claim_at(w, ls, now);
+	if (ls->idle)
+		leave_idle(w, ls, now);
+	else if (ls->next_claim < at)
+		at = ls->next_claim;
+	ls->next_claim = at;
+}
+
+/* Whether a notification now would bring a claim forward: the worker has
+ * room for a job, and is idle or next claims later than a wake-up would. */
+static bool hint_helps(skl_worker *w, const loop_state *ls, int64_t now)
+{
+	if (w->stop || pending_count(w) >= capacity(w))
+		return false;
+	return ls->idle || ls->next_claim > wake_claim_at(w, ls, now);
+}
+
 /* How long an idle worker sleeps after its idle poll: poll_idle_ms
  * (drawn in [1, 1.25) times it, so never more often), or less when a job,
  * a fire time or a lease expiry is due earlier. */
@@ -655,13 +723,12 @@ static void idle_poll(skl_worker *w, loop_state *ls, const char *const *kinds, i
  * one of them is due next. */
 static int64_t chores(skl_worker *w, loop_state *ls, const char *const *kinds, int64_t now)
 {
-	if (now >= ls->next_hb) {
-		heartbeat(w);
-		ls->next_hb = now + w->wo.lease_ms / 3;
-	}
+	if (now >= ls->next_hb)
+		ls->next_hb = now + heartbeat(w);
 	skl__wm_set_scalars(w->metrics, w->nrunning,
 	                    skl_client_connects(w->db) ? skl_client_connects(w->db) - 1 : 0,
 	                    skl_client_indeterminate(w->db));
+	skl__wm_set_wakeups(w->metrics, w->st_claims, w->st_empty_claims, w->st_notifications);
 	bool stats = !w->stop && w->wo.queue_stats_every_ms > 0;
 	if (stats && now >= ls->next_stats) /* metrics stay fresh, idle or not */
 		queue_stats(w, ls, now);
@@ -750,7 +817,13 @@ static void claim_turn(skl_worker *w, loop_state *ls, int64_t now)
 		exchange(w, 0, NULL, 0); /* outcomes only */
 		return;
 	}
-	int got = exchange(w, limit, ls->pick, nkinds);
+	int got = exchange(w, free_slots, kinds);
+	if (got >= 0) {
+		w->st_claims++;
+		w->st_empty_claims += got == 0;
+		ls->empty = got == 0;
+		ls->empty_at = now;
+	}
 	if (got > 0) {
 		ls->poll = w->wo.poll_ms;
 		ls->next_claim = now; /* more may be due as soon as a slot frees */
@@ -787,7 +860,7 @@ static bool turn(skl_worker *w, loop_state *ls, const char *const *kinds)
 		return false; /* C handlers that ignore skl_job_lost: leave them to the rescue */
 	if (ls->woken || atomic_exchange(&w->room_opened, false)) {
 		ls->woken = false;
-		leave_idle(w, ls, now);
+		on_wake(w, ls, now);
 	}
 	claim_turn(w, ls, now);
 	int64_t until = chores(w, ls, kinds, now);
@@ -796,7 +869,7 @@ static bool turn(skl_worker *w, loop_state *ls, const char *const *kinds)
 		until = ls->next_claim;
 	if (skl__idle_relisten(w))
 		ls->woken = true;
-	else if (wait_wake(w, until - skl__now_ms()))
+	else if (wait_wake(w, until - skl__now_ms(), hint_helps(w, ls, skl__now_ms())))
 		ls->woken = true;
 	return true;
 }
