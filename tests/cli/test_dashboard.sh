@@ -296,6 +296,55 @@ check_eq "actions: 200" "$(http GET '/api/actions?limit=20')" 200
 check_eq "actions: each logged, newest first, by the dashboard as operator" \
 	"$(jq -c --argjson first "$first_act" 'map(select(.role != "cli" and .id > $first)) | map([.action, .matched, .changed, .actor, .role]) | map(join(" "))' "$TMP/body")" \
 	'["schedule_run 1 1 dashboard@127.0.0.1 operator","schedule_resume 1 1 dashboard@127.0.0.1 operator","schedule_pause 1 1 dashboard@127.0.0.1 operator","breaker_close 1 1 dashboard@127.0.0.1 operator","breaker_open 1 1 dashboard@127.0.0.1 operator","resume 1 1 dashboard@127.0.0.1 operator","pause 1 1 dashboard@127.0.0.1 operator","retry 3 3 dashboard@127.0.0.1 operator","discard 2 2 dashboard@127.0.0.1 operator","cancel 1 1 dashboard@127.0.0.1 operator"]'
+
+# --- the count's mark: a bulk action acts on at most what was counted ---
+mk=$(for i in 1 2 3; do "$S" enqueue --url "$URL" --queue markq mk "{\"i\": $i}"; done | tr '\n' ' ')
+check_eq "count of markq: 200" "$(http GET '/api/jobs/count?queue=markq')" 200
+MARK=$(jq .mark "$TMP/body")
+check_eq "the count carries its mark: the highest id counted, and whether it is every job" \
+	"$(jq -c '[.count, .all]' "$TMP/body") $MARK" "[3,false] $(q "SELECT max(id) FROM skiplock.jobs WHERE queue = 'markq'")"
+late=$(for i in 4 5; do "$S" enqueue --url "$URL" --queue markq mk "{\"i\": $i}"; done | tr '\n' ' ')
+check_eq "cancel with the count's mark: 200" \
+	"$(http POST "/api/bulk/cancel?queue=markq&mark=$MARK&expect=3" "${P[@]}")" 200
+check_eq "cancel with the mark: 3 matched and cancelled, 2 newer left alone" \
+	"$(jq -c '[.matched, .changed, .skipped, .newer, .mark]' "$TMP/body")" "[3,3,0,2,$MARK]"
+check_eq "the jobs counted are cancelled, the newer ones untouched" \
+	"$(q "SELECT string_agg(state, ' ' ORDER BY id) FROM skiplock.all_jobs WHERE queue = 'markq'")" \
+	"cancelled cancelled cancelled available available"
+# A job up to the mark that entered the filter after the count: the set
+# changed, so the action is refused and nothing changes.
+http GET '/api/jobs/count?queue=markq&state=available' >/dev/null
+MARK=$(jq .mark "$TMP/body") N=$(jq .count "$TMP/body")
+check_eq "count of the available markq jobs" "$N" 2
+"$S" jobs retry --url "$URL" "${mk%% *}" >/dev/null || fail "retry one markq job"
+check_eq "more jobs up to the mark than counted: 409" \
+	"$(http POST "/api/bulk/discard?queue=markq&state=available&mark=$MARK&expect=$N" "${P[@]}")" 409
+check_eq "409 says the set changed" "$(jq -r .error "$TMP/body")" \
+	"the jobs matching changed since the count: 3 match up to job $MARK, 2 were counted; count again"
+check_eq "the refused action changed nothing" \
+	"$(q "SELECT string_agg(state, ' ' ORDER BY id) FROM skiplock.all_jobs WHERE queue = 'markq'")" \
+	"available cancelled cancelled available available"
+check_eq "mark without expect: 400" "$(http POST "/api/bulk/discard?queue=markq&mark=$MARK" "${P[@]}")" 400
+check_eq "expect 0: 400" "$(http POST "/api/bulk/discard?queue=markq&mark=$MARK&expect=0" "${P[@]}")" 400
+
+# --- a filter that matches every job must be named so: all=1 ---
+for f in '' 'time=created' 'payload=%7B%7D' 'payload=%5B%5D' 'time=finished&payload=%7B%20%7D'; do
+	check_eq "bulk retry ?$f: 400" "$(http POST "/api/bulk/retry?$f" "${P[@]}")" 400
+	jq -r .error "$TMP/body" | grep -q '^the filter matches every job (.*): add all=1 to act on every job$' &&
+		pass "?$f: the refusal says why ($(jq -r .error "$TMP/body"))" || fail "?$f: $(cat "$TMP/body")"
+done
+check_eq "the count of such a filter says so: 200" "$(http GET '/api/jobs/count?time=created')" 200
+ALL=$(jq .count "$TMP/body") MARK=$(jq .mark "$TMP/body")
+check_eq "the count of every job, all: true" "$(jq -c '[.count, .all]' "$TMP/body")" \
+	"[$(q "SELECT count(*) FROM skiplock.all_jobs"),true]"
+check_eq "with all=1 it acts: 200" \
+	"$(http POST "/api/bulk/retry?time=created&all=1&mark=$MARK&expect=$ALL" "${P[@]}")" 200
+check_eq "with all=1: every job matched" "$(jq .matched "$TMP/body")" "$ALL"
+check_eq "with all=1: logged with all" \
+	"$(q "SELECT target::text FROM skiplock.actions ORDER BY id DESC LIMIT 1")" \
+	"{\"all\": true, \"up_to\": $MARK, \"time_field\": \"created\"}"
+check_eq "a narrowing term beside an empty one needs no all=1: 200" \
+	"$(http POST '/api/bulk/cancel?queue=markq&payload=%7B%7D&state=available' "${P[@]}")" 200
 stop_dash act
 q "DELETE FROM skiplock.jobs WHERE kind = 'bk'; DELETE FROM skiplock.finished_jobs WHERE kind = 'bk'" >/dev/null
 "$S" cron remove --url "$URL" nightly >/dev/null 2>&1 || fail "cron remove"
