@@ -76,7 +76,33 @@ check_eq "wrong token: 401" "$(http GET /api/queues -H "Authorization: Bearer ${
 check_eq "token as basic auth: 401" "$(http GET /api/queues -H "Authorization: Basic $TOKEN")" 401
 check_eq "POST without a token: 401" "$(http POST "/api/jobs/$d1/retry")" 401
 check_eq "right token: 200" "$(http GET /api/queues -H "Authorization: Bearer $TOKEN")" 200
+# The Host rule holds with a token too (a browser holding the token must not
+# be steered by a rebound name): loopback names and address literals pass.
+check_eq "right token, foreign Host (DNS rebinding): 403" \
+	"$(http GET /api/queues -H "Authorization: Bearer $TOKEN" -H "Host: rebind.example:$PORT")" 403
+check_eq "the refusal names --allow-host" "$(jq -r .error "$TMP/body")" \
+	'the Host header "rebind.example" is not accepted: name it with --allow-host'
+check_eq "right token, Host localhost: 200" \
+	"$(http GET /api/queues -H "Authorization: Bearer $TOKEN" -H "Host: localhost:$PORT")" 200
+check_eq "right token, Host an address literal: 200" \
+	"$(http GET /api/queues -H "Authorization: Bearer $TOKEN" -H "Host: 192.0.2.7:$PORT")" 200
+check_eq "right token, Host an IPv6 literal: 200" \
+	"$(http GET /api/queues -H "Authorization: Bearer $TOKEN" -H "Host: [2001:db8::7]:$PORT")" 200
 stop_dash auth
+# --allow-host NAME (repeatable) adds a name, any case, any port.
+start_dash allow --listen 0.0.0.0:0 --auth-token-file "$TMP/token" --allow-host dash.example \
+	--allow-host Other.Example
+check_eq "--allow-host: the named host: 200" \
+	"$(http GET /api/queues -H "Authorization: Bearer $TOKEN" -H "Host: DASH.example:$PORT")" 200
+check_eq "--allow-host: the second name, no port: 200" \
+	"$(http GET /api/queues -H "Authorization: Bearer $TOKEN" -H "Host: other.example")" 200
+check_eq "--allow-host: another name: 403" \
+	"$(http GET /api/queues -H "Authorization: Bearer $TOKEN" -H "Host: dash.example.evil:$PORT")" 403
+check_eq "--allow-host: no Host at all: 403" \
+	"$(http GET /api/queues -H "Authorization: Bearer $TOKEN" -H "Host;")" 403
+stop_dash allow
+expect_exit "--allow-host with a port" 2 '--allow-host: "dash.example:80" is not a host name' -- \
+	"$S" dashboard --url "$URL" --allow-host dash.example:80
 
 # --- loopback: the page, CSRF, counts ---
 start_dash rw --listen 127.0.0.1:0
@@ -144,6 +170,24 @@ timeout 10 cat <&"${held[0]}" >/dev/null
 check_eq "an idle connection is closed by the server within 10 s" "$?" 0
 for fd in "${held[@]}"; do exec {fd}>&-; done
 stop_dash rw
+
+# --- slow clients (slowloris) cannot keep an authorised request out: 300
+# connections from this address send their headers a byte at a time (and
+# reopen when closed) for 8 s, beyond the 5 s idle timeout; a request with
+# the token, once a second, answers 200 within 3 s every time ---
+start_dash slow --listen 127.0.0.1:0 --operator-token-file "$TMP/token"
+timeout 60 python3 "$(dirname "$0")/slow_clients.py" many "$PORT" 300 8 "$TOKEN" >"$TMP/slow.out" 2>&1
+probes=$(grep -c '^ok \|^fail ' "$TMP/slow.out")
+slowest=$(awk '$1 == "ok" && $3 > m {m = $3} END {print m + 0}' "$TMP/slow.out")
+check_eq "beside 300 slow connections ($(grep '^slow opened' "$TMP/slow.out")), every authorised request is answered 200 (slowest $slowest ms)" \
+	"$(grep -v '^ok 200 \|^slow opened ' "$TMP/slow.out" | head -c 300)$([ "$probes" -ge 5 ] || echo "only $probes probes")" ""
+[ "$slowest" -lt 3000 ] && pass "each within 3 s" || fail "slowest authorised request took $slowest ms"
+# One connection that never finishes its headers is closed by the header
+# deadline (10 s), however often it sends a byte.
+check_eq "a connection sending its headers a byte at a time is closed within 15 s" \
+	"$(timeout 40 python3 "$(dirname "$0")/slow_clients.py" one "$PORT" 20 | sed 's/^closed \([0-9]\|1[0-5]\)$/closed in time/')" \
+	"closed in time"
+stop_dash slow
 
 # --- --read-only: actions refused even with the right CSRF token ---
 start_dash ro --listen 127.0.0.1:0 --read-only
