@@ -85,6 +85,23 @@ SKL_API void skl_pauses_free(skl_pause_info *rows, size_t n);
  * skl_jobs_list refuses.  One read-only statement. */
 SKL_API skl_rc skl_jobs_count(skl_client *c, const skl_list_opts *o, int64_t *n,
                               skl_error *err);
+/* skl_jobs_count with the count's mark: *mark gets the highest id among
+ * the jobs counted (0 when none).  A bulk action given the mark and the
+ * count (skl_bulk_opts.up_to and .expect) acts on at most those jobs: none
+ * that came after the count, and never more than were counted. */
+SKL_API skl_rc skl_jobs_count_mark(skl_client *c, const skl_list_opts *o, int64_t *n,
+                                   int64_t *mark, skl_error *err);
+
+/* Whether the filter o names a subset of the jobs.  False when it matches
+ * every job whatever they hold: o NULL or without a term, or only terms
+ * that narrow nothing: a time field without a bound (from or to), a
+ * payload filter of {} or [] (contained in every object, every array).  A
+ * bulk action refuses such a filter unless asked for every job
+ * (skl_bulk_opts.all).  *why (may be NULL) gets what makes it so, a static
+ * string: "no filter", "a time field without a bound", "an empty payload
+ * filter", or the last two joined by ", ".  Pure (no statement); the
+ * terms are not checked for errors here. */
+SKL_API bool skl_list_opts_narrows(const skl_list_opts *o, const char **why);
 
 typedef enum skl_bulk_action {
 	SKL_BULK_RETRY = 0,        /* as skl_job_retry: discarded, cancelled or
@@ -101,17 +118,23 @@ SKL_API const char *skl_bulk_action_name(skl_bulk_action a);
 SKL_API skl_rc skl_bulk_action_parse(const char *name, skl_bulk_action *a, skl_error *err);
 
 /* What a bulk action did.  matched is the count taken first (the jobs
- * that matched then: ids at most the highest id that existed then).
- * changed: jobs the action was applied to.  skipped: matched jobs it was
- * not applied to because a worker or another operator got there first
- * (finished, claimed, or no longer matching): max(0, matched - changed).
- * Each job is acted on at most once. */
+ * that matched then, up to o->up_to when given).  changed: jobs the
+ * action was applied to, never more than matched (a job that enters the
+ * filter after the count may take the place of one that left it, never
+ * add to it).  skipped: matched jobs it was not applied to because a
+ * worker or another operator got there first (finished, claimed, or no
+ * longer matching): matched - changed.  Each job is acted on at most
+ * once, and none with an id above mark. */
 typedef struct skl_bulk_result {
 	int64_t action_id;         /* its row in skiplock.actions; 0 on a dry run */
 	int64_t matched;
 	int64_t changed;
 	int64_t skipped;
 	int batches;               /* transactions that acted */
+	int64_t mark;              /* the highest id counted (0: none): a dry
+	                            * run's mark, for o->up_to of the action */
+	int64_t newer;             /* with o->up_to: jobs matching now with ids
+	                            * above it, left alone */
 } skl_bulk_result;
 
 /* Called after each batch with the counts so far; return false to stop
@@ -130,18 +153,34 @@ typedef struct skl_bulk_opts {
 	bool dry_run;              /* count only: nothing written, not logged */
 	skl_bulk_progress_cb progress; /* may be NULL */
 	void *ctx;
+	/* A filter that matches every job (skl_list_opts_narrows false, NULL
+	 * included) is refused (SKL_INVALID) unless all is true: acting on
+	 * every job is asked for by name.  Logged in the target as "all". */
+	bool all;
+	/* The count the operator confirmed (skl_jobs_count_mark or a dry
+	 * run's mark and matched), with a filter only; 0: none.  up_to: only
+	 * jobs with ids up to it are acted on (logged as "up_to"); later jobs
+	 * are left alone and counted in res->newer.  expect: when more than
+	 * expect jobs match up to up_to now (jobs entered the filter since the
+	 * count), the action is refused with SKL_CONFLICT and nothing is
+	 * written. */
+	int64_t up_to;
+	int64_t expect;
 } skl_bulk_opts;
 
-/* Counts the matching jobs, writes the action's row in the log, then acts
- * on them newest first in batches of o->batch, each its own transaction,
+/* Counts the matching jobs (up to o->up_to), refuses when more than
+ * o->expect match, writes the action's row in the log, then acts on them
+ * newest first in batches of o->batch, each its own transaction,
  * each job through the same fenced per-job function as skl_job_retry /
  * skl_job_cancel (skiplock.job_retry, job_cancel, job_discard): safe with
  * workers running — a job a worker finished, claimed or changed since the
  * count is skipped, never acted on twice.  A retry of a job whose unique
- * key another unfinished job holds is skipped.  SKL_INVALID, before any
- * statement, for a bad filter, a bad batch size, too many ids, or a bad
- * actor.  *res (may be NULL) receives the counts, also on an error after
- * some batches committed.  Blocks for the whole action. */
+ * key another unfinished job holds is skipped.  At most res->matched jobs
+ * are changed.  SKL_INVALID, before any statement, for a bad filter, a
+ * filter that matches every job without o->all (not on a dry run), a bad
+ * batch size, too many ids, up_to or expect with ids, or a bad actor.
+ * *res (may be NULL) receives the counts, also on an error after some
+ * batches committed.  Blocks for the whole action. */
 SKL_API skl_rc skl_jobs_bulk(skl_client *c, const skl_bulk_opts *o, const skl_actor *who,
                              skl_bulk_result *res, skl_error *err);
 

@@ -98,6 +98,17 @@ bool cli_settings_options(const struct option *opts, struct option *out, size_t 
 /* The help of --config and the environment, for --help. */
 extern const char cli_settings_help[];
 
+/* readfile.c: a small input file read whole (--config FILE, cron apply
+ * FILE).  path ("-" with allow_stdin: standard input) is opened without
+ * blocking and refused unless it is a regular file: a FIFO, a device or a
+ * directory is never read or waited on.  At most CLI_FILE_MAX bytes, from
+ * a file or standard input.  On CLI_OK, *data (NUL-terminated; free it)
+ * holds *len bytes; else CLI_USAGE after one line "<what>PATH: why" (what:
+ * a prefix such as "--config ", or ""). */
+enum { CLI_FILE_MAX = 1024 * 1024 };
+int cli_read_file(const cli_common *cc, const char *what, const char *path, bool allow_stdin,
+                  char **data, size_t *len);
+
 /* Opens a client from the common options; on failure prints one line and
  * returns the exit code (2 for a bad URL), else CLI_OK. */
 int cli_open(const cli_common *cc, skl_client **out);

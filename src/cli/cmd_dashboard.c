@@ -5,6 +5,7 @@
  * anything starts; dashboard_http.c serves, dashboard_api.c answers.
  */
 #include <arpa/inet.h>
+#include <errno.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
@@ -17,7 +18,7 @@
 static const char usage[] =
 	"Usage: skiplock dashboard [--listen ADDR:PORT] [--read-only] [--hide-payloads]\n"
 	"                          [--operator-token-file FILE] [--viewer-token-file FILE]\n"
-	"                          [--idle-for DUR] [--stuck-after DUR]\n"
+	"                          [--idle-for DUR] [--stuck-after DUR] [--allow-host NAME]\n"
 	"\n"
 	"Serve a web dashboard of the queue. At the top, what is wrong now: jobs\n"
 	"whose lease expired, jobs stuck in running, the oldest due job's age and\n"
@@ -51,6 +52,12 @@ static const char usage[] =
 	"  --viewer-token-file FILE\n"
 	"                         a request carrying this token may only read: the\n"
 	"                         page hides the actions and every POST gets 403\n"
+	"  --allow-host NAME      serve requests whose Host header names NAME (any\n"
+	"                         case, any port; repeatable), besides localhost and\n"
+	"                         address literals (127.0.0.1, [::1], 192.0.2.7),\n"
+	"                         which are always served: the name a reverse proxy\n"
+	"                         passes on, or this host's. Any other Host is refused\n"
+	"                         with 403, with or without a token (DNS rebinding)\n"
 	"  --hide-payloads        job payloads and results are not sent unless an\n"
 	"                         operator asks for one (never to a viewer)\n"
 	"  --idle-for DUR         the age that makes an advisory-lock holder a\n"
@@ -64,7 +71,9 @@ static const char exit_help[] =
 	"input, 3 database unreachable within --retry-for.\n";
 
 enum { O_LISTEN = OPT_COMMON_LAST + 1, O_READ_ONLY, O_TOKEN_FILE, O_VIEWER_FILE, O_HIDE,
-       O_IDLE_FOR, O_STUCK_AFTER };
+       O_IDLE_FOR, O_STUCK_AFTER, O_ALLOW_HOST };
+
+enum { MAX_ALLOW_HOSTS = 32 };
 
 typedef struct dash_args {
 	cli_common *cc;
@@ -75,7 +84,24 @@ typedef struct dash_args {
 	int64_t stuck_after_ms;
 	bool read_only;
 	bool hide_payloads;
+	const char *allow_hosts[MAX_ALLOW_HOSTS];
+	size_t nallow_hosts;
 } dash_args;
+
+static int allow_host(dash_args *a, const char *name)
+{
+	if (!dash_host_name_valid(name)) {
+		cli_error(a->cc, "--allow-host: \"%s\" is not a host name (letters, digits, dots and "
+		          "hyphens, no port)", name);
+		return CLI_USAGE;
+	}
+	if (a->nallow_hosts == MAX_ALLOW_HOSTS) {
+		cli_error(a->cc, "--allow-host: at most %d names", MAX_ALLOW_HOSTS);
+		return CLI_USAGE;
+	}
+	a->allow_hosts[a->nallow_hosts++] = name;
+	return CLI_OK;
+}
 
 /* A duration longer than 0 into *ms. */
 static int positive_duration(dash_args *a, const char *name, const char *arg, int64_t *ms)
@@ -99,6 +125,7 @@ static int own_option(int code, const char *arg, void *ctx)
 	case O_HIDE: a->hide_payloads = true; return CLI_OK;
 	case O_IDLE_FOR: return positive_duration(a, "--idle-for", arg, &a->idle_for_ms);
 	case O_STUCK_AFTER: return positive_duration(a, "--stuck-after", arg, &a->stuck_after_ms);
+	case O_ALLOW_HOST: return allow_host(a, arg);
 	default: return CLI_USAGE;
 	}
 }
@@ -196,8 +223,10 @@ static int serve(const cli_common *cc, dash_server *s, const listen_addr *la, co
 	fflush(stdout);
 	cli_log(SKL_LOG_INFO, "dashboard: listening on port %u%s%s", port,
 	        s->read_only ? " (read-only)" : "", s->hide_payloads ? " (payloads hidden)" : "");
-	int sig = 0;
-	sigwait(&set, &sig);
+	const struct timespec second = {1, 0};
+	int sig;
+	while ((sig = sigtimedwait(&set, NULL, &second)) < 0 && (errno == EAGAIN || errno == EINTR))
+		dash_conns_sweep(&s->conns); /* requests not whole in time */
 	cli_log(SKL_LOG_INFO, "dashboard: stopping on signal %d", sig);
 	dash_http_stop(d);
 	return CLI_OK;
@@ -229,7 +258,8 @@ static int read_tokens(const cli_common *cc, const dash_args *a, dash_server *s)
 static int run(cli_common *cc, dash_args *a, const listen_addr *la)
 {
 	dash_server s = {.read_only = a->read_only, .hide_payloads = a->hide_payloads,
-	                 .idle_for_ms = a->idle_for_ms, .stuck_after_ms = a->stuck_after_ms};
+	                 .idle_for_ms = a->idle_for_ms, .stuck_after_ms = a->stuck_after_ms,
+	                 .allow_hosts = a->allow_hosts, .nallow_hosts = a->nallow_hosts};
 	int rc = read_tokens(cc, a, &s);
 	if (rc == CLI_OK)
 		rc = cli_open(cc, &s.client);
@@ -240,6 +270,7 @@ static int run(cli_common *cc, dash_args *a, const listen_addr *la)
 	}
 	skl_error err;
 	pthread_mutex_init(&s.lock, NULL);
+	dash_conns_init(&s.conns);
 	if (skl_client_ping(s.client, &err) != SKL_OK) {
 		rc = cli_fail(cc, &err);
 	} else if (!dash_page_init(&s)) {
@@ -249,6 +280,7 @@ static int run(cli_common *cc, dash_args *a, const listen_addr *la)
 		rc = serve(cc, &s, la, a->listen);
 	}
 	pthread_mutex_destroy(&s.lock);
+	dash_conns_destroy(&s.conns);
 	skl_client_close(s.client);
 	dash_page_free(&s);
 	free((char *)s.token);
@@ -268,6 +300,7 @@ int cmd_dashboard(int argc, char **argv)
 		{"hide-payloads", no_argument, NULL, O_HIDE},
 		{"idle-for", required_argument, NULL, O_IDLE_FOR},
 		{"stuck-after", required_argument, NULL, O_STUCK_AFTER},
+		{"allow-host", required_argument, NULL, O_ALLOW_HOST},
 		{0}};
 	cli_common cc;
 	cli_common_init(&cc, "dashboard");

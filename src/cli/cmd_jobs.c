@@ -26,7 +26,8 @@ static const char jobs_usage[] =
 	"Usage: skiplock jobs list [FILTER...] [--limit N] [--json]\n"
 	"       skiplock jobs show ID [--json]\n"
 	"       skiplock jobs retry ID [--attempts N]\n"
-	"       skiplock jobs retry|cancel|discard (ID... | FILTER...) [--dry-run] [--yes]\n"
+	"       skiplock jobs retry|cancel|discard (ID... | FILTER... | --all) [--dry-run]\n"
+	"                                          [--yes] [--up-to ID --expect N]\n"
 	"                                          [--batch N]\n"
 	"       skiplock jobs prune --older-than DUR [--batch N]\n"
 	"       skiplock jobs actions [--limit N] [--json]\n"
@@ -60,13 +61,23 @@ static const char jobs_usage[] =
 	"on every job that matches: the count first, then batches of N jobs per\n"        \
 	"transaction, newest first, each job through the same fenced step as one\n"      \
 	"ID. Safe with workers running: a job a worker finished or claimed since the\n"  \
-	"count is skipped, never acted on twice. It prints \"M matched, C <done>, S\n"   \
-	"skipped\" and is written to the action log (skiplock jobs actions) as USER@HOST\n" \
-	"with role cli; one ID is logged too. Without --yes it asks first when stdin\n"  \
-	"is a terminal, and refuses (exit 2) when it is not.\n"
+	"count is skipped, never acted on twice; a job enqueued after the count is\n"    \
+	"left alone, and no more jobs are changed than were counted. It prints \"M\n"    \
+	"matched, C <done>, S skipped\" and is written to the action log (skiplock\n"    \
+	"jobs actions) as USER@HOST with role cli; one ID is logged too. Without\n"      \
+	"--yes it asks first when stdin is a terminal (and acts on what it counted\n"    \
+	"for the question), and refuses (exit 2) when it is not. A filter that\n"        \
+	"matches every job (none, a --time-field without a bound, --payload '{}' or\n"   \
+	"'[]') needs --all.\n"
 #define BULK_HELP                                                                        \
 	FILTER_HELP                                                                          \
-	"  --dry-run              print how many jobs match; change nothing\n"              \
+	"  --all                  act on every job the filters match even when they\n"     \
+	"                         name no subset (or without filters: every job)\n"        \
+	"  --dry-run              print how many jobs match and the highest id among\n"    \
+	"                         them: \"M matched, up to job ID\"; change nothing\n"     \
+	"  --up-to ID --expect N  act only on jobs up to ID, as a dry run counted them;\n"  \
+	"                         refused (exit 1, nothing changed) when more than N\n"     \
+	"                         match up to ID now; newer jobs are left alone\n"        \
 	"  --yes                  act without asking\n"                                     \
 	"  --batch N              jobs per transaction (default 500, at most 10000)\n"
 
@@ -124,7 +135,8 @@ static const char show_exit[] =
 
 static const char retry_usage[] =
 	"Usage: skiplock jobs retry ID [--attempts N]\n"
-	"       skiplock jobs retry (ID... | FILTER...) [--dry-run] [--yes] [--batch N]\n"
+	"       skiplock jobs retry (ID... | FILTER... | --all) [--dry-run] [--yes]\n"
+	"                           [--up-to ID --expect N] [--batch N]\n"
 	"\n"
 	"Make jobs available to run now. Allowed when a job is discarded, cancelled\n"
 	"or available (one waiting out a retry backoff runs at once). A discarded or\n"
@@ -143,7 +155,8 @@ static const char retry_usage[] =
 	"\n";
 
 static const char cancel_usage[] =
-	"Usage: skiplock jobs cancel (ID... | FILTER...) [--dry-run] [--yes] [--batch N]\n"
+	"Usage: skiplock jobs cancel (ID... | FILTER... | --all) [--dry-run] [--yes]\n"
+	"                            [--up-to ID --expect N] [--batch N]\n"
 	"\n"
 	"Cancel jobs. Allowed when a job is available or running. A running job's\n"
 	"claim ends at once: its worker finds the claim lost at the next heartbeat\n"
@@ -155,7 +168,8 @@ static const char cancel_usage[] =
 	"\n";
 
 static const char discard_usage[] =
-	"Usage: skiplock jobs discard (ID... | FILTER...) [--dry-run] [--yes] [--batch N]\n"
+	"Usage: skiplock jobs discard (ID... | FILTER... | --all) [--dry-run] [--yes]\n"
+	"                             [--up-to ID --expect N] [--batch N]\n"
 	"\n"
 	"Discard jobs: failed for good, kept as discarded jobs are. Allowed when a\n"
 	"job is available or running. A running job's fencing token is raised, so\n"
@@ -168,9 +182,11 @@ static const char discard_usage[] =
 
 static const char act_exit[] =
 	"\nExit status: 0 done (also when some jobs were skipped), 1 one ID given and\n"
-	"no such job or its state does not allow it, 2 bad usage or bad input\n"
-	"(nothing written; also without --yes when stdin is not a terminal), 3\n"
-	"database unreachable within --retry-for.\n";
+	"no such job or its state does not allow it, or more jobs match up to the\n"
+	"count's mark than were counted (nothing changed), 2 bad usage or bad input\n"
+	"(nothing written; also without --yes when stdin is not a terminal, and a\n"
+	"filter that matches every job without --all), 3 database unreachable\n"
+	"within --retry-for.\n";
 
 static const char actions_usage[] =
 	"Usage: skiplock jobs actions [--limit N] [--json]\n"
@@ -208,7 +224,8 @@ static const char prune_exit[] =
 	"refused, 2 bad usage or bad input, 3 database unreachable within --retry-for.\n";
 
 enum { O_QUEUE = OPT_COMMON_LAST + 1, O_KIND, O_STATE, O_LIMIT, O_JSON, O_OLDER, O_BATCH,
-       O_ATTEMPTS, O_PAYLOAD, O_ERROR, O_TIME_FIELD, O_SINCE, O_FROM, O_TO, O_DRY_RUN, O_YES };
+       O_ATTEMPTS, O_PAYLOAD, O_ERROR, O_TIME_FIELD, O_SINCE, O_FROM, O_TO, O_DRY_RUN, O_YES,
+       O_ALL, O_UP_TO, O_EXPECT };
 
 #define FILTER_OPTS                                                                      \
 	{"queue", required_argument, NULL, O_QUEUE},                                         \
@@ -222,7 +239,8 @@ enum { O_QUEUE = OPT_COMMON_LAST + 1, O_KIND, O_STATE, O_LIMIT, O_JSON, O_OLDER,
 	{"to", required_argument, NULL, O_TO}
 #define BULK_OPTS                                                                        \
 	FILTER_OPTS, {"dry-run", no_argument, NULL, O_DRY_RUN}, {"yes", no_argument, NULL, O_YES}, \
-	{"batch", required_argument, NULL, O_BATCH}
+	{"batch", required_argument, NULL, O_BATCH}, {"all", no_argument, NULL, O_ALL},           \
+	{"up-to", required_argument, NULL, O_UP_TO}, {"expect", required_argument, NULL, O_EXPECT}
 
 static const struct option list_opts[] = {
 	CLI_COMMON_LONGOPTS, FILTER_OPTS,
@@ -255,6 +273,8 @@ typedef struct jobs_args {
 	bool batch_set;
 	int attempts;             /* retry --attempts; 0: the job's max_attempts */
 	bool dry_run, yes;
+	bool all;                 /* --all: the filter may match every job */
+	int64_t up_to, expect;    /* --up-to, --expect: a dry run's mark and count */
 	bool filtered;            /* a filter option was given */
 	int64_t *ids;             /* retry, cancel, discard: the IDs given */
 	size_t nids;
@@ -339,6 +359,13 @@ static int own_option(int code, const char *arg, void *ctx)
 		return CLI_OK;
 	case O_DRY_RUN: a->dry_run = true; return CLI_OK;
 	case O_YES: a->yes = true; return CLI_OK;
+	case O_ALL: a->all = true; return CLI_OK;
+	case O_UP_TO:
+	case O_EXPECT:
+		if (!cli_int(a->cc, code == O_UP_TO ? "--up-to" : "--expect", arg, 1, INT64_MAX, &v))
+			return CLI_USAGE;
+		*(code == O_UP_TO ? &a->up_to : &a->expect) = v;
+		return CLI_OK;
 	default: return filter_option(a, code, arg);
 	}
 }
@@ -454,30 +481,50 @@ static bool confirm(int64_t matched, skl_bulk_action act)
 	return strcmp(line, "y") == 0 || strcmp(line, "yes") == 0;
 }
 
+/* "M matched, C <done>, S skipped", and the newer jobs left alone. */
+static void print_done(const skl_bulk_result *r, skl_bulk_action act)
+{
+	printf("%" PRId64 " matched, %" PRId64 " %s, %" PRId64 " skipped", r->matched, r->changed,
+	       done_word[act], r->skipped);
+	if (r->newer > 0)
+		printf("; %" PRId64 " newer job%s and %s left alone", r->newer,
+		       r->newer == 1 ? " matches" : "s match", r->newer == 1 ? "was" : "were");
+	printf("\n");
+}
+
+/* The count first (a dry run, or the question on a terminal), then the
+ * action on what was counted: its mark and count, unless given. */
 static int act_many(jobs_args *a, skl_client *c, skl_bulk_action act)
 {
 	skl_bulk_opts o = {.action = act, .filter = &a->lo, .ids = a->ids, .nids = a->nids,
-	                   .batch = a->batch_set ? a->batch : 0, .dry_run = true};
+	                   .batch = a->batch_set ? a->batch : 0, .dry_run = true, .all = a->all,
+	                   .up_to = a->up_to, .expect = a->expect};
 	skl_actor who = {a->actor, CLI_ACTOR_ROLE};
 	skl_bulk_result r;
 	skl_error err;
 	if (a->dry_run || !a->yes) {
 		if (skl_jobs_bulk(c, &o, &who, &r, &err) != SKL_OK)
 			return cli_fail(a->cc, &err);
-		if (a->dry_run) {
-			printf("%" PRId64 " matched\n", r.matched);
+		if (a->dry_run || r.matched == 0) {
+			if (r.matched > 0)
+				printf("%" PRId64 " matched, up to job %" PRId64 "\n", r.matched, r.mark);
+			else
+				printf("0 matched\n");
 			return CLI_OK;
 		}
 		if (!confirm(r.matched, act)) {
 			fprintf(stderr, "nothing changed\n");
 			return CLI_OK;
 		}
+		if (a->nids == 0 && o.up_to == 0) {
+			o.up_to = r.mark;
+			o.expect = r.matched;
+		}
 	}
 	o.dry_run = false;
 	skl_rc rc = skl_jobs_bulk(c, &o, &who, &r, &err);
 	if (r.action_id > 0)
-		printf("%" PRId64 " matched, %" PRId64 " %s, %" PRId64 " skipped\n", r.matched,
-		       r.changed, done_word[act], r.skipped);
+		print_done(&r, act);
 	return rc == SKL_OK ? CLI_OK : cli_fail(a->cc, &err);
 }
 
@@ -603,14 +650,46 @@ static bool parse_id(const cli_common *cc, const char *s, int64_t *id)
 	return true;
 }
 
+/* --all, --up-to and --expect: with filters (or none, for --all) only. */
+static int whole_options(const jobs_sub *s, jobs_args *a, int nargs)
+{
+	if (nargs == 0 && !a->filtered && !a->all) {
+		cli_error(a->cc, "name the jobs: IDs, at least one filter, or --all (see skiplock %s "
+		          "--help)", s->command);
+		return CLI_USAGE;
+	}
+	if (nargs > 0 && a->all) {
+		cli_error(a->cc, "--all goes with filters, not with job IDs");
+		return CLI_USAGE;
+	}
+	if (nargs > 0 && (a->up_to || a->expect)) {
+		cli_error(a->cc, "--up-to and --expect go with filters, not with job IDs");
+		return CLI_USAGE;
+	}
+	if ((a->up_to > 0) != (a->expect > 0)) {
+		cli_error(a->cc, "--up-to and --expect go together: a dry run's \"up to job ID\" and "
+		          "its count");
+		return CLI_USAGE;
+	}
+	return CLI_OK;
+}
+
+/* A filter that matches every job acts only with --all (a dry run counts). */
+static int names_subset(jobs_args *a)
+{
+	const char *why = NULL;
+	if (a->nids > 0 || a->all || a->dry_run || skl_list_opts_narrows(&a->lo, &why))
+		return CLI_OK;
+	cli_error(a->cc, "the filter matches every job (%s): pass --all to act on every job", why);
+	return CLI_USAGE;
+}
+
 /* retry, cancel, discard: IDs or filters, and what goes with them. */
 static int act_operands(const jobs_sub *s, jobs_args *a, int nargs, char **args)
 {
-	if (nargs == 0 && !a->filtered) {
-		cli_error(a->cc, "name the jobs: IDs, or at least one filter (see skiplock %s --help)",
-		          s->command);
-		return CLI_USAGE;
-	}
+	int rc = whole_options(s, a, nargs);
+	if (rc != CLI_OK)
+		return rc;
 	if (nargs > 0 && a->filtered) {
 		cli_error(a->cc, "give job IDs or filters, not both");
 		return CLI_USAGE;
@@ -638,11 +717,13 @@ static int act_operands(const jobs_sub *s, jobs_args *a, int nargs, char **args)
 		cli_error(a->cc, "--batch: at most 10000 jobs per transaction");
 		return CLI_USAGE;
 	}
+	default_time_field(a);
+	if ((rc = names_subset(a)) != CLI_OK)
+		return rc;
 	if (many && !a->dry_run && !a->yes && !isatty(STDIN_FILENO)) {
 		cli_error(a->cc, "acting on several jobs asks first: pass --yes (or --dry-run to count)");
 		return CLI_USAGE;
 	}
-	default_time_field(a);
 	cli_default_actor(a->actor, sizeof(a->actor));
 	return CLI_OK;
 }

@@ -22,7 +22,8 @@
 const char cli_settings_help[] =
 	"Settings (flags win over the environment, which wins over the file):\n"
 	"  --config FILE          a JSON object of options: {\"concurrency\": 8,\n"
-	"                         \"queue\": [\"a\", \"b\"], \"no-cron\": true}\n"
+	"                         \"queue\": [\"a\", \"b\"], \"no-cron\": true}; a regular\n"
+	"                         file (not a FIFO) of at most 1 MiB\n"
 	"  SKIPLOCK_<OPTION>      each option from the environment: --poll-max is\n"
 	"                         SKIPLOCK_POLL_MAX; a repeated option's values on\n"
 	"                         separate lines; a flag is 1, true or yes\n";
@@ -202,7 +203,12 @@ static int file_options(cli_common *cc, const char *path, const struct option *a
                         const seen *given, cli_opt_fn own, void *ctx)
 {
 	json_error_t e;
-	json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &e);
+	char *text;
+	size_t len;
+	if (cli_read_file(cc, "--config ", path, false, &text, &len) != CLI_OK)
+		return CLI_USAGE;
+	json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &e);
+	free(text);
 	if (root == NULL && e.line > 0)
 		cli_error(cc, "--config %s: line %d, column %d: %s", path, e.line, e.column, e.text);
 	else if (root == NULL)

@@ -121,6 +121,19 @@ try {
     return [...tr.children].map(td => td.textContent).slice(1).join(' | ');
   }));
 
+  // A filter that matches every job (a time field without a bound): the
+  // dialog says EVERY job, and "yes" stays disabled until the box is ticked.
+  await page.goto(url + '#time=created');
+  await page.waitForSelector('body[data-loaded="true"]');
+  await page.click('#bulk-matching button[data-bulk="cancel"]');
+  await page.waitForSelector('#confirm[open]');
+  console.log('every-dialog ' + /^cancel EVERY job \(\d+\): the filter names no subset \(a time field without a bound\)/
+    .test(await page.textContent('#confirm-text')) + ' ' + await page.isDisabled('#confirm-yes') + ' ' +
+    await page.isVisible('#confirm-all'));
+  await page.check('#confirm-all');
+  console.log('every-box ' + await page.isDisabled('#confirm-yes'));
+  await page.click('#confirm-no');
+
   // Pause queue pz: a job enqueued there stays available while the worker
   // runs; the row and the strip say paused; resume and it is claimed.
   await page.goto(url + '#');

@@ -22,8 +22,9 @@ q "INSERT INTO skiplock.finished_jobs (kind, state, attempt, max_attempts, finis
    VALUES ('bulk', 'discarded', 1, 1, now() - interval '3 hours', 'infinity')" >/dev/null
 "$S" worker --url "$URL" "${FAST[@]}" --handler 'bulk=cat >/dev/null; echo "{}"' 2>"$TMP/w.log" &
 W=$!
-check_eq "dry run counts the last hour's discarded jobs" \
-	"$("$S" jobs retry --url "$URL" --state discarded --kind bulk --since 1h --error 503 --dry-run)" "500 matched"
+check_eq "dry run counts the last hour's discarded jobs, up to the highest id counted" \
+	"$("$S" jobs retry --url "$URL" --state discarded --kind bulk --since 1h --error 503 --dry-run)" \
+	"500 matched, up to job $(q "SELECT max(id) FROM skiplock.all_jobs WHERE finished_at > now() - interval '1 hour'")"
 check_eq "a dry run writes no log row" "$(actions)" 0
 out=$("$S" jobs retry --url "$URL" --state discarded --kind bulk --since 1h --batch 100 --yes 2>&1)
 check_eq "bulk retry prints its counts" "$out" "500 matched, 500 retried, 0 skipped"
@@ -110,5 +111,58 @@ check_eq "a resumed schedule is due, its fire times handled up to now" \
 check_eq "pauses, resumes, run and breakers are logged" \
 	"$(q "SELECT string_agg(action || ':' || changed, ' ' ORDER BY id) FROM skiplock.actions WHERE action NOT IN ('retry', 'discard')")" \
 	"pause:1 pause:0 pause:1 resume:1 resume:1 resume:0 schedule_run:1 schedule_pause:1 schedule_resume:1 breaker_open:1 breaker_close:1"
+# --- the count's mark: --up-to and --expect act on at most what was counted ---
+mk=$(for i in 1 2 3; do "$S" enqueue --url "$URL" --queue markq mk "{\"i\": $i}"; done | tr '\n' ' ')
+out=$("$S" jobs cancel --url "$URL" --queue markq --dry-run)
+MARK=${out##* }
+check_eq "dry run: the count and its mark" "$out" "3 matched, up to job $(q "SELECT max(id) FROM skiplock.jobs WHERE queue = 'markq'")"
+for i in 4 5; do "$S" enqueue --url "$URL" --queue markq mk "{\"i\": $i}" >/dev/null; done
+check_eq "cancel with the count's mark: newer jobs left alone, and said so" \
+	"$("$S" jobs cancel --url "$URL" --queue markq --up-to "$MARK" --expect 3 --yes)" \
+	"3 matched, 3 cancelled, 0 skipped; 2 newer jobs match and were left alone"
+check_eq "the newer jobs are untouched" \
+	"$(q "SELECT string_agg(state, ' ' ORDER BY id) FROM skiplock.all_jobs WHERE queue = 'markq'")" \
+	"cancelled cancelled cancelled available available"
+out=$("$S" jobs discard --url "$URL" --queue markq --state available --dry-run)
+MARK=${out##* }
+"$S" jobs retry --url "$URL" "${mk%% *}" >/dev/null || fail "retry one markq job"
+expect_exit "more jobs up to the mark than counted: refused" 1 \
+	"the jobs matching changed since the count: 3 match up to job $MARK, 2 were counted; count again" -- \
+	"$S" jobs discard --url "$URL" --queue markq --state available --up-to "$MARK" --expect 2 --yes
+check_eq "the refused action changed nothing" \
+	"$(q "SELECT string_agg(state, ' ' ORDER BY id) FROM skiplock.all_jobs WHERE queue = 'markq'")" \
+	"available cancelled cancelled available available"
+bad "--up-to without --expect" '--up-to and --expect go together' jobs discard --queue markq --up-to 5 --yes
+bad "--up-to with IDs" '--up-to and --expect go with filters' jobs discard 1 2 --up-to 5 --expect 2 --yes
+bad "--expect 0" '--expect: "0" is not an integer from 1' jobs discard --queue markq --up-to 5 --expect 0 --yes
+# Asked on a terminal, the answer acts on what the question counted.
+if command -v script >/dev/null; then
+	{ for _ in $(seq 1 300); do grep -qs 'y/N' "$TMP/ts" && break; sleep 0.1; done
+	  "$S" enqueue --url "$URL" --queue markq mk '{"i": 6}' >/dev/null; echo y; } |
+		script -qefc "'$S' jobs cancel --url '$URL' --queue markq --state available" "$TMP/ts" >/dev/null
+	check_eq "on a terminal: the question's count and mark are the action's" \
+		"$(tr -d '\r' <"$TMP/ts" | grep -o '3 jobs match.*\|^[0-9]* matched.*')" \
+		"3 jobs match. Cancel them? [y/N] y
+3 matched, 3 cancelled, 0 skipped; 1 newer job matches and was left alone"
+fi
+
+# --- a filter that matches every job must be named so: --all ---
+bad "a time field without a bound" 'the filter matches every job \(a time field without a bound\): pass --all to act on every job' \
+	jobs cancel --time-field created --yes
+bad "an empty payload" 'the filter matches every job \(an empty payload filter\): pass --all' jobs cancel --payload '{}' --yes
+bad "an empty array payload" 'the filter matches every job \(an empty payload filter\)' jobs cancel --payload ' [ ] ' --yes
+bad "both" 'matches every job \(a time field without a bound, an empty payload filter\)' \
+	jobs cancel --time-field run --payload '{}' --yes
+bad "neither IDs nor filters names --all" 'name the jobs: IDs, at least one filter, or --all' jobs cancel --yes
+bad "--all with IDs" '--all goes with filters' jobs cancel 1 --all --yes
+check_eq "such a filter still counts" "$("$S" jobs cancel --url "$URL" --time-field created --dry-run | cut -d, -f1)" \
+	"$(q "SELECT count(*) FROM skiplock.all_jobs") matched"
+want="$(q "SELECT count(*) FROM skiplock.all_jobs") matched, $(q "SELECT count(*) FROM skiplock.all_jobs WHERE state IN ('available', 'running')") cancelled"
+check_eq "with --all it acts on every job" \
+	"$("$S" jobs cancel --url "$URL" --time-field created --all --yes | cut -d, -f1,2)" "$want"
+check_eq "every job is finished now" "$(q "SELECT count(*) FROM skiplock.all_jobs WHERE state IN ('available', 'running')")" 0
+check_eq "--all is logged" "$(q "SELECT (target ->> 'all') || ' ' || (target ->> 'time_field') FROM skiplock.actions ORDER BY id DESC LIMIT 1")" "true created"
+check_eq "--all alone: every job" "$("$S" jobs retry --url "$URL" --all --dry-run | cut -d, -f1)" \
+	"$(q "SELECT count(*) FROM skiplock.all_jobs") matched"
 no_leftovers
 finish

@@ -165,12 +165,25 @@ converge "from added, changed, removed and paused"
 check_eq "a changed expression moves the next fire time" \
 	"$(q "SELECT next_fire > now() AND extract(hour FROM next_fire AT TIME ZONE 'Europe/Berlin') = 2 FROM skiplock.schedules WHERE name = 'ap-nightly'")" t
 converge "after converging, again"
-expect_exit "apply: unknown field" 2 'schedules\[1\]: unknown field "expresion"' -- \
-	"$S" cron apply --url "$URL" <(echo '{"schedules": [{"name": "n", "expression": "@daily", "kind": "k"}, {"name": "m", "expresion": "@daily", "kind": "k"}]}')
+echo '{"schedules": [{"name": "n", "expression": "@daily", "kind": "k"}, {"name": "m", "expresion": "@daily", "kind": "k"}]}' >"$TMP/typo.json"
+expect_exit "apply: unknown field" 2 'typo.json: schedules\[1\]: unknown field "expresion"' -- \
+	"$S" cron apply --url "$URL" "$TMP/typo.json"
+echo '{"schedules": [{"name": "n", "expression": "@daily", "kind": "k"}, {"name": "m", "expression": "61 * * * *", "kind": "k"}]}' >"$TMP/expr.json"
 expect_exit "apply: bad expression, nothing written" 2 'schedule 2 \("m"\): invalid cron expression' -- \
-	"$S" cron apply --url "$URL" <(echo '{"schedules": [{"name": "n", "expression": "@daily", "kind": "k"}, {"name": "m", "expression": "61 * * * *", "kind": "k"}]}')
-expect_exit "apply: a name given twice" 2 'schedule "n" is given twice' -- \
-	"$S" cron apply --url "$URL" <(echo '{"schedules": [{"name": "n", "expression": "@daily", "kind": "k"}, {"name": "n", "expression": "@hourly", "kind": "k"}]}')
+	"$S" cron apply --url "$URL" "$TMP/expr.json"
+echo '{"schedules": [{"name": "n", "expression": "@daily", "kind": "k"}, {"name": "n", "expression": "@hourly", "kind": "k"}]}' >"$TMP/twice.json"
+expect_exit "apply: a name given twice (on standard input)" 2 'schedule "n" is given twice' -- \
+	sh -c '"$0" cron apply --url "$1" - <"$2"' "$S" "$URL" "$TMP/twice.json"
+# Only a regular file (or standard input) of at most 1 MiB: a FIFO, as
+# <(...) gives, is refused at once, never waited on.
+mkfifo "$TMP/fifo"
+expect_exit "apply: a FIFO is refused at once" 2 "cron apply: $TMP/fifo: not a regular file \(a FIFO\)" -- \
+	timeout 10 "$S" cron apply --url "$URL" "$TMP/fifo"
+{ printf '{"schedules": [], "x": 1'; head -c 1048576 /dev/zero | tr '\0' ' '; printf '}'; } >"$TMP/big.json"
+expect_exit "apply: a file over 1 MiB is refused" 2 "cron apply: $TMP/big.json: larger than 1 MiB \(1048601 bytes\)" -- \
+	"$S" cron apply --url "$URL" "$TMP/big.json"
+expect_exit "apply: over 1 MiB on standard input is refused" 2 "cron apply: -: larger than 1 MiB" -- \
+	sh -c '"$0" cron apply --url "$1" - <"$2"' "$S" "$URL" "$TMP/big.json"
 check_eq "bad files wrote nothing" "$(state)" "$WANT"
 out=$(echo '{"schedules": []}' | "$S" cron apply --url "$URL" - 2>&1)
 check_eq "an empty file removes every schedule" "$(q "SELECT count(*) FROM skiplock.schedules")|$out" "0|removed \"ap-held\"

@@ -77,7 +77,33 @@ check_eq "wrong token: 401" "$(http GET /api/queues -H "Authorization: Bearer ${
 check_eq "token as basic auth: 401" "$(http GET /api/queues -H "Authorization: Basic $TOKEN")" 401
 check_eq "POST without a token: 401" "$(http POST "/api/jobs/$d1/retry")" 401
 check_eq "right token: 200" "$(http GET /api/queues -H "Authorization: Bearer $TOKEN")" 200
+# The Host rule holds with a token too (a browser holding the token must not
+# be steered by a rebound name): loopback names and address literals pass.
+check_eq "right token, foreign Host (DNS rebinding): 403" \
+	"$(http GET /api/queues -H "Authorization: Bearer $TOKEN" -H "Host: rebind.example:$PORT")" 403
+check_eq "the refusal names --allow-host" "$(jq -r .error "$TMP/body")" \
+	'the Host header "rebind.example" is not accepted: name it with --allow-host'
+check_eq "right token, Host localhost: 200" \
+	"$(http GET /api/queues -H "Authorization: Bearer $TOKEN" -H "Host: localhost:$PORT")" 200
+check_eq "right token, Host an address literal: 200" \
+	"$(http GET /api/queues -H "Authorization: Bearer $TOKEN" -H "Host: 192.0.2.7:$PORT")" 200
+check_eq "right token, Host an IPv6 literal: 200" \
+	"$(http GET /api/queues -H "Authorization: Bearer $TOKEN" -H "Host: [2001:db8::7]:$PORT")" 200
 stop_dash auth
+# --allow-host NAME (repeatable) adds a name, any case, any port.
+start_dash allow --listen 0.0.0.0:0 --auth-token-file "$TMP/token" --allow-host dash.example \
+	--allow-host Other.Example
+check_eq "--allow-host: the named host: 200" \
+	"$(http GET /api/queues -H "Authorization: Bearer $TOKEN" -H "Host: DASH.example:$PORT")" 200
+check_eq "--allow-host: the second name, no port: 200" \
+	"$(http GET /api/queues -H "Authorization: Bearer $TOKEN" -H "Host: other.example")" 200
+check_eq "--allow-host: another name: 403" \
+	"$(http GET /api/queues -H "Authorization: Bearer $TOKEN" -H "Host: dash.example.evil:$PORT")" 403
+check_eq "--allow-host: no Host at all: 403" \
+	"$(http GET /api/queues -H "Authorization: Bearer $TOKEN" -H "Host;")" 403
+stop_dash allow
+expect_exit "--allow-host with a port" 2 '--allow-host: "dash.example:80" is not a host name' -- \
+	"$S" dashboard --url "$URL" --allow-host dash.example:80
 
 # --- loopback: the page, CSRF, counts ---
 start_dash rw --listen 127.0.0.1:0
@@ -157,6 +183,24 @@ timeout 10 cat <&"${held[0]}" >/dev/null
 check_eq "an idle connection is closed by the server within 10 s" "$?" 0
 for fd in "${held[@]}"; do exec {fd}>&-; done
 stop_dash rw
+
+# --- slow clients (slowloris) cannot keep an authorised request out: 300
+# connections from this address send their headers a byte at a time (and
+# reopen when closed) for 8 s, beyond the 5 s idle timeout; a request with
+# the token, once a second, answers 200 within 3 s every time ---
+start_dash slow --listen 127.0.0.1:0 --operator-token-file "$TMP/token"
+timeout 60 python3 "$(dirname "$0")/slow_clients.py" many "$PORT" 300 8 "$TOKEN" >"$TMP/slow.out" 2>&1
+probes=$(grep -c '^ok \|^fail ' "$TMP/slow.out")
+slowest=$(awk '$1 == "ok" && $3 > m {m = $3} END {print m + 0}' "$TMP/slow.out")
+check_eq "beside 300 slow connections ($(grep '^slow opened' "$TMP/slow.out")), every authorised request is answered 200 (slowest $slowest ms)" \
+	"$(grep -v '^ok 200 \|^slow opened ' "$TMP/slow.out" | head -c 300)$([ "$probes" -ge 5 ] || echo "only $probes probes")" ""
+[ "$slowest" -lt 3000 ] && pass "each within 3 s" || fail "slowest authorised request took $slowest ms"
+# One connection that never finishes its headers is closed by the header
+# deadline (10 s), however often it sends a byte.
+check_eq "a connection sending its headers a byte at a time is closed within 15 s" \
+	"$(timeout 40 python3 "$(dirname "$0")/slow_clients.py" one "$PORT" 20 | sed 's/^closed \([0-9]\|1[0-5]\)$/closed in time/')" \
+	"closed in time"
+stop_dash slow
 
 # --- --read-only: actions refused even with the right CSRF token ---
 start_dash ro --listen 127.0.0.1:0 --read-only
@@ -309,6 +353,55 @@ check_eq "actions: 200" "$(http GET '/api/actions?limit=20')" 200
 check_eq "actions: each logged, newest first, by the dashboard as operator" \
 	"$(jq -c --argjson first "$first_act" 'map(select(.role != "cli" and .id > $first)) | map([.action, .matched, .changed, .actor, .role]) | map(join(" "))' "$TMP/body")" \
 	'["schedule_run 1 1 dashboard@127.0.0.1 operator","schedule_resume 1 1 dashboard@127.0.0.1 operator","schedule_pause 1 1 dashboard@127.0.0.1 operator","breaker_close 1 1 dashboard@127.0.0.1 operator","breaker_open 1 1 dashboard@127.0.0.1 operator","resume 1 1 dashboard@127.0.0.1 operator","pause 1 1 dashboard@127.0.0.1 operator","retry 3 3 dashboard@127.0.0.1 operator","discard 2 2 dashboard@127.0.0.1 operator","cancel 1 1 dashboard@127.0.0.1 operator"]'
+
+# --- the count's mark: a bulk action acts on at most what was counted ---
+mk=$(for i in 1 2 3; do "$S" enqueue --url "$URL" --queue markq mk "{\"i\": $i}"; done | tr '\n' ' ')
+check_eq "count of markq: 200" "$(http GET '/api/jobs/count?queue=markq')" 200
+MARK=$(jq .mark "$TMP/body")
+check_eq "the count carries its mark: the highest id counted, and whether it is every job" \
+	"$(jq -c '[.count, .all]' "$TMP/body") $MARK" "[3,false] $(q "SELECT max(id) FROM skiplock.jobs WHERE queue = 'markq'")"
+late=$(for i in 4 5; do "$S" enqueue --url "$URL" --queue markq mk "{\"i\": $i}"; done | tr '\n' ' ')
+check_eq "cancel with the count's mark: 200" \
+	"$(http POST "/api/bulk/cancel?queue=markq&mark=$MARK&expect=3" "${P[@]}")" 200
+check_eq "cancel with the mark: 3 matched and cancelled, 2 newer left alone" \
+	"$(jq -c '[.matched, .changed, .skipped, .newer, .mark]' "$TMP/body")" "[3,3,0,2,$MARK]"
+check_eq "the jobs counted are cancelled, the newer ones untouched" \
+	"$(q "SELECT string_agg(state, ' ' ORDER BY id) FROM skiplock.all_jobs WHERE queue = 'markq'")" \
+	"cancelled cancelled cancelled available available"
+# A job up to the mark that entered the filter after the count: the set
+# changed, so the action is refused and nothing changes.
+http GET '/api/jobs/count?queue=markq&state=available' >/dev/null
+MARK=$(jq .mark "$TMP/body") N=$(jq .count "$TMP/body")
+check_eq "count of the available markq jobs" "$N" 2
+"$S" jobs retry --url "$URL" "${mk%% *}" >/dev/null || fail "retry one markq job"
+check_eq "more jobs up to the mark than counted: 409" \
+	"$(http POST "/api/bulk/discard?queue=markq&state=available&mark=$MARK&expect=$N" "${P[@]}")" 409
+check_eq "409 says the set changed" "$(jq -r .error "$TMP/body")" \
+	"the jobs matching changed since the count: 3 match up to job $MARK, 2 were counted; count again"
+check_eq "the refused action changed nothing" \
+	"$(q "SELECT string_agg(state, ' ' ORDER BY id) FROM skiplock.all_jobs WHERE queue = 'markq'")" \
+	"available cancelled cancelled available available"
+check_eq "mark without expect: 400" "$(http POST "/api/bulk/discard?queue=markq&mark=$MARK" "${P[@]}")" 400
+check_eq "expect 0: 400" "$(http POST "/api/bulk/discard?queue=markq&mark=$MARK&expect=0" "${P[@]}")" 400
+
+# --- a filter that matches every job must be named so: all=1 ---
+for f in '' 'time=created' 'payload=%7B%7D' 'payload=%5B%5D' 'time=finished&payload=%7B%20%7D'; do
+	check_eq "bulk retry ?$f: 400" "$(http POST "/api/bulk/retry?$f" "${P[@]}")" 400
+	jq -r .error "$TMP/body" | grep -q '^the filter matches every job (.*): add all=1 to act on every job$' &&
+		pass "?$f: the refusal says why ($(jq -r .error "$TMP/body"))" || fail "?$f: $(cat "$TMP/body")"
+done
+check_eq "the count of such a filter says so: 200" "$(http GET '/api/jobs/count?time=created')" 200
+ALL=$(jq .count "$TMP/body") MARK=$(jq .mark "$TMP/body")
+check_eq "the count of every job, all: true" "$(jq -c '[.count, .all]' "$TMP/body")" \
+	"[$(q "SELECT count(*) FROM skiplock.all_jobs"),true]"
+check_eq "with all=1 it acts: 200" \
+	"$(http POST "/api/bulk/retry?time=created&all=1&mark=$MARK&expect=$ALL" "${P[@]}")" 200
+check_eq "with all=1: every job matched" "$(jq .matched "$TMP/body")" "$ALL"
+check_eq "with all=1: logged with all" \
+	"$(q "SELECT target::text FROM skiplock.actions ORDER BY id DESC LIMIT 1")" \
+	"{\"all\": true, \"up_to\": $MARK, \"time_field\": \"created\"}"
+check_eq "a narrowing term beside an empty one needs no all=1: 200" \
+	"$(http POST '/api/bulk/cancel?queue=markq&payload=%7B%7D&state=available' "${P[@]}")" 200
 stop_dash act
 q "DELETE FROM skiplock.jobs WHERE kind = 'bk'; DELETE FROM skiplock.finished_jobs WHERE kind = 'bk'" >/dev/null
 "$S" cron remove --url "$URL" nightly >/dev/null 2>&1 || fail "cron remove"

@@ -60,6 +60,19 @@ expect_exit "a file that is not JSON" 2 "--config .*broken.json: line 2" -- \
 	"${W[@]}" --handler a=true --config "$TMP/broken.json"
 expect_exit "a missing file" 2 "--config $TMP/none.json: unable to open" -- \
 	"${W[@]}" --handler a=true --config "$TMP/none.json"
+# Only a regular file of at most 1 MiB is read: a FIFO is refused at once
+# (never waited on), and so are a directory and a device; a larger file is
+# refused before it is read.
+mkfifo "$TMP/fifo.json"
+expect_exit "a FIFO: refused at once" 2 "--config $TMP/fifo.json: not a regular file \(a FIFO\)" -- \
+	timeout 10 "${W[@]}" --handler a=true --config "$TMP/fifo.json"
+expect_exit "a directory: refused" 2 "--config $TMP: not a regular file \(a directory\)" -- \
+	timeout 10 "${W[@]}" --handler a=true --config "$TMP"
+expect_exit "a device: refused" 2 "--config /dev/zero: not a regular file \(a device\)" -- \
+	timeout 10 "${W[@]}" --handler a=true --config /dev/zero
+{ printf '{'; head -c 1048576 /dev/zero | tr '\0' ' '; printf '"concurency": 3}'; } >"$TMP/big.json"
+expect_exit "a file over 1 MiB: refused" 2 "--config $TMP/big.json: larger than 1 MiB \(1048593 bytes\)" -- \
+	timeout 10 "${W[@]}" --handler a=true --config "$TMP/big.json"
 expect_exit "--config is the worker's" 2 'unknown option "--config"' -- \
 	"$S" status --url "$URL" --config "$TMP/w.json"
 "$S" worker --help | grep -q "flags win over the environment, which wins over the file" &&

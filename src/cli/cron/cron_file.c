@@ -89,8 +89,12 @@ int cron_file_load(const cli_common *cc, const char *path, cron_file *f)
 {
 	memset(f, 0, sizeof(*f));
 	json_error_t e;
-	f->root = strcmp(path, "-") == 0 ? json_loadf(stdin, JSON_REJECT_DUPLICATES, &e)
-	                                 : json_load_file(path, JSON_REJECT_DUPLICATES, &e);
+	char *text;
+	size_t len;
+	if (cli_read_file(cc, "", path, true, &text, &len) != CLI_OK)
+		return CLI_USAGE;
+	f->root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &e);
+	free(text);
 	const json_t *list = json_object_get(f->root, "schedules");
 	if (f->root == NULL)
 		cli_error(cc, "%s: %s%s", path, e.line > 0 ? "invalid JSON: " : "", e.text);

@@ -15,7 +15,8 @@ typedef struct cron_file {
 	size_t n;
 } cron_file;
 
-/* Reads and checks the shape of PATH ("-": standard input): {"schedules":
+/* Reads (cli_read_file: a regular file or "-", standard input, at most
+ * CLI_FILE_MAX bytes) and checks the shape of PATH: {"schedules":
  * [{"name", "expression", "kind", and optionally "zone", "queue",
  * "payload" (any JSON), "priority", "max_attempts", "catch_up", "paused"}]}.
  * CLI_OK, or CLI_USAGE after printing one line naming the place. */

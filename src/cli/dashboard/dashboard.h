@@ -1,7 +1,8 @@
 /*
  * dashboard.h — the pieces of `skiplock dashboard`: the embedded assets,
  * the server's shared state, the HTTP layer (dashboard_http.c: routing,
- * bearer token, CSRF token) and the JSON endpoints (dashboard_api.c).
+ * Host rule, bearer token, CSRF token; dashboard_conns.c: slow clients)
+ * and the JSON endpoints (dashboard_api.c).
  */
 #ifndef SKL_CLI_DASHBOARD_H
 #define SKL_CLI_DASHBOARD_H
@@ -27,6 +28,33 @@ extern const int dash_nassets;
  * (and, with --hide-payloads, never sees a payload). */
 typedef enum dash_role { DASH_OPERATOR, DASH_VIEWER, DASH_NROLES } dash_role;
 
+/* The connections that have not delivered a whole request yet, bounded
+ * (dashboard_conns.c): a request must be whole within DASH_REQUEST_S
+ * seconds, and when more than DASH_MAX_WAITING connections wait, the one
+ * waiting longest is closed as another opens. */
+enum { DASH_REQUEST_S = 10, DASH_MAX_WAITING = 64 };
+typedef struct dash_conn dash_conn;
+typedef struct dash_conns {
+	pthread_mutex_t lock;
+	dash_conn *head;           /* every open connection */
+	int waiting;               /* those waiting and not being closed */
+} dash_conns;
+
+void dash_conns_init(dash_conns *cs);
+void dash_conns_destroy(dash_conns *cs);
+/* A connection opened on descriptor fd: it waits; the waiting ones are
+ * bounded.  NULL when out of memory (the socket is shut down then). */
+dash_conn *dash_conn_opened(dash_conns *cs, int fd);
+/* Its close (before the descriptor is closed); frees c.  Accepts NULL. */
+void dash_conn_closed(dash_conns *cs, dash_conn *c);
+/* Its request is whole (it waits no longer); its answer is done (it waits
+ * for the next request).  Accept NULL. */
+void dash_conn_whole(dash_conns *cs, dash_conn *c);
+void dash_conn_answered(dash_conns *cs, dash_conn *c);
+/* Closes the waiting connections past DASH_REQUEST_S; called every
+ * second by the command's loop. */
+void dash_conns_sweep(dash_conns *cs);
+
 /* The server's state, shared by every server thread.  The client is
  * used under `lock` only: an skl_client serves one thread at a time. */
 typedef struct dash_server {
@@ -38,6 +66,10 @@ typedef struct dash_server {
 	int64_t stuck_after_ms;    /* a running attempt this old is stuck */
 	const char *token;         /* the operator's bearer token; NULL: none */
 	const char *viewer_token;  /* the viewer's bearer token; NULL: none */
+	const char *const *allow_hosts; /* --allow-host names, besides localhost
+	                            * and address literals */
+	size_t nallow_hosts;
+	dash_conns conns;          /* the connections, for the slow ones */
 	char csrf[65];             /* per-process random, hex */
 	char *page[DASH_NROLES];   /* the page for each role, tokens filled in */
 	size_t page_len[DASH_NROLES];
@@ -52,9 +84,18 @@ bool dash_secret_equal(const char *a, const char *b);
 bool dash_page_init(dash_server *s);
 void dash_page_free(dash_server *s);
 
+/* Whether name (a Host header's host, without the port) is served:
+ * "localhost", an IPv4 or [IPv6] address literal, or one of s's
+ * --allow-host names, any case.  A page whose name was rebound to this
+ * host (DNS rebinding) sends its own name, never a literal. */
+bool dash_host_allowed(const dash_server *s, const char *name);
+/* A --allow-host value: 1 to 253 letters, digits, dots and hyphens. */
+bool dash_host_name_valid(const char *name);
+
 /* Starts the HTTP daemon, a few event-loop threads, on addr (a struct
  * sockaddr_in, or a sockaddr_in6 when v6); returns it (a struct
- * MHD_Daemon *) or NULL.  *port gets the bound port. */
+ * MHD_Daemon *) or NULL.  *port gets the bound port.  s->conns must be
+ * initialised. */
 void *dash_http_start(dash_server *s, const void *addr, bool v6, unsigned *port);
 void dash_http_stop(void *daemon);
 

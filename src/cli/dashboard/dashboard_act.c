@@ -4,12 +4,15 @@
  * HTTP layer refused viewers and checked the CSRF token) and is written to
  * the action log by the library, with the actor the HTTP layer names.
  *
- *   GET  /api/jobs/count?<filters>      {count}: what a bulk action would match
+ *   GET  /api/jobs/count?<filters>      {count, mark, all, why}: what a bulk
+ *                                       action would match, the highest id
+ *                                       among them, and whether the filter
+ *                                       matches every job (and why)
  *   GET  /api/pauses                    paused queues and kinds
  *   GET  /api/actions?limit=            the action log, newest first
- *   POST /api/bulk/retry|cancel|discard?<filters> or ?ids=1,2,3
- *                                       {action, action_id, matched, changed,
- *                                        skipped, batches}
+ *   POST /api/bulk/retry|cancel|discard?<filters>[&mark=M&expect=N][&all=1]
+ *        or ?ids=1,2,3                  {action, action_id, matched, changed,
+ *                                        skipped, batches, mark, newer}
  *   POST /api/pause?queue=Q | ?kind=K, /api/resume?...   {changed}
  *   POST /api/breakers/open?kind=K, /api/breakers/close?kind=K
  *   POST /api/schedules/pause?name=N, /resume?name=N, /run?name=N
@@ -30,12 +33,15 @@ static dash_reply get_count(dash_server *s, dash_role role, dash_arg_fn arg, voi
 	dash_reply bad = dash_filter(s, role, arg, ctx, &o);
 	if (bad.body)
 		return bad;
-	int64_t n;
+	int64_t n, mark;
 	skl_error err;
-	skl_rc rc = skl_jobs_count(s->client, &o, &n, &err);
+	skl_rc rc = skl_jobs_count_mark(s->client, &o, &n, &mark, &err);
 	if (rc != SKL_OK)
 		return dash_lib_fail(rc, &err);
-	return dash_ok(200, json_pack("{s:I}", "count", (json_int_t)n));
+	const char *why = NULL;
+	bool all = !skl_list_opts_narrows(&o, &why);
+	return dash_ok(200, json_pack("{s:I, s:I, s:b, s:o}", "count", (json_int_t)n, "mark",
+	                              (json_int_t)mark, "all", all, "why", cli_json_str(why)));
 }
 
 static dash_reply get_pauses(dash_server *s)
@@ -101,22 +107,51 @@ static bool parse_ids(const char *text, int64_t *ids, size_t *n)
 	return false;
 }
 
-static bool has_filter(const skl_list_opts *o)
-{
-	return o->queue || o->kind || o->state || o->payload_contains || o->error_contains ||
-	       o->time_field;
-}
-
 static json_t *bulk_json(skl_bulk_action a, const skl_bulk_result *r)
 {
-	return json_pack("{s:s, s:I, s:I, s:I, s:I, s:i}", "action", skl_bulk_action_name(a),
-	                 "action_id", (json_int_t)r->action_id, "matched", (json_int_t)r->matched,
-	                 "changed", (json_int_t)r->changed, "skipped", (json_int_t)r->skipped,
-	                 "batches", r->batches);
+	return json_pack("{s:s, s:I, s:I, s:I, s:I, s:i, s:I, s:I}", "action",
+	                 skl_bulk_action_name(a), "action_id", (json_int_t)r->action_id, "matched",
+	                 (json_int_t)r->matched, "changed", (json_int_t)r->changed, "skipped",
+	                 (json_int_t)r->skipped, "batches", r->batches, "mark", (json_int_t)r->mark,
+	                 "newer", (json_int_t)r->newer);
 }
 
-/* A bulk action on the jobs the filter matches, or on ?ids=; an empty
- * filter (every job) is refused: the page always names what it acts on. */
+/* A positive integer argument into *v (absent: 0); false when malformed. */
+static bool positive_arg(dash_arg_fn arg, void *ctx, const char *name, int64_t *v)
+{
+	const char *t = dash_arg(arg, ctx, name);
+	char *end = NULL;
+	errno = 0;
+	*v = t ? strtoll(t, &end, 10) : 0;
+	return t == NULL || (*t >= '0' && *t <= '9' && *end == '\0' && errno == 0 && *v > 0);
+}
+
+/* all=1, and the count's mark=M&expect=N, into o: a 400 reply when bad.
+ * A filter that matches every job needs all=1 (the page names what it acts
+ * on); mark and expect go together, with a filter. */
+static dash_reply whole_args(dash_arg_fn arg, void *ctx, const skl_list_opts *f, bool ids,
+                             skl_bulk_opts *o)
+{
+	char msg[200];
+	const char *all = dash_arg(arg, ctx, "all"), *why = NULL;
+	if (all && strcmp(all, "1") != 0)
+		return dash_fail(400, "all must be 1");
+	o->all = all != NULL;
+	if (!positive_arg(arg, ctx, "mark", &o->up_to) || !positive_arg(arg, ctx, "expect", &o->expect) ||
+	    (o->up_to > 0) != (o->expect > 0))
+		return dash_fail(400, "mark and expect go together: the count's mark and count, each "
+		                      "a positive integer");
+	if (ids && (o->all || o->up_to))
+		return dash_fail(400, "all, mark and expect go with a filter, not with ids");
+	if (!ids && !o->all && !skl_list_opts_narrows(f, &why)) {
+		snprintf(msg, sizeof(msg), "the filter matches every job (%s): add all=1 to act on "
+		         "every job", why);
+		return dash_fail(400, msg);
+	}
+	return (dash_reply){0, NULL};
+}
+
+/* A bulk action on the jobs the filter matches, or on ?ids=. */
 static dash_reply post_bulk(dash_server *s, const char *name, dash_arg_fn arg, void *ctx,
                             const skl_actor *who)
 {
@@ -132,8 +167,9 @@ static dash_reply post_bulk(dash_server *s, const char *name, dash_arg_fn arg, v
 	const char *idtext = dash_arg(arg, ctx, "ids");
 	if (idtext && !parse_ids(idtext, ids, &o.nids))
 		return dash_fail(400, "ids must be 1 to 1000 job ids separated by commas");
-	if (!idtext && !has_filter(&f))
-		return dash_fail(400, "a bulk action needs a filter or ids");
+	bad = whole_args(arg, ctx, &f, idtext != NULL, &o);
+	if (bad.body)
+		return bad;
 	o.filter = &f;
 	o.ids = idtext ? ids : NULL;
 	skl_bulk_result r = {0};

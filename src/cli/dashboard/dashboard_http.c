@@ -1,8 +1,10 @@
 /*
- * dashboard_http.c — the dashboard's HTTP layer on libmicrohttpd: the
- * bearer tokens (every request, when one is configured) that give a
- * request its role, the embedded page (one per role) and assets, the JSON
- * endpoints, and the CSRF token and the role that guard every POST.
+ * dashboard_http.c — the dashboard's HTTP layer on libmicrohttpd: the Host
+ * rule (every request), the bearer tokens (every request, when one is
+ * configured) that give a request its role, the embedded page (one per
+ * role) and assets, the JSON endpoints, and the CSRF token and the role
+ * that guard every POST.  The connections are handed to dashboard_conns.c,
+ * which bounds the slow ones.
  */
 #include <arpa/inet.h>
 #include <inttypes.h>
@@ -13,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "dashboard/dashboard.h"
 #include "http/mhd_lazy.h"
@@ -102,6 +105,8 @@ static enum MHD_Result respond(struct MHD_Connection *conn, unsigned status, con
 	                        "default-src 'self'; frame-ancestors 'none'; form-action 'none'");
 	if (status == 401)
 		MHD_add_response_header(r, "WWW-Authenticate", "Bearer realm=\"skiplock\"");
+	if (status == 401 || status == 403) /* a refused client keeps no slot */
+		MHD_add_response_header(r, "Connection", "close");
 	enum MHD_Result ret = MHD_queue_response(conn, status, r);
 	MHD_destroy_response(r);
 	return ret;
@@ -140,20 +145,66 @@ static dash_role role_of(const dash_server *s, struct MHD_Connection *conn)
 	return op ? ro : viewer ? DASH_VIEWER : DASH_NROLES;
 }
 
-/* Without a token, only a loopback Host is served: a page from another
- * site whose name was made to resolve to 127.0.0.1 (DNS rebinding) sends
- * its own name and is refused. */
-static bool host_allowed(const dash_server *s, struct MHD_Connection *conn)
+bool dash_host_name_valid(const char *name)
 {
-	if (s->token != NULL || s->viewer_token != NULL)
+	size_t n = strlen(name);
+	return n >= 1 && n <= 253 &&
+	       strspn(name, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-") == n;
+}
+
+bool dash_host_allowed(const dash_server *s, const char *name)
+{
+	unsigned char addr[sizeof(struct in6_addr)];
+	char v6[INET6_ADDRSTRLEN + 1];
+	size_t n = strlen(name);
+	if (strcasecmp(name, "localhost") == 0 || inet_pton(AF_INET, name, addr) == 1)
 		return true;
-	const char *h = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Host");
-	if (h == NULL)
+	if (n > 2 && n - 2 < sizeof(v6) && name[0] == '[' && name[n - 1] == ']') {
+		memcpy(v6, name + 1, n - 2);
+		v6[n - 2] = '\0';
+		return inet_pton(AF_INET6, v6, addr) == 1;
+	}
+	for (size_t i = 0; i < s->nallow_hosts; i++)
+		if (strcasecmp(name, s->allow_hosts[i]) == 0)
+			return true;
+	return false;
+}
+
+/* The host of a Host header ("name", "name:port", "[v6]:port") into name;
+ * false when it has another shape or is longer than len allows. */
+static bool host_name(const char *h, char *name, size_t len)
+{
+	const char *end = h[0] == '[' ? strchr(h, ']') : h + strcspn(h, ":");
+	if (end == NULL)
 		return false;
-	size_t n = strcspn(h, "]") < strlen(h) ? strcspn(h, "]") + 1 : strcspn(h, ":");
-	return (n == 9 && strncmp(h, "localhost", 9) == 0) ||
-	       (n == 5 && strncmp(h, "[::1]", 5) == 0) ||
-	       (n >= 9 && n <= 15 && strncmp(h, "127.", 4) == 0 && strspn(h, "0123456789.") == n);
+	end += h[0] == '[';
+	size_t n = (size_t)(end - h);
+	if (n == 0 || n >= len || (*end && (*end != ':' || strspn(end + 1, "0123456789") !=
+	                                                       strlen(end + 1))))
+		return false;
+	memcpy(name, h, n);
+	name[n] = '\0';
+	return true;
+}
+
+/* The Host rule, with or without a token (a token does not make a rebound
+ * page safe: the browser that holds it would send it): NULL when served,
+ * else the refusal into msg. */
+static const char *host_refused(const dash_server *s, struct MHD_Connection *conn, char *msg,
+                                size_t len)
+{
+	char name[256];
+	const char *h = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Host");
+	if (h == NULL || !host_name(h, name, sizeof(name)))
+		return h ? "the Host header is not HOST[:PORT]" : "a Host header is required";
+	if (dash_host_allowed(s, name))
+		return NULL;
+	for (char *p = name; *p; p++) /* said back: printable ASCII only */
+		if (*p < ' ' || *p > '~')
+			*p = '?';
+	snprintf(msg, len, "the Host header \"%.100s\" is not accepted: name it with --allow-host",
+	         name);
+	return msg;
 }
 
 static const char *query_arg(void *ctx, const char *name)
@@ -207,6 +258,39 @@ static enum MHD_Result do_post(dash_server *s, dash_role role, struct MHD_Connec
 	return send_json(conn, dash_api_post(s, url, query_arg, conn, &who));
 }
 
+/* The connection's record of dashboard_conns.c (NULL: untracked). */
+static dash_conn *conn_of(struct MHD_Connection *conn)
+{
+	const union MHD_ConnectionInfo *ci =
+		MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+	return ci ? ci->socket_context : NULL;
+}
+
+static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_context,
+                          enum MHD_ConnectionNotificationCode code)
+{
+	dash_server *s = cls;
+	if (code == MHD_CONNECTION_NOTIFY_STARTED) {
+		const union MHD_ConnectionInfo *ci =
+			MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+		*socket_context = ci ? dash_conn_opened(&s->conns, ci->connect_fd) : NULL;
+	} else if (code == MHD_CONNECTION_NOTIFY_CLOSED) {
+		dash_conn_closed(&s->conns, *socket_context);
+		*socket_context = NULL;
+	}
+}
+
+/* A request is over (answered, or given up): the connection waits for the
+ * next one. */
+static void on_completed(void *cls, struct MHD_Connection *conn, void **state,
+                         enum MHD_RequestTerminationCode toe)
+{
+	dash_server *s = cls;
+	(void)state;
+	(void)toe;
+	dash_conn_answered(&s->conns, conn_of(conn));
+}
+
 static enum MHD_Result handle(void *cls, struct MHD_Connection *conn, const char *url,
                               const char *method, const char *version, const char *upload,
                               size_t *upload_size, void **state)
@@ -221,11 +305,14 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *conn, const char
 		return MHD_YES;
 	}
 	dash_server *s = cls;
+	dash_conn_whole(&s->conns, conn_of(conn));
+	char msg[200];
+	const char *refused = host_refused(s, conn, msg, sizeof(msg));
+	if (refused)
+		return send_error(conn, 403, refused);
 	dash_role role = role_of(s, conn);
 	if (role == DASH_NROLES)
 		return send_error(conn, 401, "a valid bearer token is required");
-	if (!host_allowed(s, conn))
-		return send_error(conn, 403, "the Host header must name a loopback address");
 	if (strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0)
 		return do_get(s, role, conn, url);
 	if (strcmp(method, "POST") == 0)
@@ -233,13 +320,16 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *conn, const char
 	return send_error(conn, 405, "method not allowed");
 }
 
-/* Idle connections must not lock others out.  A few event-loop threads
- * (epoll) serve every connection, so an idle one costs a descriptor, not a
- * thread, and the limit can be far above what one page opens; a connection
- * silent for DASH_IDLE_S seconds is closed; one address may hold at most
- * half the slots (a remote one, behind a token, cannot take them all).
- * The pool lets a static asset be served while another thread waits on the
- * database mutex. */
+/* Idle and slow connections must not lock others out.  A few event-loop
+ * threads (epoll) serve every connection, so an idle one costs a
+ * descriptor, not a thread, and the limit can be far above what one page
+ * opens; a connection silent for DASH_IDLE_S seconds is closed; one
+ * address may hold at most half the slots (a remote one, behind a token,
+ * cannot take them all).  Silence is all libmicrohttpd measures, so a
+ * client trickling its request a byte at a time is bounded by
+ * dashboard_conns.c (DASH_REQUEST_S, DASH_MAX_WAITING), every client of a
+ * loopback dashboard sharing one address.  The pool lets a static asset be
+ * served while another thread waits on the database mutex. */
 enum {
 	DASH_THREADS = 4,
 	DASH_IDLE_S = 5,
@@ -259,7 +349,9 @@ void *dash_http_start(dash_server *s, const void *addr, bool v6, unsigned *port)
 		MHD_OPTION_THREAD_POOL_SIZE, (unsigned)DASH_THREADS,
 		MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)DASH_IDLE_S,
 		MHD_OPTION_CONNECTION_LIMIT, (unsigned)DASH_MAX_CONNECTIONS,
-		MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)DASH_MAX_PER_IP, MHD_OPTION_END);
+		MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)DASH_MAX_PER_IP,
+		MHD_OPTION_NOTIFY_CONNECTION, on_connection, s,
+		MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_END);
 	if (d == NULL)
 		return NULL;
 	const union MHD_DaemonInfo *info = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);

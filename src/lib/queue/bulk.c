@@ -2,15 +2,20 @@
  * bulk.c — retry, cancel or discard every job matching a filter (or a list
  * of ids), skiplock/control.h.
  *
- * The count comes first (one read: how many match, and the highest id
- * among them), then the action's row of skiplock.actions, then batches
- * newest first: each batch is one transaction that selects the next jobs
- * below the previous batch's lowest id that still match the filter and
- * hands them to skiplock.jobs_act, which runs each through its fenced
- * per-job function and adds what changed to the log row.  Ids only go
- * down, so no job is looked at twice; a job a worker finished, claimed or
- * changed in the meantime either no longer matches or is refused by the
- * per-job function, and counts as skipped.  The filter is
+ * The count comes first (one read: how many match up to the mark, the
+ * highest id among them, and how many above it), then the action's row of
+ * skiplock.actions, then batches newest first: each batch is one
+ * transaction that selects the next jobs below the previous batch's lowest
+ * id that still match the filter and hands them to skiplock.jobs_act,
+ * which runs each through its fenced per-job function and adds what
+ * changed to the log row.  Ids only go down from the highest id counted,
+ * so no job is looked at twice and none that came after the count is
+ * looked at; a job a worker finished, claimed or changed in the meantime
+ * either no longer matches or is refused by the per-job function, and
+ * counts as skipped.  A batch selects at most as many jobs as the count
+ * has left to change, so a job that entered the filter since the count
+ * (an older id that matches now) can take the place of one that left it
+ * but never add to the count: changed <= matched.  The filter is
  * skiplock.jobs_matching, the list's own (list_filter.h).
  */
 #include <inttypes.h>
@@ -52,48 +57,63 @@ skl_rc skl_bulk_action_parse(const char *name, skl_bulk_action *a, skl_error *er
 
 /* ---- the count ---- */
 
+/* $4: the mark (NULL: none): matched up to it, their highest id, newer. */
 static const char *const count_sql =
-	"SELECT count(*), coalesce(max(j.id), 0) FROM " SKL_JOBS_MATCHING " j"
-	" WHERE $4::bigint IS NULL OR j.id <= $4";
+	"SELECT count(*) FILTER (WHERE $4::bigint IS NULL OR j.id <= $4),"
+	" coalesce(max(j.id) FILTER (WHERE $4::bigint IS NULL OR j.id <= $4), 0),"
+	" count(*) FILTER (WHERE j.id > $4::bigint) FROM " SKL_JOBS_MATCHING " j";
 static const char *const count_ids_sql =
-	"SELECT count(*), coalesce(max(j.id), 0) FROM skiplock.all_jobs j"
+	"SELECT count(*), coalesce(max(j.id), 0), 0 FROM skiplock.all_jobs j"
 	" WHERE j.id = ANY ($1::bigint[])";
 
-/* Runs a statement whose one row is two bigints. */
-static skl_rc two_numbers(skl_client *c, const skl_txn_opts *o, skl_stmt *s, int64_t *a,
-                          int64_t *b, skl_error *err)
+/* Runs a statement whose one row is n bigints (n <= 3) into v. */
+static skl_rc numbers(skl_client *c, const skl_txn_opts *o, skl_stmt *s, int64_t *v, int n,
+                      skl_error *err)
 {
 	skl_rc rc = skl__run_stmt(c, o, s, err);
-	if (rc == SKL_OK && (PQntuples(s->res) != 1 || PQnfields(s->res) < 2))
+	if (rc == SKL_OK && (PQntuples(s->res) != 1 || PQnfields(s->res) < n))
 		rc = skl__seterr(err, SKL_DB, "a bulk statement answered an unexpected shape");
-	if (rc == SKL_OK) {
-		*a = strtoll(PQgetvalue(s->res, 0, 0), NULL, 10);
-		*b = strtoll(PQgetvalue(s->res, 0, 1), NULL, 10);
-	}
+	for (int i = 0; rc == SKL_OK && i < n; i++)
+		v[i] = strtoll(PQgetvalue(s->res, 0, i), NULL, 10);
 	return rc;
 }
 
-static skl_rc count_matching(skl_client *c, const skl_list_opts *o, int64_t *n, int64_t *max_id,
+/* v: matched up to up_to (0: no mark), their highest id, newer ones. */
+static skl_rc count_matching(skl_client *c, const skl_list_opts *o, int64_t up_to, int64_t v[3],
                              skl_error *err)
 {
 	skl__list_filter f;
+	char mark[24];
 	skl_stmt s = {.sql = count_sql, .nparams = SKL_MATCHING_NPARAMS};
 	skl_rc rc = skl__matching_params(o, &f, s.params, err);
+	snprintf(mark, sizeof(mark), "%" PRId64, up_to);
+	s.params[3] = up_to > 0 ? mark : NULL;
 	if (rc == SKL_OK)
-		rc = two_numbers(c, &read_opts, &s, n, max_id, err);
+		rc = numbers(c, &read_opts, &s, v, 3, err);
 	PQclear(s.res);
+	return rc;
+}
+
+skl_rc skl_jobs_count_mark(skl_client *c, const skl_list_opts *o, int64_t *n, int64_t *mark,
+                           skl_error *err)
+{
+	static const skl_list_opts none = {0};
+	int64_t v[3] = {0};
+	*n = 0;
+	if (mark)
+		*mark = 0;
+	skl_rc rc = count_matching(c, o ? o : &none, 0, v, err);
+	if (rc == SKL_OK) {
+		*n = v[0];
+		if (mark)
+			*mark = v[1];
+	}
 	return rc;
 }
 
 skl_rc skl_jobs_count(skl_client *c, const skl_list_opts *o, int64_t *n, skl_error *err)
 {
-	static const skl_list_opts none = {0};
-	int64_t max_id = 0, m = 0;
-	*n = 0;
-	skl_rc rc = count_matching(c, o ? o : &none, &m, &max_id, err);
-	if (rc == SKL_OK)
-		*n = m;
-	return rc;
+	return skl_jobs_count_mark(c, o, n, NULL, err);
 }
 
 /* ---- checks and the log row's target ---- */
@@ -123,12 +143,19 @@ static skl_rc sorted_ids(const skl_bulk_opts *o, int64_t **out, size_t *n, skl_e
 
 static skl_rc check_opts(const skl_bulk_opts *o, const skl_actor *who, skl_error *err)
 {
+	const char *why = NULL;
 	if (o == NULL || skl_bulk_action_name(o->action) == NULL)
 		return skl__seterr(err, SKL_INVALID, "a bulk action is retry, cancel or discard");
 	if (o->batch < 0 || o->batch > BULK_MAX_BATCH)
 		return skl__seterr(err, SKL_INVALID, "batch must be 1 to %d jobs", BULK_MAX_BATCH);
 	if (o->nids > BULK_MAX_IDS || (o->nids > 0 && o->ids == NULL))
 		return skl__seterr(err, SKL_INVALID, "at most %d ids", BULK_MAX_IDS);
+	if (o->up_to < 0 || o->expect < 0 || (o->nids > 0 && (o->up_to || o->expect)))
+		return skl__seterr(err, SKL_INVALID, "up_to and expect are positive and go with a "
+		                                     "filter, not with ids");
+	if (o->nids == 0 && !o->all && !o->dry_run && !skl_list_opts_narrows(o->filter, &why))
+		return skl__seterr(err, SKL_INVALID, "the filter matches every job (%s): acting on "
+		                                     "every job must be asked for (all)", why);
 	for (size_t i = 0; i < o->nids; i++)
 		if (o->ids[i] <= 0)
 			return skl__seterr(err, SKL_INVALID, "job ids are positive, got %" PRId64,
@@ -164,6 +191,10 @@ static char *target_json(const skl_bulk_opts *o, const int64_t *ids, size_t n)
 		put_str(t, "from", f->from);
 		put_str(t, "to", f->to);
 	}
+	if (n == 0 && o->all)
+		json_object_set_new(t, "all", json_true());
+	if (n == 0 && o->up_to > 0)
+		json_object_set_new(t, "up_to", json_integer(o->up_to));
 	char *s = t ? json_dumps(t, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
 	json_decref(t);
 	return s;
@@ -178,6 +209,7 @@ typedef struct bulk_run {
 	int64_t *ids;                /* sorted newest first; NULL: by filter */
 	size_t nids;
 	int64_t cursor;              /* the next batch takes ids below it */
+	int lim;                     /* jobs the last batch selected at most */
 	char action_id[24];
 	int batch;
 	skl_bulk_result *res;
@@ -198,7 +230,9 @@ static skl_rc batch_filter(bulk_run *b, int64_t *visited, int64_t *changed, skl_
 	char lim[16], cursor[24];
 	skl_stmt s = {.sql = batch_sql, .nparams = SKL_MATCHING_NPARAMS + 2};
 	skl_rc rc = skl__matching_params(b->filter, &f, s.params, err);
-	snprintf(lim, sizeof(lim), "%d", b->batch);
+	int64_t left = b->res->matched - b->res->changed; /* changed never exceeds matched */
+	b->lim = left < b->batch ? (int)left : b->batch;
+	snprintf(lim, sizeof(lim), "%d", b->lim);
 	snprintf(cursor, sizeof(cursor), "%" PRId64, b->cursor);
 	s.params[3] = lim;
 	s.params[SKL_MATCHING_NPARAMS] = b->action_id;
@@ -233,11 +267,15 @@ static skl_rc batch_ids(bulk_run *b, size_t *next, int64_t *visited, int64_t *ch
 		return skl__seterr(err, SKL_NOMEM, "out of memory building a batch");
 	}
 	skl_stmt s = {.sql = batch_ids_sql, .nparams = 2, .params = {b->action_id, arr.data}};
-	skl_rc rc = two_numbers(b->c, &act_opts, &s, visited, changed, err);
+	int64_t v[2] = {0};
+	skl_rc rc = numbers(b->c, &act_opts, &s, v, 2, err);
 	PQclear(s.res);
 	skl_buf_free(&arr);
-	if (rc == SKL_OK)
+	if (rc == SKL_OK) {
+		*visited = v[0];
+		*changed = v[1];
 		*next = end;
+	}
 	return rc;
 }
 
@@ -254,11 +292,11 @@ static skl_rc run_batches(bulk_run *b, skl_error *err)
 			return SKL_OK;
 		b->res->changed += changed;
 		b->res->batches++;
-		int64_t skipped = b->res->matched - b->res->changed;
-		b->res->skipped = skipped > 0 ? skipped : 0;
+		b->res->skipped = b->res->matched - b->res->changed;
 		if (b->o->progress && !b->o->progress(b->res, b->o->ctx))
 			return SKL_OK;
-		if (b->ids ? next >= b->nids : visited < b->batch)
+		if (b->ids ? next >= b->nids
+		           : visited < b->lim || b->res->changed >= b->res->matched)
 			return SKL_OK;
 	}
 }
@@ -288,10 +326,11 @@ static skl_rc begin_action(bulk_run *b, const skl_actor *who, skl_error *err)
 	return rc;
 }
 
-/* The count: matched, and where the batches start. */
+/* The count: matched, the mark (where the batches start), newer; refused
+ * when more match up to o->up_to than o->expect. */
 static skl_rc count_first(bulk_run *b, skl_error *err)
 {
-	int64_t max_id = 0;
+	int64_t v[3] = {0};
 	skl_rc rc;
 	if (b->ids) {
 		skl_buf arr;
@@ -302,14 +341,20 @@ static skl_rc count_first(bulk_run *b, skl_error *err)
 		skl_buf_adds(&arr, "}");
 		skl_stmt s = {.sql = count_ids_sql, .nparams = 1, .params = {arr.data}};
 		rc = skl_buf_failed(&arr) ? skl__seterr(err, SKL_NOMEM, "out of memory counting ids")
-		                          : two_numbers(b->c, &read_opts, &s, &b->res->matched, &max_id,
-		                                        err);
+		                          : numbers(b->c, &read_opts, &s, v, 3, err);
 		PQclear(s.res);
 		skl_buf_free(&arr);
 	} else {
-		rc = count_matching(b->c, b->filter, &b->res->matched, &max_id, err);
+		rc = count_matching(b->c, b->filter, b->o->up_to, v, err);
 	}
-	b->cursor = max_id + 1;
+	b->res->matched = v[0];
+	b->res->mark = v[1];
+	b->res->newer = v[2];
+	b->cursor = v[1] + 1;
+	if (rc == SKL_OK && b->o->expect > 0 && v[0] > b->o->expect)
+		rc = skl__seterr(err, SKL_CONFLICT, "the jobs matching changed since the count: %" PRId64
+		                 " match up to job %" PRId64 ", %" PRId64 " were counted; count again",
+		                 v[0], b->o->up_to > 0 ? b->o->up_to : v[1], b->o->expect);
 	return rc;
 }
 

@@ -15,6 +15,7 @@
 
 #include "core/internal.h"
 #include "queue/list_filter.h"
+#include "skiplock/control.h"
 
 static const char *const time_fields[] = {"created", "run", "attempted", "finished", "lease"};
 
@@ -161,4 +162,31 @@ skl_rc skl__matching_params(const skl_list_opts *o, skl__list_filter *f,
 	params[3] = NULL;
 	memcpy(params + 4, f->params, sizeof(f->params));
 	return SKL_OK;
+}
+
+/* {} or []: contained in every object, every array (text that does not
+ * parse narrows here; the filter's check refuses it). */
+static bool empty_payload(const char *text)
+{
+	json_t *doc = json_loads(text, JSON_DECODE_ANY, NULL);
+	bool empty = (json_is_object(doc) && json_object_size(doc) == 0) ||
+	             (json_is_array(doc) && json_array_size(doc) == 0);
+	json_decref(doc);
+	return empty;
+}
+
+bool skl_list_opts_narrows(const skl_list_opts *o, const char **why)
+{
+	bool no_bound = o && o->time_field && !o->from && !o->to;
+	bool empty = o && o->payload_contains && empty_payload(o->payload_contains);
+	bool narrows = o && (o->queue || o->kind || o->state || o->error_contains ||
+	                     (o->payload_contains && !empty) || (o->time_field && !no_bound) ||
+	                     o->from || o->to);
+	if (why)
+		*why = narrows ? NULL
+		       : no_bound && empty ? "a time field without a bound, an empty payload filter"
+		       : no_bound ? "a time field without a bound"
+		       : empty ? "an empty payload filter"
+		       : "no filter";
+	return narrows;
 }

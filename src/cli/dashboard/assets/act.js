@@ -1,7 +1,8 @@
 // skiplock dashboard: the operator's fleet-wide actions.  Bulk retry,
 // cancel or discard of every job the list's filter matches (or of the
 // picked rows): the count first, a dialog that states it and the filter,
-// then the POST, whose answer (matched, changed, skipped) is shown.  Pause
+// then the POST with the count's mark, whose answer (matched, changed,
+// skipped, newer jobs left alone) is shown.  Pause
 // and resume of a queue or a kind, breakers, schedules.  Every action is
 // written to the action log by the server; the page shows the newest.
 // A viewer's page draws none of these buttons (and the server refuses).
@@ -30,11 +31,18 @@ function opButton(text, attrs, onClick) {
 
 // ---- the confirmation dialog ----
 
-function confirmAction(text) {
+// Asks; with every, "yes" stays disabled until the box saying "every job"
+// is ticked: acting on every job is asked for by name.
+function confirmAction(text, every) {
   const dlg = document.getElementById('confirm');
+  const box = document.getElementById('confirm-all');
   document.getElementById('confirm-text').textContent = text;
+  document.getElementById('confirm-every').hidden = !every;
+  box.checked = false;
+  document.getElementById('confirm-yes').disabled = !!every;
   return new Promise(resolve => {
     dlg.addEventListener('close', () => resolve(dlg.returnValue === 'yes'), {once: true});
+    dlg.returnValue = '';
     dlg.showModal();
   });
 }
@@ -42,6 +50,9 @@ function confirmAction(text) {
 for (const answer of ['yes', 'no'])
   document.getElementById('confirm-' + answer).addEventListener('click', () =>
     document.getElementById('confirm').close(answer));
+document.getElementById('confirm-all').addEventListener('change', e => {
+  document.getElementById('confirm-yes').disabled = !e.target.checked;
+});
 
 // ---- bulk actions ----
 
@@ -57,21 +68,37 @@ function filterText(q) {
 
 const DONE = {retry: 'retried', cancel: 'cancelled', discard: 'discarded'};
 
+// The count first; the action then takes its mark and count, so it acts
+// on at most the jobs the dialog stated (none enqueued since).  A filter
+// that matches every job says so, and needs the "every job" box.
 async function bulk(action, picked) {
   const q = picked ? new URLSearchParams({ids: [...selected].join(',')}) : filterQuery();
-  let count;
+  let c;
   try {
-    count = picked ? selected.size : (await api('/api/jobs/count?' + q)).count;
+    c = picked ? {count: selected.size} : await api('/api/jobs/count?' + q);
   } catch (e) {
     say('count refused: ' + e.message);
     return;
   }
-  const what = picked ? count + ' picked job(s)' : count + ' job(s) matching ' + filterText(q);
-  if (!await confirmAction(action + ' ' + what + '? Jobs a worker finishes first are skipped.'))
+  if (!picked && c.count === 0) {
+    say(action + ': no job matches ' + filterText(q));
+    return;
+  }
+  const what = picked ? c.count + ' picked job(s)'
+    : c.all ? 'EVERY job (' + c.count + '): the filter names no subset (' + c.why + ')'
+    : c.count + ' job(s) matching ' + filterText(q);
+  if (!await confirmAction(action + ' ' + what + '? Jobs a worker finishes first are skipped.',
+    !picked && c.all))
     return;
   if (picked) selected.clear();
+  else {
+    q.set('mark', c.mark);
+    q.set('expect', c.count);
+    if (c.all) q.set('all', '1');
+  }
   await operate(action, '/api/bulk/' + action + '?' + q, r =>
-    r.matched + ' matched, ' + r.changed + ' ' + DONE[action] + ', ' + r.skipped + ' skipped');
+    r.matched + ' matched, ' + r.changed + ' ' + DONE[action] + ', ' + r.skipped + ' skipped' +
+    (r.newer ? '; ' + r.newer + ' newer job(s) left alone' : ''));
   showSelection();
 }
 
