@@ -48,8 +48,6 @@ COMMENT ON FUNCTION skiplock.lease_check_reserved(text) IS
   'Internal: refuses (42501) a reserved lease name to a role that may not take it.';
 COMMENT ON FUNCTION skiplock.schedule_fire(text, timestamptz, timestamptz, timestamptz, timestamptz, timestamptz[], text[]) IS
   'Fires a due schedule once for the fleet: enqueues the given fire times under their unique keys and moves the schedule on; NULL when another worker got there first.';
-COMMENT ON FUNCTION skiplock.idem_claim(text, text, interval, interval) IS
-  'Claims an idempotency key for a request fingerprint: acquired, replay (with the stored response), in_progress or conflict.';
 COMMENT ON FUNCTION skiplock.idem_complete(text, integer, jsonb) IS
   'Stores the response of an acquired key, in the caller''s transaction; SK002 when the key is not in progress.';
 COMMENT ON FUNCTION skiplock.idem_release(text) IS
@@ -88,12 +86,6 @@ COMMENT ON FUNCTION skiplock.move_finished(bigint[]) IS
   'Internal: moves finished jobs by id from jobs to finished_jobs, kept until their retention; returns how many left jobs.';
 COMMENT ON FUNCTION skiplock.retention_reset(text) IS
   'Forgets a queue''s own retention (it follows ''*'' again); ''*'' goes back to the defaults.';
-COMMENT ON FUNCTION skiplock.finished_partitions_ahead(integer) IS
-  'Internal, maintenance: makes the range partitions of finished_jobs ahead of now, at the partition width.';
-COMMENT ON FUNCTION skiplock.finished_partitions_reshape(integer) IS
-  'Internal, maintenance: drops empty partitions ahead made at another width, so they are made again at the current one.';
-COMMENT ON FUNCTION skiplock.finished_partitions_expire(integer) IS
-  'Internal, maintenance: drops partitions whose rows have all expired, and empty ones beyond the horizon.';
 COMMENT ON FUNCTION skiplock.check_actor(text, text) IS
   'Internal: refuses an action-log actor or role that is empty or over 200 characters (22023).';
 COMMENT ON FUNCTION skiplock.pause_key(text, text) IS

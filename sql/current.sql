@@ -39,7 +39,8 @@ CREATE TYPE skiplock.exchange_row AS (
 
 CREATE TYPE skiplock.heartbeat_result AS (
 	id bigint,
-	extended boolean
+	extended boolean,
+	locked boolean
 );
 
 CREATE TYPE skiplock.job_action_result AS (
@@ -54,6 +55,15 @@ CREATE TYPE skiplock.maintenance_result AS (
 	moved bigint,
 	remaining bigint,
 	more boolean
+);
+
+CREATE TYPE skiplock.maintenance_step AS (
+	action text,
+	n bigint,
+	more boolean,
+	blocked text[],
+	remaining bigint,
+	detail text
 );
 
 CREATE TYPE skiplock.recorded_outcome AS (
@@ -684,111 +694,469 @@ $$;
 
 COMMENT ON FUNCTION skiplock.fail(id bigint, fencing bigint, error text, retryable boolean, retry_after interval) IS 'fenced failed attempt: available (retry at run_at), discarded, or fenced_out';
 
-CREATE FUNCTION skiplock.finished_partitions_ahead(p_max integer) RETURNS integer
+CREATE FUNCTION skiplock.finished_act(p_action text, p_batch integer) RETURNS bigint
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+  RETURN CASE p_action
+    WHEN 'abort' THEN skiplock.finished_area_check()
+    WHEN 'drop' THEN skiplock.finished_act_drop()
+    WHEN 'expire' THEN skiplock.finished_act_expire()
+    WHEN 'legacy' THEN skiplock.finished_act_legacy(p_batch)
+    WHEN 'purge' THEN skiplock.finished_act_purge(p_batch)
+    WHEN 'tokens' THEN skiplock.enqueue_tokens_prune(p_batch)
+    WHEN 'attach' THEN skiplock.finished_act_attach()
+    WHEN 'close' THEN skiplock.finished_act_close()
+    WHEN 'validate' THEN skiplock.finished_act_validate()
+    WHEN 'fill' THEN skiplock.finished_act_fill(p_batch)
+    WHEN 'reshape' THEN skiplock.finished_act_reshape()
+    WHEN 'create' THEN skiplock.finished_act_create()
+    WHEN 'open' THEN skiplock.finished_act_open()
+  END;
+END
+$$;
+
+COMMENT ON FUNCTION skiplock.finished_act(p_action text, p_batch integer) IS 'maintenance: run one action of maintain_step by name';
+
+CREATE FUNCTION skiplock.finished_act_attach() RETURNS bigint
+    LANGUAGE plpgsql
+    AS $_$
+DECLARE
+  t record;
+  v_in_area boolean;
+BEGIN
+  SELECT s.name, s.lo, s.hi,
+         EXISTS (SELECT 1 FROM skiplock.finished_area a WHERE a.lo <= s.lo AND a.hi >= s.hi) AS in_area
+    INTO t FROM skiplock.finished_tables s
+   WHERE s.state = 'standalone' AND s.hi > clock_timestamp()
+     AND NOT EXISTS (SELECT 1 FROM skiplock.finished_area a
+                      WHERE a.lo < s.hi AND a.hi > s.lo AND NOT (a.lo <= s.lo AND a.hi >= s.hi))
+   ORDER BY (EXISTS (SELECT 1 FROM skiplock.finished_area a WHERE a.lo <= s.lo AND a.hi >= s.hi))
+            DESC, s.lo LIMIT 1;
+  IF NOT FOUND THEN
+    RETURN 0;
+  END IF;
+  v_in_area := t.in_area;
+  IF v_in_area THEN
+    IF NOT skiplock.finished_area_valid() THEN
+      RETURN 0;
+    END IF;
+  ELSE
+    IF NOT skiplock.finished_default_small() THEN
+      RETURN 0;
+    END IF;
+    LOCK TABLE skiplock.finished_jobs_default IN ACCESS EXCLUSIVE MODE;
+    EXECUTE format('WITH m AS (DELETE FROM skiplock.finished_jobs_default d '
+                   'WHERE d.expires_at >= $1 AND d.expires_at < $2 RETURNING d.*) '
+                   'INSERT INTO skiplock.%I SELECT * FROM m', t.name) USING t.lo, t.hi;
+  END IF;
+  PERFORM skiplock.finished_attach(t.name, t.lo, t.hi);
+  RETURN 1;
+END
+$_$;
+
+COMMENT ON FUNCTION skiplock.finished_act_attach() IS 'maintenance: attach a standalone range (in a validated area, or by a small default partition)';
+
+CREATE FUNCTION skiplock.finished_act_close() RETURNS bigint
     LANGUAGE plpgsql
     AS $$
 DECLARE
-  v_w interval := skiplock.partition_width();
-  v_until timestamptz;
+  a record;
+BEGIN
+  SELECT x.lo, x.hi INTO a FROM skiplock.finished_area x;
+  IF NOT FOUND OR EXISTS (SELECT 1 FROM skiplock.finished_slots(100000) s
+                           WHERE s.lo < a.hi AND s.hi > a.lo
+                             AND skiplock.finished_slot_work(s.kind, s.name, s.lo, s.hi)) THEN
+    RETURN 0;
+  END IF;
+  PERFORM skiplock.finished_area_end();
+  RETURN 1;
+END
+$$;
+
+COMMENT ON FUNCTION skiplock.finished_act_close() IS 'maintenance: end the open area once every range of it is a partition';
+
+CREATE FUNCTION skiplock.finished_act_create() RETURNS bigint
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+  v_small boolean := skiplock.finished_default_small();
+  s record;
+  v_name text;
+BEGIN
+  FOR s IN SELECT x.lo, x.hi FROM skiplock.finished_slots(100000) x WHERE x.kind = 'missing' LOOP
+    CONTINUE WHEN NOT (EXISTS (SELECT 1 FROM skiplock.finished_area a
+                                WHERE a.lo <= s.lo AND a.hi >= s.hi)
+                       OR (v_small AND NOT EXISTS (SELECT 1 FROM skiplock.finished_area a
+                                                    WHERE a.lo < s.hi AND a.hi > s.lo)));
+    v_name := 'finished_jobs_' || to_char(s.lo AT TIME ZONE 'UTC', 'YYYYMMDD"_"HH24MISS');
+    CONTINUE WHEN to_regclass('skiplock.' || quote_ident(v_name)) IS NOT NULL;
+    EXECUTE format('CREATE TABLE skiplock.%I (LIKE skiplock.finished_jobs INCLUDING DEFAULTS '
+                   'INCLUDING CONSTRAINTS INCLUDING INDEXES, CHECK (expires_at >= %L AND '
+                   'expires_at < %L)) WITH (autovacuum_vacuum_insert_threshold = -1)',
+                   v_name, s.lo, s.hi);
+    INSERT INTO skiplock.finished_tables (name, lo, hi, state)
+    VALUES (v_name, s.lo, s.hi, 'standalone');
+    RETURN 1;
+  END LOOP;
+  RETURN 0;
+END
+$$;
+
+COMMENT ON FUNCTION skiplock.finished_act_create() IS 'maintenance: make the first missing range as a standalone table';
+
+CREATE FUNCTION skiplock.finished_act_drop() RETURNS bigint
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+  v text;
+BEGIN
+  SELECT t.name INTO v FROM skiplock.finished_tables t
+   WHERE t.state = 'detached'
+      OR (t.hi <= clock_timestamp()
+          AND NOT EXISTS (SELECT 1 FROM skiplock.finished_area a WHERE a.lo < t.hi AND a.hi > t.lo))
+   ORDER BY t.state = 'detached' DESC, t.lo LIMIT 1;
+  IF NOT FOUND THEN
+    RETURN 0;
+  END IF;
+  EXECUTE format('DROP TABLE IF EXISTS skiplock.%I', v);
+  DELETE FROM skiplock.finished_tables t WHERE t.name = v;
+  RETURN 1;
+END
+$$;
+
+COMMENT ON FUNCTION skiplock.finished_act_drop() IS 'maintenance: drop a detached table, or a standalone one wholly expired';
+
+CREATE FUNCTION skiplock.finished_act_expire() RETURNS bigint
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+  p record;
+BEGIN
+  SELECT x.name, x.lo, x.hi INTO p FROM skiplock.finished_partitions x
+   WHERE x.hi <= clock_timestamp() ORDER BY x.lo LIMIT 1;
+  IF NOT FOUND THEN
+    RETURN 0;
+  END IF;
+  EXECUTE format('ALTER TABLE skiplock.finished_jobs DETACH PARTITION skiplock.%I', p.name);
+  DELETE FROM skiplock.finished_partitions x WHERE x.name = p.name;
+  INSERT INTO skiplock.finished_tables (name, lo, hi, state) VALUES (p.name, p.lo, p.hi, 'detached');
+  RETURN 1;
+END
+$$;
+
+COMMENT ON FUNCTION skiplock.finished_act_expire() IS 'maintenance: detach the oldest partition whose upper bound has passed';
+
+CREATE FUNCTION skiplock.finished_act_fill(p_batch integer) RETURNS bigint
+    LANGUAGE plpgsql
+    AS $_$
+DECLARE
+  t record;
+  v_n bigint;
+BEGIN
+  SELECT s.name, s.lo, s.hi INTO t FROM skiplock.finished_tables s
+   WHERE s.state = 'standalone' AND s.hi > clock_timestamp()
+     AND EXISTS (SELECT 1 FROM skiplock.finished_jobs_default d
+                  WHERE d.expires_at >= s.lo AND d.expires_at < s.hi)
+     AND EXISTS (SELECT 1 FROM skiplock.finished_area a WHERE a.lo <= s.lo AND a.hi >= s.hi)
+   ORDER BY s.lo LIMIT 1;
+  IF NOT FOUND THEN
+    RETURN 0;
+  END IF;
+  EXECUTE format('WITH m AS (DELETE FROM skiplock.finished_jobs_default d WHERE d.ctid = ANY (ARRAY('
+                 '  SELECT x.ctid FROM skiplock.finished_jobs_default x'
+                 '   WHERE x.expires_at >= $1 AND x.expires_at < $2 LIMIT $3)) RETURNING d.*) '
+                 'INSERT INTO skiplock.%I SELECT * FROM m', t.name) USING t.lo, t.hi, p_batch;
+  GET DIAGNOSTICS v_n = ROW_COUNT;
+  RETURN v_n;
+END
+$_$;
+
+COMMENT ON FUNCTION skiplock.finished_act_fill(p_batch integer) IS 'maintenance: move up to n rows of a standalone range out of the default partition';
+
+CREATE FUNCTION skiplock.finished_act_legacy(p_batch integer) RETURNS bigint
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+  IF EXISTS (SELECT 1 FROM skiplock.finished_area) THEN
+    RETURN 0;
+  END IF;
+  RETURN skiplock.move_finished(ARRAY(
+    SELECT j.id FROM skiplock.jobs j WHERE j.state IN ('completed', 'discarded', 'cancelled')
+     ORDER BY j.finished_at LIMIT p_batch FOR UPDATE SKIP LOCKED));
+END
+$$;
+
+COMMENT ON FUNCTION skiplock.finished_act_legacy(p_batch integer) IS 'maintenance: move up to n finished jobs an older installation left in skiplock.jobs';
+
+CREATE FUNCTION skiplock.finished_act_open() RETURNS bigint
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+  s record;
+  v_work boolean;
   v_lo timestamptz;
   v_hi timestamptz;
-  v_name text;
-  v_made int := 0;
+  v_n int := 0;
 BEGIN
-  v_until := least(now() + coalesce((SELECT max(r.keep) FROM skiplock.retention r
-                                      WHERE r.keep > interval '0'), interval '0') + v_w,
-                   now() + 500 * v_w);
-  v_lo := date_bin(v_w, now(), timestamptz '2000-01-01 00:00+00');
-  WHILE v_lo < v_until AND v_made < p_max LOOP
-    v_hi := (SELECT max(p.hi) FROM skiplock.finished_partitions p
-              WHERE p.lo <= v_lo AND p.hi > v_lo);
-    IF v_hi IS NOT NULL THEN
-      v_lo := v_hi;
-      CONTINUE;
+  IF EXISTS (SELECT 1 FROM skiplock.finished_area) OR skiplock.finished_default_small()
+     OR (SELECT m.area_backoff_until > clock_timestamp() FROM skiplock.maintenance m)
+     OR EXISTS (SELECT 1 FROM skiplock.jobs j WHERE j.finished_at IS NOT NULL
+                   AND j.state IN ('completed', 'discarded', 'cancelled')) THEN
+    RETURN 0;
+  END IF;
+  LOCK TABLE skiplock.retention IN SHARE MODE;  -- no retention change until this commits
+  FOR s IN SELECT * FROM skiplock.finished_slots(100000) LOOP
+    v_work := skiplock.finished_slot_work(s.kind, s.name, s.lo, s.hi);
+    IF v_work AND skiplock.finished_quiet_for(s.lo, s.hi) >= interval '30 minutes' THEN
+      v_lo := coalesce(v_lo, s.lo);
+      v_hi := s.hi;
+      v_n := v_n + 1;
+      EXIT WHEN v_n >= 48;
+    ELSIF v_work AND v_lo IS NOT NULL THEN
+      EXIT;
     END IF;
-    v_hi := least(v_lo + v_w, coalesce((SELECT min(p.lo) FROM skiplock.finished_partitions p
-                                         WHERE p.lo > v_lo), v_lo + v_w));
-    -- a range must not claim rows the default partition holds: past it
-    IF EXISTS (SELECT 1 FROM skiplock.finished_jobs_default d
-                WHERE d.expires_at >= v_lo AND d.expires_at < v_hi) THEN
-      v_lo := v_hi;
-      CONTINUE;
-    END IF;
-    v_name := 'finished_jobs_' || to_char(v_lo AT TIME ZONE 'UTC', 'YYYYMMDD"_"HH24MISS');
-    BEGIN
-      EXECUTE format('CREATE TABLE skiplock.%I (LIKE skiplock.finished_jobs INCLUDING DEFAULTS '
-                     'INCLUDING CONSTRAINTS, CHECK (expires_at >= %L AND expires_at < %L)) '
-                     'WITH (autovacuum_vacuum_insert_threshold = -1)',
-                     v_name, v_lo, v_hi);
-      EXECUTE format('ALTER TABLE skiplock.finished_jobs ATTACH PARTITION skiplock.%I '
-                     'FOR VALUES FROM (%L) TO (%L)', v_name, v_lo, v_hi);
-      INSERT INTO skiplock.finished_partitions (name, lo, hi) VALUES (v_name, v_lo, v_hi);
-    EXCEPTION
-      WHEN lock_not_available THEN
-        EXIT;
-      WHEN check_violation THEN
-        EXIT;
-    END;
-    v_lo := v_hi;
-    v_made := v_made + 1;
   END LOOP;
-  RETURN v_made;
+  IF v_lo IS NULL THEN
+    RETURN 0;
+  END IF;
+  EXECUTE format('ALTER TABLE skiplock.finished_jobs_default ADD CONSTRAINT '
+                 'finished_jobs_default_area CHECK (expires_at < %L OR expires_at >= %L) NOT VALID',
+                 v_lo, v_hi);
+  INSERT INTO skiplock.finished_area (lo, hi) VALUES (v_lo, v_hi);
+  RETURN 1;
 END
 $$;
 
-COMMENT ON FUNCTION skiplock.finished_partitions_ahead(p_max integer) IS 'Internal, maintenance: makes the range partitions of finished_jobs ahead of now, at the partition width.';
+COMMENT ON FUNCTION skiplock.finished_act_open() IS 'maintenance: open an area over ranges no outcome reaches for 30 minutes';
 
-CREATE FUNCTION skiplock.finished_partitions_expire(p_max integer) RETURNS integer
+CREATE FUNCTION skiplock.finished_act_purge(p_batch integer) RETURNS bigint
     LANGUAGE plpgsql
     AS $$
 DECLARE
-  p record;
-  v_n int := 0;
+  v_now timestamptz := clock_timestamp();
+  v_n bigint;
 BEGIN
-  FOR p IN SELECT x.name FROM skiplock.finished_partitions x
-            WHERE x.hi <= now() ORDER BY x.lo LIMIT p_max LOOP
-    BEGIN  -- a partition whose lock is not had within lock_timeout waits for the next round
-      EXECUTE format('DROP TABLE skiplock.%I', p.name);
-      DELETE FROM skiplock.finished_partitions x WHERE x.name = p.name;
-      v_n := v_n + 1;
-    EXCEPTION WHEN lock_not_available THEN
-      EXIT;
-    END;
-  END LOOP;
+  DELETE FROM skiplock.finished_jobs_default d WHERE d.ctid = ANY (ARRAY(
+    SELECT x.ctid FROM skiplock.finished_jobs_default x WHERE x.expires_at <= v_now
+     LIMIT p_batch));
+  GET DIAGNOSTICS v_n = ROW_COUNT;
   RETURN v_n;
 END
 $$;
 
-COMMENT ON FUNCTION skiplock.finished_partitions_expire(p_max integer) IS 'Internal, maintenance: drops partitions whose rows have all expired, and empty ones beyond the horizon.';
+COMMENT ON FUNCTION skiplock.finished_act_purge(p_batch integer) IS 'maintenance: delete up to n expired rows of the default partition';
 
-CREATE FUNCTION skiplock.finished_partitions_reshape(p_max integer) RETURNS integer
+CREATE FUNCTION skiplock.finished_act_reshape() RETURNS bigint
     LANGUAGE plpgsql
     AS $$
 DECLARE
   v_w interval := skiplock.partition_width();
+  v_small boolean := skiplock.finished_default_small();
   p record;
   v_empty boolean;
-  v_n int := 0;
 BEGIN
-  FOR p IN SELECT x.name FROM skiplock.finished_partitions x
-            WHERE x.hi > now() AND x.hi - x.lo <> v_w ORDER BY x.lo DESC LIMIT p_max LOOP
-    BEGIN
-      LOCK TABLE skiplock.finished_jobs IN ACCESS EXCLUSIVE MODE;
-      EXECUTE format('SELECT NOT EXISTS (SELECT FROM skiplock.%I)', p.name) INTO v_empty;
-      IF v_empty THEN
-        EXECUTE format('DROP TABLE skiplock.%I', p.name);
-        DELETE FROM skiplock.finished_partitions x WHERE x.name = p.name;
-        v_n := v_n + 1;
-      END IF;
-    EXCEPTION WHEN lock_not_available THEN
-      EXIT;
-    END;
+  FOR p IN SELECT x.name, x.lo, x.hi FROM skiplock.finished_partitions x
+            WHERE x.hi > clock_timestamp() AND x.hi - x.lo > v_w
+              AND (EXISTS (SELECT 1 FROM skiplock.finished_area a
+                            WHERE a.lo <= x.lo AND a.hi >= x.hi)
+                   OR (v_small AND NOT EXISTS (SELECT 1 FROM skiplock.finished_area a
+                                                WHERE a.lo < x.hi AND a.hi > x.lo)))
+            ORDER BY x.lo DESC LIMIT 20 LOOP
+    EXECUTE format('SELECT NOT EXISTS (SELECT FROM skiplock.%I)', p.name) INTO v_empty;
+    CONTINUE WHEN NOT v_empty;
+    LOCK TABLE skiplock.finished_jobs IN ACCESS EXCLUSIVE MODE;
+    EXECUTE format('SELECT NOT EXISTS (SELECT FROM skiplock.%I)', p.name) INTO v_empty;
+    CONTINUE WHEN NOT v_empty;
+    EXECUTE format('ALTER TABLE skiplock.finished_jobs DETACH PARTITION skiplock.%I', p.name);
+    DELETE FROM skiplock.finished_partitions x WHERE x.name = p.name;
+    INSERT INTO skiplock.finished_tables (name, lo, hi, state)
+    VALUES (p.name, p.lo, p.hi, 'detached');
+    RETURN 1;
   END LOOP;
+  RETURN 0;
+END
+$$;
+
+COMMENT ON FUNCTION skiplock.finished_act_reshape() IS 'maintenance: detach an empty partition ahead that is wider than the width now chosen';
+
+CREATE FUNCTION skiplock.finished_act_validate() RETURNS bigint
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+  a record;
+BEGIN
+  SELECT x.lo, x.hi INTO a FROM skiplock.finished_area x;
+  IF NOT FOUND OR skiplock.finished_area_valid()
+     OR EXISTS (SELECT 1 FROM skiplock.finished_jobs_default d
+                 WHERE d.expires_at >= a.lo AND d.expires_at < a.hi) THEN
+    RETURN 0;
+  END IF;
+  BEGIN
+    PERFORM set_config('lock_timeout', '1s', true);
+    ALTER TABLE skiplock.finished_jobs_default VALIDATE CONSTRAINT finished_jobs_default_area;
+    PERFORM set_config('lock_timeout', '50ms', true);
+  EXCEPTION WHEN query_canceled THEN
+    PERFORM set_config('lock_timeout', '50ms', true);
+    PERFORM skiplock.finished_area_end();
+    UPDATE skiplock.maintenance SET area_backoff_until = clock_timestamp() + interval '1 hour';
+  END;
+  RETURN 1;
+END
+$$;
+
+COMMENT ON FUNCTION skiplock.finished_act_validate() IS 'maintenance: validate the open area''s CHECK once the default partition holds none of its rows';
+
+CREATE FUNCTION skiplock.finished_area_check() RETURNS integer
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+  a record;
+BEGIN
+  SELECT x.lo, x.hi INTO a FROM skiplock.finished_area x;
+  IF NOT FOUND OR NOT EXISTS (
+       SELECT 1 FROM skiplock.finished_slots(100000) s
+        WHERE s.kind <> 'partition' AND s.lo < a.hi AND s.hi > a.lo
+          AND skiplock.finished_quiet_for(s.lo, s.hi) < interval '10 minutes') THEN
+    RETURN 0;
+  END IF;
+  PERFORM skiplock.finished_area_end();
+  RETURN 1;
+END
+$$;
+
+COMMENT ON FUNCTION skiplock.finished_area_check() IS 'give up the open area when an outcome could reach it within 10 minutes';
+
+CREATE FUNCTION skiplock.finished_area_check_now() RETURNS integer
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+  v_lock_timeout text := current_setting('lock_timeout');
+  v_n int;
+BEGIN
+  PERFORM set_config('lock_timeout', '50ms', true);
+  v_n := skiplock.finished_area_check();
+  PERFORM set_config('lock_timeout', v_lock_timeout, true);
   RETURN v_n;
 END
 $$;
 
-COMMENT ON FUNCTION skiplock.finished_partitions_reshape(p_max integer) IS 'Internal, maintenance: drops empty partitions ahead made at another width, so they are made again at the current one.';
+COMMENT ON FUNCTION skiplock.finished_area_check_now() IS 'finished_area_check with lock_timeout 50 ms, the caller''s lock_timeout kept';
+
+CREATE FUNCTION skiplock.finished_area_end() RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+  ALTER TABLE skiplock.finished_jobs_default DROP CONSTRAINT IF EXISTS finished_jobs_default_area;
+  DELETE FROM skiplock.finished_area;
+END
+$$;
+
+COMMENT ON FUNCTION skiplock.finished_area_end() IS 'drop the open area''s CHECK on the default partition';
+
+CREATE FUNCTION skiplock.finished_area_valid() RETURNS boolean
+    LANGUAGE sql STABLE
+    AS $$
+  SELECT coalesce((SELECT c.convalidated FROM pg_constraint c
+                    WHERE c.conrelid = 'skiplock.finished_jobs_default'::regclass
+                      AND c.conname = 'finished_jobs_default_area'), false)
+$$;
+
+COMMENT ON FUNCTION skiplock.finished_area_valid() IS 'the open area''s CHECK on the default partition is validated';
+
+CREATE FUNCTION skiplock.finished_attach(p_name text, p_lo timestamp with time zone, p_hi timestamp with time zone) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+  EXECUTE format('ALTER TABLE skiplock.finished_jobs ATTACH PARTITION skiplock.%I '
+                 'FOR VALUES FROM (%L) TO (%L)', p_name, p_lo, p_hi);
+  DELETE FROM skiplock.finished_tables t WHERE t.name = p_name;
+  INSERT INTO skiplock.finished_partitions (name, lo, hi) VALUES (p_name, p_lo, p_hi);
+END
+$$;
+
+COMMENT ON FUNCTION skiplock.finished_attach(p_name text, p_lo timestamp with time zone, p_hi timestamp with time zone) IS 'attach a standalone range table as a partition of finished_jobs and list it';
+
+CREATE FUNCTION skiplock.finished_default_small() RETURNS boolean
+    LANGUAGE sql STABLE
+    AS $$
+  SELECT pg_relation_size('skiplock.finished_jobs_default') <= 4 * 1024 * 1024
+$$;
+
+COMMENT ON FUNCTION skiplock.finished_default_small() IS 'the default partition is small enough (4 MB) for ATTACH to scan it under its lock';
+
+CREATE FUNCTION skiplock.finished_quiet_for(p_lo timestamp with time zone, p_hi timestamp with time zone) RETURNS interval
+    LANGUAGE sql STABLE
+    AS $$
+  SELECT coalesce(min(CASE WHEN clock_timestamp() + r.keep - interval '1 hour' >= p_hi THEN NULL
+                           ELSE greatest(p_lo - (clock_timestamp() + r.keep), interval '0') END),
+                  interval '100 years')
+    FROM skiplock.retention r WHERE r.keep > interval '0'
+$$;
+
+COMMENT ON FUNCTION skiplock.finished_quiet_for(p_lo timestamp with time zone, p_hi timestamp with time zone) IS 'how long until an outcome could insert a row expiring in the range (100 years: never)';
+
+CREATE FUNCTION skiplock.finished_slot_work(p_kind text, p_name text, p_lo timestamp with time zone, p_hi timestamp with time zone) RETURNS boolean
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+  v_empty boolean;
+BEGIN
+  IF p_kind <> 'partition' THEN
+    RETURN true;
+  END IF;
+  IF p_hi <= clock_timestamp() OR p_hi - p_lo <= skiplock.partition_width() THEN
+    RETURN false;
+  END IF;
+  EXECUTE format('SELECT NOT EXISTS (SELECT FROM skiplock.%I)', p_name) INTO v_empty;
+  RETURN v_empty;
+END
+$$;
+
+COMMENT ON FUNCTION skiplock.finished_slot_work(p_kind text, p_name text, p_lo timestamp with time zone, p_hi timestamp with time zone) IS 'a range is work for maintenance: missing, standalone, or an empty partition to reshape';
+
+CREATE FUNCTION skiplock.finished_slots(p_limit integer) RETURNS TABLE(lo timestamp with time zone, hi timestamp with time zone, kind text, name text)
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+  v_w interval := skiplock.partition_width();
+  v_now timestamptz := clock_timestamp();
+  v_until timestamptz;
+  v_lo timestamptz := date_bin(v_w, v_now, timestamptz '2000-01-01 00:00+00');
+  v_n int := 0;
+  v_i int := 1;
+  r_lo timestamptz[];
+  r_hi timestamptz[];
+  r_kind text[];
+  r_name text[];
+BEGIN
+  v_until := least(v_now + coalesce((SELECT max(r.keep) FROM skiplock.retention r
+                                      WHERE r.keep > interval '0'), interval '0') + v_w,
+                   v_now + 500 * v_w);
+  SELECT array_agg(x.lo ORDER BY x.lo), array_agg(x.hi ORDER BY x.lo),
+         array_agg(x.kind ORDER BY x.lo), array_agg(x.name ORDER BY x.lo)
+    INTO r_lo, r_hi, r_kind, r_name
+    FROM skiplock.finished_ranges x WHERE x.hi > v_lo AND x.lo < v_until;
+  WHILE v_lo < v_until AND v_n < p_limit LOOP
+    WHILE v_i <= coalesce(cardinality(r_lo), 0) AND r_hi[v_i] <= v_lo LOOP
+      v_i := v_i + 1;  -- ranges wholly before v_lo
+    END LOOP;
+    IF v_i <= coalesce(cardinality(r_lo), 0) AND r_lo[v_i] <= v_lo THEN
+      lo := r_lo[v_i]; hi := r_hi[v_i]; kind := r_kind[v_i]; name := r_name[v_i];
+    ELSE
+      lo := v_lo; kind := 'missing'; name := NULL;
+      hi := least(v_lo + v_w, coalesce(r_lo[v_i], v_lo + v_w));
+    END IF;
+    IF hi > v_now THEN  -- the start of the current width may be past
+      RETURN NEXT;
+      v_n := v_n + 1;
+    END IF;
+    v_lo := hi;
+  END LOOP;
+END
+$$;
+
+COMMENT ON FUNCTION skiplock.finished_slots(p_limit integer) IS 'the ranges from now to the horizon: partition, standalone or missing';
 
 CREATE FUNCTION skiplock.grant_role(p_role text, p_kind text) RETURNS void
     LANGUAGE plpgsql
@@ -908,6 +1276,8 @@ CREATE FUNCTION skiplock.heartbeat(ids bigint[], fencings bigint[], lease interv
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 #variable_conflict use_column
+DECLARE
+  v_extended boolean[];
 BEGIN
   IF heartbeat.ids IS NULL OR heartbeat.fencings IS NULL OR heartbeat.lease IS NULL THEN
     RAISE EXCEPTION 'heartbeat: ids, fencings and lease must not be NULL' USING ERRCODE = '22004';
@@ -920,26 +1290,46 @@ BEGIN
     RAISE EXCEPTION 'heartbeat: lease must be 100 ms to 1 day, got %', heartbeat.lease
       USING ERRCODE = '22023';
   END IF;
-  RETURN QUERY
+  -- Never waits: a row another transaction holds is skipped here.
   WITH v AS (SELECT * FROM unnest(heartbeat.ids, heartbeat.fencings) WITH ORDINALITY
                              AS v(id, fencing, ord)),
+  l AS (SELECT j.id FROM skiplock.jobs j, (SELECT DISTINCT v.id, v.fencing FROM v) d
+         WHERE j.id = d.id AND j.fencing = d.fencing AND j.state = 'running' COLLATE "C"
+           FOR NO KEY UPDATE OF j SKIP LOCKED),
   u AS (UPDATE skiplock.jobs j SET lease_expires_at = now() + heartbeat.lease
-          FROM v WHERE j.id = v.id AND j.fencing = v.fencing AND j.state = 'running' COLLATE "C"
-        RETURNING j.id, v.fencing)
-  SELECT v.id, u.id IS NOT NULL FROM v LEFT JOIN u ON u.id = v.id AND u.fencing = v.fencing
-   ORDER BY v.ord;
+          FROM l WHERE j.id = l.id
+        RETURNING j.id, j.fencing)
+  SELECT array_agg(u.id IS NOT NULL ORDER BY v.ord) INTO v_extended
+    FROM v LEFT JOIN u ON u.id = v.id AND u.fencing = v.fencing;
+  IF false <> ALL (v_extended) THEN
+    RETURN QUERY SELECT v.id, true, false FROM unnest(heartbeat.ids) WITH ORDINALITY AS v(id, ord)
+                  ORDER BY v.ord;
+    RETURN;
+  END IF;
+  -- A new statement, a newer snapshot: of the claims not extended, those
+  -- still current are held by a transaction (locked), the rest are lost.
+  RETURN QUERY
+  SELECT x.id, x.ok OR x.held, x.held
+    FROM (SELECT v.id, v.ord, v.ok,
+                 CASE WHEN v.ok THEN false ELSE EXISTS (
+                   SELECT 1 FROM skiplock.jobs j WHERE j.id = v.id AND j.fencing = v.fencing
+                      AND j.state = 'running' COLLATE "C") END AS held
+            FROM unnest(heartbeat.ids, heartbeat.fencings, v_extended) WITH ORDINALITY
+                   AS v(id, fencing, ok, ord) OFFSET 0) x
+   ORDER BY x.ord;
 END
 $$;
 
-COMMENT ON FUNCTION skiplock.heartbeat(ids bigint[], fencings bigint[], lease interval) IS 'extend running claims; extended = false for a claim that was lost';
+COMMENT ON FUNCTION skiplock.heartbeat(ids bigint[], fencings bigint[], lease interval) IS 'extend running claims without waiting for row locks: extended = false when lost, locked = true when a transaction holds the row (not extended, still yours)';
 
-CREATE FUNCTION skiplock.idem_claim(key text, request_hash text, ttl interval DEFAULT '24:00:00'::interval, recovery interval DEFAULT '00:01:00'::interval) RETURNS TABLE(outcome text, response_code integer, response_body jsonb)
+CREATE FUNCTION skiplock.idem_claim(key text, request_hash text, ttl interval DEFAULT '24:00:00'::interval, recovery interval DEFAULT '00:01:00'::interval) RETURNS TABLE(outcome text, response_code integer, response_body jsonb, holder text)
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 #variable_conflict use_variable
 DECLARE
   k skiplock.idempotency_keys;
+  v_holder text;
 BEGIN
   IF key IS NULL OR octet_length(key) NOT BETWEEN 1 AND 255 THEN
     RAISE EXCEPTION 'idempotency key must be 1 to 255 bytes' USING ERRCODE = '22023';
@@ -950,14 +1340,18 @@ BEGIN
   IF ttl IS NULL OR ttl <= interval '0' OR recovery IS NULL OR recovery <= interval '0' THEN
     RAISE EXCEPTION 'ttl and recovery window must be positive' USING ERRCODE = '22023';
   END IF;
+  v_holder := encode(sha256(convert_to(gen_random_uuid()::text || gen_random_uuid()::text,
+                                       'UTF8')), 'hex');
   -- A few rounds: the key may be released or pruned between the insert
   -- that did not take it and the read of the row that holds it.
   FOR round IN 1..5 LOOP
-    INSERT INTO skiplock.idempotency_keys AS t (key, request_hash, locked_until, expires_at)
-    VALUES (key, request_hash, clock_timestamp() + recovery, clock_timestamp() + ttl)
+    INSERT INTO skiplock.idempotency_keys AS t (key, request_hash, locked_until, expires_at,
+                                                holder_hash)
+    VALUES (key, request_hash, clock_timestamp() + recovery, clock_timestamp() + ttl,
+            sha256(convert_to(v_holder, 'UTF8')))
     ON CONFLICT ON CONSTRAINT idempotency_keys_pkey DO UPDATE
        SET request_hash = excluded.request_hash, state = 'in_progress',
-           response_code = NULL, response_body = NULL,
+           response_code = NULL, response_body = NULL, holder_hash = excluded.holder_hash,
            claims = CASE WHEN t.expires_at <= clock_timestamp() THEN 1 ELSE t.claims + 1 END,
            locked_until = clock_timestamp() + recovery,
            created_at = CASE WHEN t.expires_at <= clock_timestamp()
@@ -970,7 +1364,7 @@ BEGIN
             AND t.request_hash = excluded.request_hash)
     RETURNING t.* INTO k;
     IF FOUND THEN
-      RETURN QUERY SELECT 'acquired'::text, NULL::int, NULL::jsonb;
+      RETURN QUERY SELECT 'acquired'::text, NULL::int, NULL::jsonb, v_holder;
       RETURN;
     END IF;
     -- A new statement: its snapshot sees the row the insert collided with.
@@ -980,11 +1374,11 @@ BEGIN
             OR t.request_hash <> request_hash);
     IF FOUND THEN
       IF k.request_hash <> request_hash THEN
-        RETURN QUERY SELECT 'conflict'::text, NULL::int, NULL::jsonb;
+        RETURN QUERY SELECT 'conflict'::text, NULL::int, NULL::jsonb, NULL::text;
       ELSIF k.state = 'completed' THEN
-        RETURN QUERY SELECT 'replay'::text, k.response_code, k.response_body;
+        RETURN QUERY SELECT 'replay'::text, k.response_code, k.response_body, NULL::text;
       ELSE
-        RETURN QUERY SELECT 'in_progress'::text, NULL::int, NULL::jsonb;
+        RETURN QUERY SELECT 'in_progress'::text, NULL::int, NULL::jsonb, NULL::text;
       END IF;
       RETURN;
     END IF;
@@ -993,7 +1387,7 @@ BEGIN
 END
 $$;
 
-COMMENT ON FUNCTION skiplock.idem_claim(key text, request_hash text, ttl interval, recovery interval) IS 'Claims an idempotency key for a request fingerprint: acquired, replay (with the stored response), in_progress or conflict.';
+COMMENT ON FUNCTION skiplock.idem_claim(key text, request_hash text, ttl interval, recovery interval) IS 'claim an idempotency key: acquired (with a holder token), replay, in_progress or conflict';
 
 CREATE FUNCTION skiplock.idem_complete(key text, response_code integer, response_body jsonb) RETURNS void
     LANGUAGE plpgsql SECURITY DEFINER
@@ -1004,15 +1398,23 @@ BEGIN
   IF response_code IS NULL THEN
     RAISE EXCEPTION 'response code must not be null' USING ERRCODE = '22023';
   END IF;
+  PERFORM 1 FROM skiplock.idempotency_keys t WHERE t.key = key AND t.holder_hash IS NOT NULL;
+  IF FOUND THEN
+    RAISE EXCEPTION 'idempotency key "%" was claimed with a holder token', key
+      USING ERRCODE = '42501',
+            HINT = 'Call skiplock.idem_complete(key, response_code, response_body, holder) '
+                   'with the holder that skiplock.idem_claim returned.';
+  END IF;
   UPDATE skiplock.idempotency_keys t
      SET state = 'completed', response_code = response_code,
          response_body = response_body, completed_at = clock_timestamp(), locked_until = NULL
-   WHERE t.key = key AND t.state = 'in_progress' AND t.expires_at > clock_timestamp();
+   WHERE t.key = key AND t.state = 'in_progress' AND t.expires_at > clock_timestamp()
+     AND t.holder_hash IS NULL;
   IF FOUND THEN
     RETURN;
   END IF;
   PERFORM 1 FROM skiplock.idempotency_keys t
-   WHERE t.key = key AND t.state = 'completed'
+   WHERE t.key = key AND t.state = 'completed' AND t.holder_hash IS NULL
      AND t.response_code = response_code
      AND t.response_body IS NOT DISTINCT FROM response_body;
   IF NOT FOUND THEN
@@ -1024,6 +1426,55 @@ END
 $$;
 
 COMMENT ON FUNCTION skiplock.idem_complete(key text, response_code integer, response_body jsonb) IS 'Stores the response of an acquired key, in the caller''s transaction; SK002 when the key is not in progress.';
+
+CREATE FUNCTION skiplock.idem_complete(key text, response_code integer, response_body jsonb, holder text) RETURNS void
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+#variable_conflict use_variable
+DECLARE
+  v_hash bytea := skiplock.idem_holder_hash(holder);
+BEGIN
+  IF response_code IS NULL THEN
+    RAISE EXCEPTION 'response code must not be null' USING ERRCODE = '22023';
+  END IF;
+  UPDATE skiplock.idempotency_keys t
+     SET state = 'completed', response_code = response_code,
+         response_body = response_body, completed_at = clock_timestamp(), locked_until = NULL
+   WHERE t.key = key AND t.state = 'in_progress' AND t.expires_at > clock_timestamp()
+     AND t.holder_hash = v_hash;
+  IF FOUND THEN
+    RETURN;
+  END IF;
+  PERFORM 1 FROM skiplock.idempotency_keys t
+   WHERE t.key = key AND t.state = 'completed' AND t.holder_hash = v_hash
+     AND t.response_code = response_code
+     AND t.response_body IS NOT DISTINCT FROM response_body;
+  IF NOT FOUND THEN
+    RAISE EXCEPTION 'idempotency key "%" is not in progress under this holder', key
+      USING ERRCODE = 'SK002',
+            HINT = 'The claim was released, expired, or taken over after its recovery '
+                   'window, or the holder is not the one idem_claim returned.';
+  END IF;
+END
+$$;
+
+COMMENT ON FUNCTION skiplock.idem_complete(key text, response_code integer, response_body jsonb, holder text) IS 'store the response of the claim the holder acquired; SK002 otherwise';
+
+CREATE FUNCTION skiplock.idem_holder_hash(p_holder text) RETURNS bytea
+    LANGUAGE plpgsql IMMUTABLE
+    AS $$
+BEGIN
+  IF p_holder IS NULL OR octet_length(p_holder) NOT BETWEEN 1 AND 255 THEN
+    RAISE EXCEPTION 'holder token must be 1 to 255 bytes, got %',
+      coalesce(octet_length(p_holder)::text, 'NULL') USING ERRCODE = '22023',
+      HINT = 'Pass the holder that skiplock.idem_claim returned with "acquired".';
+  END IF;
+  RETURN sha256(convert_to(p_holder, 'UTF8'));
+END
+$$;
+
+COMMENT ON FUNCTION skiplock.idem_holder_hash(p_holder text) IS 'the stored form of a holder token; 22023 when it is missing';
 
 CREATE FUNCTION skiplock.idem_prune(batch integer DEFAULT 1000) RETURNS integer
     LANGUAGE sql SECURITY DEFINER
@@ -1042,14 +1493,51 @@ $$;
 COMMENT ON FUNCTION skiplock.idem_prune(batch integer) IS 'Deletes up to batch expired idempotency keys, oldest first; returns how many.';
 
 CREATE FUNCTION skiplock.idem_release(key text) RETURNS void
-    LANGUAGE sql SECURITY DEFINER
+    LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
+#variable_conflict use_variable
+BEGIN
+  PERFORM 1 FROM skiplock.idempotency_keys t
+   WHERE t.key = key AND t.state = 'in_progress' AND t.holder_hash IS NOT NULL;
+  IF FOUND THEN
+    RAISE EXCEPTION 'idempotency key "%" was claimed with a holder token', key
+      USING ERRCODE = '42501',
+            HINT = 'Call skiplock.idem_release(key, holder) with the holder that '
+                   'skiplock.idem_claim returned.';
+  END IF;
   DELETE FROM skiplock.idempotency_keys t
-   WHERE t.key = idem_release.key AND t.state = 'in_progress'
+   WHERE t.key = key AND t.state = 'in_progress' AND t.holder_hash IS NULL;
+END
 $$;
 
 COMMENT ON FUNCTION skiplock.idem_release(key text) IS 'Gives up an acquired key before any side effect, so that a retry may run at once.';
+
+CREATE FUNCTION skiplock.idem_release(key text, holder text) RETURNS void
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+#variable_conflict use_variable
+DECLARE
+  v_hash bytea := skiplock.idem_holder_hash(holder);
+BEGIN
+  DELETE FROM skiplock.idempotency_keys t
+   WHERE t.key = key AND t.state = 'in_progress' AND t.holder_hash = v_hash;
+  IF FOUND THEN
+    RETURN;
+  END IF;
+  PERFORM 1 FROM skiplock.idempotency_keys t
+   WHERE t.key = key AND t.state = 'in_progress' AND t.expires_at > clock_timestamp();
+  IF FOUND THEN
+    RAISE EXCEPTION 'idempotency key "%" is in progress under another holder', key
+      USING ERRCODE = 'SK002',
+            HINT = 'It was taken over after its recovery window, or the holder is not the '
+                   'one idem_claim returned.';
+  END IF;
+END
+$$;
+
+COMMENT ON FUNCTION skiplock.idem_release(key text, holder text) IS 'give up the claim the holder acquired; SK002 when another holder has it';
 
 CREATE FUNCTION skiplock.idle_workers(p_seen interval DEFAULT '00:15:00'::interval) RETURNS TABLE(owner text, kinds text[], queues text[], empty_at timestamp with time zone, first_seen_at timestamp with time zone, waiting integer, waiting_kinds text[])
     LANGUAGE sql STABLE
@@ -1543,8 +2031,15 @@ CREATE FUNCTION skiplock.lease_check_reserved(p_name text) RETURNS void
     LANGUAGE plpgsql STABLE
     AS $$
 BEGIN
-  IF p_name LIKE 'skiplock.migrate:%' AND NOT pg_has_role(session_user,
+  IF (p_name LIKE 'skiplock.migrate:%' OR p_name = 'skiplock.maintenance')
+     AND NOT pg_has_role(session_user,
        (SELECT n.nspowner FROM pg_namespace n WHERE n.nspname = 'skiplock'), 'MEMBER') THEN
+    IF p_name = 'skiplock.maintenance' THEN
+      RAISE EXCEPTION 'lease "%" is reserved for skiplock''s maintenance', p_name
+        USING ERRCODE = '42501',
+              HINT = 'Maintenance takes it with skiplock.maintenance_acquire for 15 seconds '
+                     'at a time (workers, `skiplock retention maintain`).';
+    END IF;
     RAISE EXCEPTION 'lease "%" is reserved for the migrator', p_name
       USING ERRCODE = '42501',
             HINT = 'Migration leases are taken by `skiplock migrate` as the schema owner.';
@@ -1646,39 +2141,137 @@ CREATE FUNCTION skiplock.maintain(owner text, fencing bigint, batch integer DEFA
     AS $$
 #variable_conflict use_column
 DECLARE
-  r skiplock.maintenance_result;
-  v_tokens int;
+  s skiplock.maintenance_step;
 BEGIN
-  IF maintain.batch IS NULL OR maintain.batch NOT BETWEEN 1 AND 1000000 THEN
-    RAISE EXCEPTION 'maintain: batch must be 1 to 1000000' USING ERRCODE = '22023';
-  END IF;
-  PERFORM skiplock.lease_fence('skiplock.maintenance', maintain.fencing);
+  s := skiplock.maintain_step(maintain.owner, maintain.fencing, '{}', maintain.batch);
+  RETURN ((s.action = 'attach')::int, (s.action = 'expire')::int,
+          CASE WHEN s.action = 'purge' THEN s.n ELSE 0 END,
+          CASE WHEN s.action = 'legacy' THEN s.n ELSE 0 END, s.remaining, s.more);
+END
+$$;
+
+COMMENT ON FUNCTION skiplock.maintain(owner text, fencing bigint, batch integer) IS 'one step of maintenance (maintain_step) in the columns of step 0013''s round';
+
+CREATE FUNCTION skiplock.maintain_step(owner text, fencing bigint, skip text[] DEFAULT '{}'::text[], batch integer DEFAULT 10000) RETURNS skiplock.maintenance_step
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+#variable_conflict use_column
+DECLARE
+  r skiplock.maintenance_step;
+  a text;
+  v_n bigint;
+  v_lock_timeout text := current_setting('lock_timeout');
+BEGIN
   PERFORM set_config('lock_timeout', '50ms', true);
-  r.dropped := skiplock.finished_partitions_reshape(48);
-  r.created := skiplock.finished_partitions_ahead(48);
-  r.moved := skiplock.move_finished(ARRAY(
-    SELECT j.id FROM skiplock.jobs j WHERE j.state IN ('completed', 'discarded', 'cancelled')
-     ORDER BY j.finished_at LIMIT maintain.batch FOR UPDATE SKIP LOCKED));
-  r.dropped := r.dropped + skiplock.finished_partitions_expire(48);
-  DELETE FROM skiplock.finished_jobs_default d WHERE d.id IN (
-    SELECT x.id FROM skiplock.finished_jobs_default x WHERE x.expires_at <= now()
-     LIMIT maintain.batch);
-  GET DIAGNOSTICS r.deleted = ROW_COUNT;
-  v_tokens := skiplock.enqueue_tokens_prune(maintain.batch);
-  r.remaining := (SELECT count(*) FROM (SELECT 1 FROM skiplock.jobs j
-                   WHERE j.state IN ('completed', 'discarded', 'cancelled')
-                   LIMIT 1000000) x);
-  r.more := r.created = 48 OR r.dropped = 48 OR r.deleted = maintain.batch
-            OR r.remaining > 0 OR v_tokens = maintain.batch;
-  UPDATE skiplock.maintenance m SET last_run_at = now(), last_owner = maintain.owner,
-         last_summary = format('%s created, %s dropped, %s deleted, %s moved, %s to move, '
-                               '%s tokens pruned',
-                               r.created, r.dropped, r.deleted, r.moved, r.remaining, v_tokens);
+  IF maintain_step.batch IS NULL OR maintain_step.batch NOT BETWEEN 1 AND 1000000 THEN
+    RAISE EXCEPTION 'maintain_step: batch must be 1 to 1000000' USING ERRCODE = '22023';
+  END IF;
+  PERFORM skiplock.maintenance_fence(maintain_step.owner, maintain_step.fencing);
+  r := ('none', 0, false, coalesce(maintain_step.skip, '{}'::text[]), 0, NULL);
+  FOREACH a IN ARRAY ARRAY['abort', 'drop', 'expire', 'legacy', 'purge', 'tokens', 'attach',
+                           'close', 'validate', 'fill', 'reshape', 'create', 'open'] LOOP
+    CONTINUE WHEN a = ANY (r.blocked);
+    BEGIN
+      v_n := skiplock.finished_act(a, maintain_step.batch);
+    EXCEPTION WHEN lock_not_available THEN
+      r.blocked := r.blocked || a;
+      v_n := 0;
+    END;
+    IF v_n > 0 THEN
+      r.action := a; r.n := v_n; r.more := true;
+      EXIT;
+    END IF;
+  END LOOP;
+  IF r.action = 'legacy' THEN
+    r.remaining := (SELECT count(*) FROM (SELECT 1 FROM skiplock.jobs j
+                     WHERE j.state IN ('completed', 'discarded', 'cancelled') LIMIT 1000000) x);
+    r.more := true;
+  END IF;
+  r.detail := CASE WHEN r.action = 'none' THEN 'nothing to do'
+                   ELSE format('%s %s', r.action, r.n) END
+              || CASE WHEN cardinality(r.blocked) > 0
+                      THEN format('; waited in vain for the locks of: %s', array_to_string(r.blocked, ', '))
+                      ELSE '' END;
+  UPDATE skiplock.maintenance m SET last_run_at = now(), last_owner = maintain_step.owner,
+         last_summary = r.detail;
+  PERFORM set_config('lock_timeout', v_lock_timeout, true);
   RETURN r;
 END
 $$;
 
-COMMENT ON FUNCTION skiplock.maintain(owner text, fencing bigint, batch integer) IS 'one bounded round of maintenance under the lease skiplock.maintenance';
+COMMENT ON FUNCTION skiplock.maintain_step(owner text, fencing bigint, skip text[], batch integer) IS 'one step of maintenance under the maintenance lease: one action, its locks held briefly';
+
+CREATE FUNCTION skiplock.maintenance_acquire(owner text) RETURNS bigint
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+#variable_conflict use_column
+DECLARE
+  v_fencing bigint;
+  v_lock_timeout text := current_setting('lock_timeout');
+BEGIN
+  PERFORM set_config('lock_timeout', '50ms', true);
+  IF maintenance_acquire.owner IS NULL OR length(maintenance_acquire.owner) NOT BETWEEN 1 AND 256 THEN
+    RAISE EXCEPTION 'lease owner must be 1 to 256 characters' USING ERRCODE = '22023';
+  END IF;
+  INSERT INTO skiplock.leases AS l (name, owner, fencing, acquired_at, expires_at, renewed_at)
+  VALUES ('skiplock.maintenance', maintenance_acquire.owner, 1, clock_timestamp(),
+          clock_timestamp() + interval '15 seconds', clock_timestamp())
+  ON CONFLICT ON CONSTRAINT leases_pkey DO UPDATE
+     SET owner = EXCLUDED.owner, fencing = l.fencing + 1, acquired_at = clock_timestamp(),
+         expires_at = clock_timestamp() + interval '15 seconds', renewed_at = clock_timestamp()
+   WHERE l.expires_at <= clock_timestamp()
+  RETURNING l.fencing INTO v_fencing;
+  PERFORM set_config('lock_timeout', v_lock_timeout, true);
+  RETURN v_fencing;
+EXCEPTION WHEN lock_not_available THEN
+  PERFORM set_config('lock_timeout', v_lock_timeout, true);
+  RETURN NULL;
+END
+$$;
+
+COMMENT ON FUNCTION skiplock.maintenance_acquire(owner text) IS 'take the maintenance lease for 15 seconds: the token, or NULL while another holds it';
+
+CREATE FUNCTION skiplock.maintenance_fence(p_owner text, p_fencing bigint) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+  UPDATE skiplock.leases l
+     SET expires_at = clock_timestamp() + interval '15 seconds', renewed_at = clock_timestamp()
+   WHERE l.name = 'skiplock.maintenance' AND l.owner = p_owner AND l.fencing = p_fencing
+     AND l.expires_at > clock_timestamp();
+  IF NOT FOUND THEN
+    RAISE EXCEPTION 'stale fencing token % for lease "skiplock.maintenance"',
+                    coalesce(p_fencing::text, 'NULL')
+      USING ERRCODE = 'SK001',
+            DETAIL = 'The lease expired or another maintainer holds it; this step changes nothing.';
+  END IF;
+END
+$$;
+
+COMMENT ON FUNCTION skiplock.maintenance_fence(p_owner text, p_fencing bigint) IS 'renew the maintenance lease of a token inside a step, SK001 unless it is live';
+
+CREATE FUNCTION skiplock.maintenance_release(owner text, fencing bigint) RETURNS boolean
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+#variable_conflict use_column
+DECLARE
+  v_lock_timeout text := current_setting('lock_timeout');
+  v_found boolean;
+BEGIN
+  PERFORM set_config('lock_timeout', '50ms', true);
+  UPDATE skiplock.leases l SET expires_at = least(l.expires_at, clock_timestamp())
+   WHERE l.name = 'skiplock.maintenance' AND l.owner = maintenance_release.owner
+     AND l.fencing = maintenance_release.fencing;
+  v_found := FOUND;
+  PERFORM set_config('lock_timeout', v_lock_timeout, true);
+  RETURN v_found;
+END
+$$;
+
+COMMENT ON FUNCTION skiplock.maintenance_release(owner text, fencing bigint) IS 'end the maintenance lease of a token at once';
 
 CREATE FUNCTION skiplock.move_finished(p_ids bigint[]) RETURNS integer
     LANGUAGE sql
@@ -1989,6 +2582,7 @@ BEGIN
   ELSE
     DELETE FROM skiplock.retention r WHERE r.queue = retention_reset.queue;
   END IF;
+  PERFORM skiplock.finished_area_check_now();
 END
 $$;
 
@@ -2021,6 +2615,7 @@ BEGIN
                      ELSE ARRAY[retention_set.state] END) AS s
   ON CONFLICT ON CONSTRAINT retention_pkey
   DO UPDATE SET keep = EXCLUDED.keep, changed_at = now();
+  PERFORM skiplock.finished_area_check_now();
 END
 $$;
 
@@ -2257,6 +2852,17 @@ ALTER TABLE ONLY skiplock.enqueue_tokens ALTER COLUMN ids SET STORAGE EXTERNAL;
 
 COMMENT ON TABLE skiplock.enqueue_tokens IS 'The ids each bulk enqueue call made, by its token, so that a retried call returns the same ids; pruned by the maintenance after 15 minutes.';
 
+CREATE TABLE skiplock.finished_area (
+    one boolean DEFAULT true NOT NULL,
+    lo timestamp with time zone NOT NULL,
+    hi timestamp with time zone NOT NULL,
+    opened_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT finished_area_check CHECK ((lo < hi)),
+    CONSTRAINT finished_area_one_check CHECK (one)
+);
+
+COMMENT ON TABLE skiplock.finished_area IS 'the range a CHECK on finished_jobs_default excludes while maintenance attaches it without a scan';
+
 CREATE TABLE skiplock.finished_jobs_default (
     id bigint DEFAULT nextval('skiplock.jobs_id_seq'::regclass) NOT NULL,
     queue text DEFAULT 'default'::text NOT NULL,
@@ -2326,6 +2932,34 @@ CREATE TABLE skiplock.finished_partitions (
 
 COMMENT ON TABLE skiplock.finished_partitions IS 'The range partitions of finished_jobs that the maintenance made, with their bounds, so it can drop them once expired.';
 
+CREATE TABLE skiplock.finished_tables (
+    name text NOT NULL,
+    lo timestamp with time zone NOT NULL,
+    hi timestamp with time zone NOT NULL,
+    state text NOT NULL,
+    since timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT finished_tables_check CHECK ((lo < hi)),
+    CONSTRAINT finished_tables_state_check CHECK ((state = ANY (ARRAY['standalone'::text, 'detached'::text])))
+);
+
+COMMENT ON TABLE skiplock.finished_tables IS 'range tables of finished_jobs that are not partitions: standalone (being filled) or detached';
+
+CREATE VIEW skiplock.finished_ranges AS
+ SELECT p.lo,
+    p.hi,
+    'partition'::text AS kind,
+    p.name
+   FROM skiplock.finished_partitions p
+UNION ALL
+ SELECT s.lo,
+    s.hi,
+    'standalone'::text AS kind,
+    s.name
+   FROM skiplock.finished_tables s
+  WHERE (s.state = 'standalone'::text);
+
+COMMENT ON VIEW skiplock.finished_ranges IS 'the range tables of finished_jobs that cover their range: partitions and standalone ones';
+
 CREATE TABLE skiplock.granted_roles (
     role_name text NOT NULL,
     kind text NOT NULL,
@@ -2346,6 +2980,7 @@ CREATE TABLE skiplock.idempotency_keys (
     created_at timestamp with time zone DEFAULT clock_timestamp() NOT NULL,
     completed_at timestamp with time zone,
     expires_at timestamp with time zone NOT NULL,
+    holder_hash bytea,
     CONSTRAINT idempotency_keys_completed_check CHECK (((state = 'completed'::text) = (response_code IS NOT NULL))),
     CONSTRAINT idempotency_keys_hash_check CHECK (((octet_length(request_hash) >= 1) AND (octet_length(request_hash) <= 255))),
     CONSTRAINT idempotency_keys_key_check CHECK (((octet_length(key) >= 1) AND (octet_length(key) <= 255))),
@@ -2353,6 +2988,8 @@ CREATE TABLE skiplock.idempotency_keys (
 );
 
 COMMENT ON TABLE skiplock.idempotency_keys IS 'Idempotency keys: the request fingerprint, in progress or completed with the stored response, until it expires.';
+
+COMMENT ON COLUMN skiplock.idempotency_keys.holder_hash IS 'SHA-256 of the holder token idem_claim returned with acquired; NULL for claims before step 0020';
 
 CREATE TABLE skiplock.leases (
     name text NOT NULL,
@@ -2375,6 +3012,7 @@ CREATE TABLE skiplock.maintenance (
     last_run_at timestamp with time zone,
     last_owner text,
     last_summary text,
+    area_backoff_until timestamp with time zone,
     CONSTRAINT maintenance_one_check CHECK (one),
     CONSTRAINT maintenance_partition_width_check CHECK (((partition_width >= '00:00:01'::interval) AND (partition_width <= '1 day'::interval)))
 );
@@ -2475,8 +3113,14 @@ ALTER TABLE ONLY skiplock.breakers
 ALTER TABLE ONLY skiplock.enqueue_tokens
     ADD CONSTRAINT enqueue_tokens_pkey PRIMARY KEY (token);
 
+ALTER TABLE ONLY skiplock.finished_area
+    ADD CONSTRAINT finished_area_pkey PRIMARY KEY (one);
+
 ALTER TABLE ONLY skiplock.finished_partitions
     ADD CONSTRAINT finished_partitions_pkey PRIMARY KEY (name);
+
+ALTER TABLE ONLY skiplock.finished_tables
+    ADD CONSTRAINT finished_tables_pkey PRIMARY KEY (name);
 
 ALTER TABLE ONLY skiplock.granted_roles
     ADD CONSTRAINT granted_roles_pkey PRIMARY KEY (role_name);

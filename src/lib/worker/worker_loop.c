@@ -817,7 +817,7 @@ static void claim_turn(skl_worker *w, loop_state *ls, int64_t now)
 		exchange(w, 0, NULL, 0); /* outcomes only */
 		return;
 	}
-	int got = exchange(w, free_slots, kinds);
+	int got = exchange(w, limit, ls->pick, nkinds);
 	if (got >= 0) {
 		w->st_claims++;
 		w->st_empty_claims += got == 0;
