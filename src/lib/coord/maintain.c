@@ -22,6 +22,7 @@
 #include "skiplock/retention.h"
 
 #define STEP_TIMEOUT_MS 10000  /* below the 15 s every step renews the lease to */
+#define STEP_BATCH 2000         /* rows a step moves or deletes: well within that */
 #define BLOCKED_WAITS 3         /* a run's pauses when only blocked work is left */
 #define BLOCKED_PAUSE_MS 250
 
@@ -99,8 +100,8 @@ static skl_rc step_fn(skl_client *c, void *ctx, skl_error *err)
 		                                 PQerrorMessage(c->conn));
 	else
 		snprintf(sql, cap, "SET LOCAL statement_timeout = %d; SELECT action, n, more, blocked,"
-		         " remaining FROM skiplock.maintain_step(%s, %s, %s::text[])",
-		         st > 100 ? st : 100, owner, r->fencing_text, skip);
+		         " remaining FROM skiplock.maintain_step(%s, %s, %s::text[], %d)",
+		         st > 100 ? st : 100, owner, r->fencing_text, skip, STEP_BATCH);
 	PQfreemem(owner);
 	PQfreemem(skip);
 	PGresult *res = NULL;
