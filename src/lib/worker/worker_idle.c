@@ -8,7 +8,7 @@
  * (db->connects tells them apart), and the loop claims at once after it:
  * what was enqueued meanwhile sent no notification we could see.  Through
  * a pooler the worker's own connection never LISTENs: a LISTEN there would
- * land on whichever server connection the pooler picked (DESIGN.md rule
+ * land on whichever server connection the pooler picked (CONTRIBUTING.md, rule
  * 1).  When a direct endpoint is known as well (--direct-url or
  * $DIRECT_DATABASE_URL), a second connection to it carries the LISTEN and
  * nothing else, so a pooled worker wakes as fast as a direct one; it is
