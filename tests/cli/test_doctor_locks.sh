@@ -153,9 +153,9 @@ fi
 rc=$?
 want=0; [ "$MODE" = pooled ] && want=1
 check_eq "doctor all: the highest exit status" "$rc" "$want"
-check_eq "doctor all: locks, pooler and indexes in turn" \
+check_eq "doctor all: locks, pooler, indexes and maintenance in turn" \
 	"$(grep '^== skiplock doctor' "$TMP/all.out" | tr '\n' ' ')" \
-	"== skiplock doctor locks == skiplock doctor pooler == skiplock doctor indexes "
+	"== skiplock doctor locks == skiplock doctor pooler == skiplock doctor indexes == skiplock doctor maintenance "
 
 no_leftovers
 finish
