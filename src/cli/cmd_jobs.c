@@ -75,9 +75,10 @@ static const char jobs_usage[] =
 	"                         name no subset (or without filters: every job)\n"        \
 	"  --dry-run              print how many jobs match and the highest id among\n"    \
 	"                         them: \"M matched, up to job ID\"; change nothing\n"     \
-	"  --up-to ID --expect N  act only on jobs up to ID, as a dry run counted them;\n"  \
-	"                         refused (exit 1, nothing changed) when more than N\n"     \
-	"                         match up to ID now; newer jobs are left alone\n"        \
+	"  --up-to ID             with --expect: act only on jobs up to ID, a dry run's\n" \
+	"                         \"up to job ID\"; newer jobs are left alone\n"           \
+	"  --expect N             with --up-to: the dry run's count; refused (exit 1,\n"   \
+	"                         nothing changed) when more than N match up to ID now\n" \
 	"  --yes                  act without asking\n"                                     \
 	"  --batch N              jobs per transaction (default 500, at most 10000)\n"
 

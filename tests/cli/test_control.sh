@@ -9,7 +9,10 @@
 . "$(dirname "$0")/lib.sh"
 S=$SKL_BIN
 "$S" init --url "$URL" >/dev/null 2>&1 || fail "init"
-FAST=(--poll 50ms --poll-max 200ms --log-level warning)
+# --poll-idle: through PgBouncer a worker hears no NOTIFY, and one that
+# turned idle (10 x --poll-max without a job) before the bulk retry would
+# look again only after the default 10 minutes.
+FAST=(--poll 50ms --poll-max 200ms --poll-idle 500ms --log-level warning)
 ACTOR="$(id -un)@$(hostname)"
 stop_worker() { kill -TERM "$1" 2>/dev/null; wait "$1"; }
 actions() { q "SELECT count(*) FROM skiplock.actions"; }
