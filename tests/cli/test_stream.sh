@@ -159,11 +159,11 @@ after=$(enq ok '{}')
 wait_for "SELECT state FROM skiplock.all_jobs WHERE id = $after" completed 10 && pass "the worker goes on after a malformed line" || fail "no job completed after the malformed line"
 
 # --- a job past its timeout: failed, the process restarted ---
-hang=$(enq hang '{}' --timeout 1s --backoff fixed --backoff-base 200ms)
+hang=$(enq hang '{}' --timeout 3s --backoff fixed --backoff-base 200ms)
 wait_for "SELECT state FROM skiplock.all_jobs WHERE id = $hang" completed 15 || fail "the hung job was not completed after its timeout"
 check_eq "timeout: attempt 1 timed out with its process's stderr, attempt 2 completed" "$(q "SELECT attempt || ' ' || (errors->0->>'error') FROM skiplock.all_jobs WHERE id = $hang")" \
-	"$(printf '2 timed out after 1000 ms; stderr: got hang %s\r\033[2K forged' "$hang")"
-grep -q "job=$hang .*timed out after 1000 ms; restarting the process" "$TMP/kill.log" && pass "the timeout restarts the process" || fail "no restart after the timeout: $(grep -a "timed out" "$TMP/kill.log")"
+	"$(printf '2 timed out after 3000 ms; stderr: got hang %s\r\033[2K forged' "$hang")"
+grep -q "job=$hang .*timed out after 3000 ms; restarting the process" "$TMP/kill.log" && pass "the timeout restarts the process" || fail "no restart after the timeout: $(grep -a "timed out" "$TMP/kill.log")"
 check_eq "the worker did not restart" "$(kill -0 $W && echo running)" running
 
 # --- the stream process dies with the worker (SIGKILL) ---

@@ -34,9 +34,10 @@
  * A job's attempt was counted when it was claimed, and the protocol has
  * no call that gives a claim back uncounted: so the worker claims no more
  * jobs of the kind than its processes can take (stream.c's capacity), a
- * job waits for a process without a deadline, and a job whose line was not
- * written whole to a process before that process ended goes back to the
- * front of the waiting jobs instead of failing.
+ * job waits for a process without a deadline, and a job whose line its
+ * process did not read whole (written, and no longer in the pipe) is not
+ * failed when that process ends or stalls: it goes back to the front of
+ * the waiting jobs.
  */
 #ifndef SKL_STREAM_INT_H
 #define SKL_STREAM_INT_H
@@ -105,6 +106,7 @@ typedef struct sproc {
 	skl_buf wbuf;                /* bytes for its stdin, from woff */
 	size_t woff;
 	uint64_t wqueued, wsent;     /* bytes queued and written since it started */
+	uint64_t wread;              /* bytes it read, when its stdin was closed */
 	skl_buf obuf, ebuf;          /* a partial stdout, stderr line */
 	bool oskip, eskip;           /* dropping the rest of an over-long line */
 	sjob *jobs;                  /* in flight */
@@ -147,6 +149,11 @@ bool skl__stream_throttled(const sproc *p);
 
 /* stream_proc.c */
 void skl__stream_close_fd(int *fd);
+/* Closes p's stdin, keeping how much of it p read. */
+void skl__stream_close_input(sproc *p);
+/* Bytes of its input p has read: those written less those still in the
+ * pipe (FIONREAD), so a job's line is received when it ends at or before. */
+uint64_t skl__stream_read_upto(const sproc *p);
 /* Starts p; on success the worker may claim for it. */
 void skl__stream_start(stream *st, sproc *p, int64_t now);
 /* waitpid(WNOHANG) on p's child; true when it was reaped (now or before). */
@@ -158,8 +165,8 @@ void skl__stream_signal(const sproc *p, int sig);
 void skl__stream_kill(stream *st, sproc *p, int64_t now, const char *why);
 /* Its stdout ended: reaped soon, or killed. */
 void skl__stream_closed(sproc *p, int64_t now);
-/* It ended: its last words read, jobs whose line it got fail, the others
- * wait again, the restart scheduled. */
+/* It ended: its last words read, jobs whose line it read whole fail, the
+ * others wait again, the restart scheduled. */
 void skl__stream_ended(stream *st, sproc *p, int64_t now);
 
 /* stream_loop.c: the supervisor thread's body (arg: the stream). */

@@ -7,9 +7,9 @@
  * within TICK_MS plus one bounded read per pipe.
  *
  * A job's deadline starts when it is given to a process.  Past it, a job
- * whose line the process got whole fails ("timed out after N ms") and the
+ * whose line the process read whole fails ("timed out after N ms") and the
  * process, which may be stuck, is killed and restarted (its other jobs
- * that it got fail too); a job whose line it has not read whole means it
+ * that it read fail too); a job whose line it has not read whole means it
  * does not read its input: it is killed, and the job waits again.
  */
 #include <errno.h>
@@ -131,7 +131,7 @@ static void write_proc(stream *st, sproc *p, int64_t now)
 				char why[128];
 				snprintf(why, sizeof(why), "stream process (pid %d) closed its stdin",
 				         (int)p->ch.pid);
-				skl__stream_close_fd(&p->ch.in);
+				skl__stream_close_input(p);
 				skl__stream_kill(st, p, now, why);
 			}
 			return;
@@ -148,7 +148,7 @@ static void write_proc(stream *st, sproc *p, int64_t now)
 static void timed_out(stream *st, sproc *p, sjob *j, int64_t now)
 {
 	char msg[128], why[sizeof(p->why)];
-	if (j->wend > p->wsent) { /* it waits again when the process ended */
+	if (j->wend > skl__stream_read_upto(p)) { /* it waits again once the process ended */
 		snprintf(why, sizeof(why), "stream process (pid %d) did not read its input for %" PRId64
 		         " ms", (int)p->ch.pid, j->timeout_ms);
 		if (!p->dying)
@@ -200,7 +200,7 @@ static void stop_proc(stream *st, sproc *p, int64_t now)
 {
 	if (p->ch.in < 0)
 		return;
-	skl__stream_close_fd(&p->ch.in);
+	skl__stream_close_input(p);
 	if (!p->dying) {
 		p->dying = true;
 		p->term_at = now + st->w->wo.kill_grace_ms;

@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -28,6 +29,24 @@ void skl__stream_close_fd(int *fd)
 	if (*fd >= 0)
 		close(*fd);
 	*fd = -1;
+}
+
+uint64_t skl__stream_read_upto(const sproc *p)
+{
+	int unread = 0;
+	if (p->ch.in < 0)
+		return p->wread;
+	if (ioctl(p->ch.in, FIONREAD, &unread) != 0 || unread < 0)
+		unread = 0; /* unknown: as if read */
+	return p->wsent - ((uint64_t)unread < p->wsent ? (uint64_t)unread : p->wsent);
+}
+
+void skl__stream_close_input(sproc *p)
+{
+	if (p->ch.in < 0)
+		return;
+	p->wread = skl__stream_read_upto(p);
+	skl__stream_close_fd(&p->ch.in);
 }
 
 static int64_t restart_delay(int deaths)
@@ -110,7 +129,8 @@ static void describe(const sproc *p, char *how, size_t cap)
 		         WEXITSTATUS(p->status));
 }
 
-/* Back to the front of the waiting jobs, as if never given to a process. */
+/* Back to the front of the waiting jobs, as if never given to a process
+ * (it may have been written: it was never read whole). */
 static void wait_again(stream *st, sjob *j)
 {
 	free(j->line);
@@ -122,14 +142,14 @@ static void wait_again(stream *st, sjob *j)
 		st->waiting_tail = j;
 }
 
-/* Its jobs in flight: those whose line it got whole fail (an attempt it
+/* Its jobs in flight: those whose line it read whole fail (an attempt it
  * had), the others wait for the next process (their attempt is kept). */
-static void settle_jobs(stream *st, sproc *p, const char *how)
+static void settle_jobs(stream *st, sproc *p, const char *how, uint64_t read)
 {
 	bool alone = p->njobs == 1;
 	while (p->jobs) { /* newest first: the oldest ends up in front */
 		sjob *j = p->jobs;
-		if (j->wend <= p->wsent) {
+		if (j->wend <= read) {
 			skl__stream_finish(st, p, j, 1, how, alone);
 			continue;
 		}
@@ -151,12 +171,12 @@ void skl__stream_ended(stream *st, sproc *p, int64_t now)
 		          "after SIGKILL: left behind", st->kind, (int)p->ch.pid,
 		          st->w->wo.kill_grace_ms);
 	skl__child_forget(&p->ch);
-	skl__stream_close_fd(&p->ch.in);
+	skl__stream_close_input(p);
 	skl__stream_close_fd(&p->ch.out);
 	skl__stream_close_fd(&p->ch.err);
 	char how[200];
 	describe(p, how, sizeof(how));
-	settle_jobs(st, p, how);
+	settle_jobs(st, p, how, p->wread);
 	p->up = p->dying = p->closed = false;
 	p->deaths++;
 	p->restart_at = now + restart_delay(p->deaths);
