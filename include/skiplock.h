@@ -39,6 +39,9 @@
 #define SKL_HAS_WORKER 1
 #define SKL_HAS_WEBHOOK 1
 #define SKL_HAS_IDEM 1
+/* skl_idem_complete, skl_idem_complete_with and skl_idem_release take the
+ * holder token of skl_idem_result (schema step 0020) */
+#define SKL_HAS_IDEM_HOLDER 1
 #define SKL_HAS_LEASE 1
 #define SKL_HAS_DOCTOR_LOCKS 1
 #define SKL_HAS_RETRY 1
