@@ -122,6 +122,7 @@ CREATE FUNCTION skiplock.breaker_configure(kind text, failure_pct integer, min_c
     LANGUAGE sql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $_$
+  SELECT skiplock.check_breaker_settings($1, $2, $3, $4, $5, $6, $7);
   INSERT INTO skiplock.breakers AS b (kind, failure_pct, min_calls, window_calls, window_ms,
                                       open_ms, probes)
   VALUES ($1, $2, $3, $4, $5, $6, $7)
@@ -192,6 +193,7 @@ CREATE TABLE skiplock.breakers (
     probe_ok integer DEFAULT 0 NOT NULL,
     open_until timestamp with time zone,
     changed_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT breakers_bounds_check CHECK (((min_calls <= 1000000) AND (window_calls <= 1000000) AND (window_ms <= '3153600000000'::bigint) AND (open_ms <= '3153600000000'::bigint) AND (probes <= 10000))),
     CONSTRAINT breakers_config_check CHECK ((((failure_pct >= 1) AND (failure_pct <= 100)) AND (min_calls >= 1) AND (window_calls >= 1) AND (window_ms > 0) AND (open_ms > 0) AND (probes >= 1))),
     CONSTRAINT breakers_kind_check CHECK (((length(kind) >= 1) AND (length(kind) <= 128))),
     CONSTRAINT breakers_open_check CHECK (((state <> 'open'::text) OR (open_until IS NOT NULL))),
@@ -200,35 +202,45 @@ CREATE TABLE skiplock.breakers (
 
 COMMENT ON TABLE skiplock.breakers IS 'One circuit breaker per kind, shared by the fleet: state, settings and the counts of the current window.';
 
+COMMENT ON CONSTRAINT breakers_bounds_check ON skiplock.breakers IS 'the settings stay within what breaker_configure accepts';
+
 CREATE FUNCTION skiplock.breaker_step(b skiplock.breakers, ok integer, bad integer) RETURNS skiplock.breakers
     LANGUAGE plpgsql STABLE
     AS $$
 DECLARE
   n skiplock.breakers := b;
+  v_ok bigint := greatest(coalesce(ok, 0), 0);
+  v_bad bigint := greatest(coalesce(bad, 0), 0);
+  v_window interval := least(greatest(b.window_ms, 1), 3153600000000) * interval '1 millisecond';
+  v_open interval := least(greatest(b.open_ms, 1), 3153600000000) * interval '1 millisecond';
+  v_calls bigint := greatest(b.calls, 0);
+  v_failures bigint := greatest(b.failures, 0);
 BEGIN
   n.prev_state := b.state;
   IF b.state = 'closed' THEN
-    IF b.window_started_at <= now() - b.window_ms * interval '1 millisecond'
-       OR b.calls >= b.window_calls THEN
-      n.calls := 0;
-      n.failures := 0;
+    IF b.window_started_at <= now() - v_window OR b.calls >= b.window_calls THEN
+      v_calls := 0;
+      v_failures := 0;
       n.window_started_at := now();
     END IF;
-    n.calls := n.calls + ok + bad;
-    n.failures := n.failures + bad;
-    IF n.calls >= b.min_calls AND n.failures * 100 >= b.failure_pct * n.calls THEN
+    v_calls := least(v_calls + v_ok + v_bad, 2147483647);
+    v_failures := least(v_failures + v_bad, v_calls);
+    n.calls := v_calls;
+    n.failures := v_failures;
+    IF v_calls >= b.min_calls
+       AND v_failures * 100 >= least(greatest(b.failure_pct, 1), 100) * v_calls THEN
       n.state := 'open';
-      n.open_until := now() + b.open_ms * interval '1 millisecond';
+      n.open_until := now() + v_open;
       n.changed_at := now();
     END IF;
   ELSIF b.state = 'half_open' THEN
-    IF bad > 0 THEN
+    IF v_bad > 0 THEN
       n.state := 'open';
-      n.open_until := now() + b.open_ms * interval '1 millisecond';
+      n.open_until := now() + v_open;
       n.changed_at := now();
     ELSE
-      n.probe_ok := b.probe_ok + ok;
-      IF n.probe_ok >= b.probes THEN
+      n.probe_ok := least(greatest(b.probe_ok, 0) + v_ok, 2147483647);
+      IF n.probe_ok >= least(greatest(b.probes, 1), 10000) THEN
         n.state := 'closed';
         n.calls := 0;
         n.failures := 0;
@@ -257,6 +269,33 @@ $$;
 
 COMMENT ON FUNCTION skiplock.check_actor(p_actor text, p_role text) IS 'Internal: refuses an action-log actor or role that is empty or over 200 characters (22023).';
 
+CREATE FUNCTION skiplock.check_breaker_settings(p_kind text, p_failure_pct integer, p_min_calls integer, p_window_calls integer, p_window_ms bigint, p_open_ms bigint, p_probes integer) RETURNS void
+    LANGUAGE plpgsql IMMUTABLE
+    AS $$
+BEGIN
+  IF p_kind IS NULL OR p_failure_pct IS NULL OR p_min_calls IS NULL OR p_window_calls IS NULL
+     OR p_window_ms IS NULL OR p_open_ms IS NULL OR p_probes IS NULL THEN
+    RAISE EXCEPTION 'breaker_configure: no argument may be NULL' USING ERRCODE = '22004';
+  END IF;
+  IF octet_length(p_kind) NOT BETWEEN 1 AND 128 THEN
+    RAISE EXCEPTION 'breaker_configure: job kind must be 1 to 128 bytes' USING ERRCODE = '22023';
+  END IF;
+  IF p_failure_pct NOT BETWEEN 1 AND 100 OR p_min_calls NOT BETWEEN 1 AND 1000000
+     OR p_window_calls NOT BETWEEN 1 AND 1000000 OR p_probes NOT BETWEEN 1 AND 10000
+     OR p_window_ms NOT BETWEEN 1 AND 3153600000000 OR p_open_ms NOT BETWEEN 1 AND 3153600000000
+  THEN
+    RAISE EXCEPTION 'breaker settings for "%" out of range', p_kind USING ERRCODE = '22023',
+      DETAIL = format('Got failure_pct %s, min_calls %s, window_calls %s, window_ms %s, '
+                      'open_ms %s, probes %s.', p_failure_pct, p_min_calls, p_window_calls,
+                      p_window_ms, p_open_ms, p_probes),
+      HINT = 'failure_pct is 1 to 100, min_calls and window_calls 1 to 1000000, probes 1 to '
+             '10000, window_ms and open_ms 1 to 3153600000000 (100 years).';
+  END IF;
+END
+$$;
+
+COMMENT ON FUNCTION skiplock.check_breaker_settings(p_kind text, p_failure_pct integer, p_min_calls integer, p_window_calls integer, p_window_ms bigint, p_open_ms bigint, p_probes integer) IS 'breaker_configure''s argument checks: NULL (22004), out of range (22023)';
+
 CREATE FUNCTION skiplock.check_claim_args(p_owner text, p_kinds text[], p_n integer, p_lease interval) RETURNS void
     LANGUAGE plpgsql IMMUTABLE
     AS $$
@@ -281,6 +320,56 @@ END
 $$;
 
 COMMENT ON FUNCTION skiplock.check_claim_args(p_owner text, p_kinds text[], p_n integer, p_lease interval) IS 'Internal: the checks of a claim''s owner, kinds, n and lease (22004, 22023).';
+
+CREATE FUNCTION skiplock.check_claim_names(p_kinds text[], p_queues text[]) RETURNS void
+    LANGUAGE plpgsql IMMUTABLE
+    AS $$
+BEGIN
+  IF cardinality(p_queues) > 1000 THEN
+    RAISE EXCEPTION 'claim: queues must name at most 1000 queues' USING ERRCODE = '22023';
+  END IF;
+  IF EXISTS (SELECT 1 FROM unnest(p_kinds) k WHERE k IS NULL OR octet_length(k) NOT BETWEEN 1 AND 128)
+     OR EXISTS (SELECT 1 FROM unnest(p_queues) q
+                 WHERE q IS NULL OR octet_length(q) NOT BETWEEN 1 AND 128) THEN
+    RAISE EXCEPTION 'claim: each kind and queue name must be 1 to 128 bytes'
+      USING ERRCODE = '22023';
+  END IF;
+END
+$$;
+
+COMMENT ON FUNCTION skiplock.check_claim_names(p_kinds text[], p_queues text[]) IS 'a claim''s kind and queue names 1 to 128 bytes, at most 1000 queues (22023)';
+
+CREATE FUNCTION skiplock.check_job_input(p_kinds text[], p_queues text[], p_payloads jsonb[]) RETURNS void
+    LANGUAGE plpgsql STABLE
+    AS $$
+DECLARE
+  r record;
+  n int := cardinality(p_kinds);
+BEGIN
+  SELECT t.i, t.k, t.q, octet_length(t.p::text) AS size INTO r
+    FROM unnest(p_kinds, p_queues, p_payloads) WITH ORDINALITY AS t(k, q, p, i)
+   WHERE t.k IS NULL OR octet_length(t.k) NOT BETWEEN 1 AND 128
+      OR octet_length(t.q) NOT BETWEEN 1 AND 128
+      OR (pg_column_size(t.p) > skiplock.payload_max() / 8
+          AND octet_length(t.p::text) > skiplock.payload_max())
+   LIMIT 1;
+  IF NOT FOUND THEN
+    RETURN;
+  ELSIF r.k IS NULL OR octet_length(r.k) NOT BETWEEN 1 AND 128 THEN
+    RAISE EXCEPTION 'job kind must be 1 to 128 bytes, got %', coalesce(octet_length(r.k), 0)
+      USING ERRCODE = '22023', DETAIL = format('Job %s of %s.', r.i, n);
+  ELSIF octet_length(r.q) NOT BETWEEN 1 AND 128 THEN
+    RAISE EXCEPTION 'queue name must be 1 to 128 bytes, got %', octet_length(r.q)
+      USING ERRCODE = '22023', DETAIL = format('Job %s of %s.', r.i, n);
+  END IF;
+  RAISE EXCEPTION 'payload is % bytes, over the limit of %', r.size, skiplock.payload_max()
+    USING ERRCODE = '22023',
+    DETAIL = format('Job %s of %s. A payload is at most skiplock.payload_max() bytes of JSON '
+                    'text.', r.i, n);
+END
+$$;
+
+COMMENT ON FUNCTION skiplock.check_job_input(p_kinds text[], p_queues text[], p_payloads jsonb[]) IS 'enqueue''s checks of kinds, queues (1 to 128 bytes) and payloads (payload_max()); 22023';
 
 CREATE FUNCTION skiplock.check_job_times(p_run_at timestamp with time zone, p_delay_ms bigint) RETURNS void
     LANGUAGE plpgsql STABLE
@@ -362,6 +451,7 @@ DECLARE
   v_after timestamptz;
 BEGIN
   PERFORM skiplock.check_claim_args(p_owner, p_kinds, p_n, p_lease);
+  PERFORM skiplock.check_claim_names(p_kinds, p_queues);
   IF EXISTS (SELECT 1 FROM skiplock.pauses) THEN
     v_kinds := ARRAY(SELECT unnest(p_kinds) EXCEPT
                      SELECT p.kind FROM skiplock.pauses p WHERE p.queue = '*');
@@ -434,7 +524,8 @@ BEGIN
      WHERE b.kind = ANY (p_kinds)
        AND ((b.state = 'open' AND b.open_until <= now())
             OR (b.state = 'half_open' AND (b.probes_left > 0
-                OR b.changed_at <= now() - b.open_ms * interval '1 millisecond')))),
+                OR b.changed_at <= now() - least(greatest(b.open_ms, 1), 3153600000000)
+                                           * interval '1 millisecond')))),
   p AS (
     SELECT x.id, pk.kind FROM pk CROSS JOIN LATERAL (
       SELECT j.id FROM skiplock.jobs j
@@ -445,14 +536,16 @@ BEGIN
   probe AS (
     UPDATE skiplock.breakers b SET prev_state = b.state, state = 'half_open',
            probes_left = (CASE WHEN b.state = 'half_open' AND b.probes_left > 0
-                               THEN b.probes_left ELSE b.probes END) - 1,
+                               THEN b.probes_left
+                               ELSE least(greatest(b.probes, 1), 10000) END) - 1,
            probe_ok = CASE WHEN b.state = 'open' THEN 0 ELSE b.probe_ok END,
            changed_at = CASE WHEN b.state = 'half_open' AND b.probes_left > 0
                              THEN b.changed_at ELSE now() END
       FROM p WHERE b.kind = p.kind
        AND ((b.state = 'open' AND b.open_until <= now())
             OR (b.state = 'half_open' AND (b.probes_left > 0
-                OR b.changed_at <= now() - b.open_ms * interval '1 millisecond')))
+                OR b.changed_at <= now() - least(greatest(b.open_ms, 1), 3153600000000)
+                                           * interval '1 millisecond')))
     RETURNING b.kind, b.prev_state, b.state),
   ev AS (
     INSERT INTO skiplock.breaker_events (kind, from_state, to_state, reason)
@@ -517,6 +610,7 @@ BEGIN
      FROM unnest(p_run_ats, p_delays_ms) AS t(r, d)
     WHERE NOT (r >= timestamptz '1970-01-01 00:00+00' AND r < timestamptz '2200-01-01 00:00+00')
        OR d < 0 OR d > 3153600000000;
+  PERFORM skiplock.check_job_input(p_kinds, p_queues, p_payloads);
   RETURN skiplock.enqueue_many_unchecked(p_token, p_kinds, p_payloads, p_queues, p_run_ats,
            p_delays_ms, p_priorities, p_unique_keys, p_max_attempts, p_timeouts,
            p_backoff_bases, p_backoff_caps, p_backoffs);
@@ -1163,16 +1257,30 @@ CREATE FUNCTION skiplock.grant_role(p_role text, p_kind text) RETURNS void
     AS $$
 DECLARE
   f regprocedure;
+  t regclass;
 BEGIN
   EXECUTE format('REVOKE ALL ON ALL TABLES IN SCHEMA skiplock FROM %I', p_role);
   EXECUTE format('REVOKE ALL ON ALL SEQUENCES IN SCHEMA skiplock FROM %I', p_role);
   EXECUTE format('REVOKE ALL ON ALL FUNCTIONS IN SCHEMA skiplock FROM %I', p_role);
   EXECUTE format('GRANT USAGE ON SCHEMA skiplock TO %I', p_role);
-  EXECUTE format('GRANT SELECT ON skiplock.jobs, skiplock.finished_jobs, skiplock.all_jobs, '
-                 'skiplock.retention, skiplock.maintenance, skiplock.finished_partitions, '
-                 'skiplock.breakers, skiplock.breaker_events, skiplock.schedules, '
-                 'skiplock.leases, skiplock.schema_version, skiplock.pauses, '
+  EXECUTE format('GRANT SELECT ON skiplock.retention, skiplock.maintenance, '
+                 'skiplock.finished_partitions, skiplock.breakers, skiplock.breaker_events, '
+                 'skiplock.schedules, skiplock.schema_version, skiplock.pauses, '
                  'skiplock.workers TO %I', p_role);
+  FOREACH t IN ARRAY ARRAY['skiplock.jobs', 'skiplock.finished_jobs', 'skiplock.all_jobs',
+                           'skiplock.leases']::regclass[] LOOP
+    IF p_kind = 'operator' THEN
+      EXECUTE format('GRANT SELECT ON %s TO %I', t, p_role);
+    ELSE
+      EXECUTE format('GRANT SELECT (%s) ON %s TO %I',
+                     (SELECT string_agg(quote_ident(a.attname), ', ' ORDER BY a.attnum)
+                        FROM pg_attribute a
+                       WHERE a.attrelid = t AND NOT a.attisdropped AND a.attname <> 'fencing'
+                         AND (a.attnum > 0 OR (a.attname = 'xmin'
+                                               AND t = 'skiplock.jobs'::regclass))),
+                     t, p_role);
+    END IF;
+  END LOOP;
   IF p_kind <> 'worker' THEN
     EXECUTE format('GRANT SELECT ON skiplock.actions TO %I', p_role);
   END IF;
@@ -1182,14 +1290,16 @@ BEGIN
                                  'breaker_step', 'check_job_times', 'interval_ms',
                                  'check_claim_args', 'lease_check_args', 'lease_check_reserved',
                                  'keep_until', 'errors_append', 'jobs_matching',
-                                 'partition_width', 'workers_seen', 'idle_workers')
+                                 'partition_width', 'workers_seen', 'idle_workers',
+                                 'payload_max')
                    OR (p_kind = 'worker' AND p.prosecdef
                        AND p.proname NOT IN ('job_cancel', 'job_retry', 'jobs_prune',
                                              'retention_set', 'retention_reset',
                                              'partition_width_set', 'action_record', 'pause',
                                              'resume', 'job_discard', 'jobs_act',
                                              'schedule_run_now', 'schedule_set_paused',
-                                             'breaker_set'))
+                                             'breaker_set', 'enqueue_many_unchecked',
+                                             'enqueue_one'))
                    OR (p_kind = 'operator' AND p.prosecdef))
   LOOP
     EXECUTE format('GRANT EXECUTE ON FUNCTION %s TO %I', f, p_role);
@@ -1917,7 +2027,11 @@ COMMENT ON VIEW skiplock.all_jobs IS 'every job, live (skiplock.jobs) or finishe
 CREATE FUNCTION skiplock.jobs_matching(p_queue text, p_kind text, p_state text, p_payload jsonb, p_error text, p_time_field text, p_from timestamp with time zone, p_from_ago_ms bigint, p_to timestamp with time zone, p_to_ago_ms bigint) RETURNS SETOF skiplock.all_jobs
     LANGUAGE sql STABLE
     AS $$
-  SELECT j.* FROM skiplock.all_jobs j
+  SELECT j.id, j.queue, j.kind, j.payload, j.state, j.priority, j.run_at, j.attempt,
+         j.max_attempts, NULL::bigint AS fencing, j.lease_owner, j.lease_expires_at,
+         j.unique_key, j.timeout_ms, j.backoff_base_ms, j.backoff_cap_ms, j.errors, j.result,
+         j.created_at, j.attempted_at, j.finished_at, j.backoff, j.last_delay_ms, j.expires_at
+    FROM skiplock.all_jobs j
    WHERE (p_queue IS NULL OR j.queue = p_queue) AND (p_kind IS NULL OR j.kind = p_kind)
      AND (p_state IS NULL OR j.state = p_state)
      AND (p_payload IS NULL OR j.payload @> p_payload)
@@ -1939,7 +2053,7 @@ CREATE FUNCTION skiplock.jobs_matching(p_queue text, p_kind text, p_state text, 
              < coalesce(p_to, now() - p_to_ago_ms * interval '1 millisecond'))
 $$;
 
-COMMENT ON FUNCTION skiplock.jobs_matching(p_queue text, p_kind text, p_state text, p_payload jsonb, p_error text, p_time_field text, p_from timestamp with time zone, p_from_ago_ms bigint, p_to timestamp with time zone, p_to_ago_ms bigint) IS 'the jobs matching the filters of a job list (inlined into the caller''s statement)';
+COMMENT ON FUNCTION skiplock.jobs_matching(p_queue text, p_kind text, p_state text, p_payload jsonb, p_error text, p_time_field text, p_from timestamp with time zone, p_from_ago_ms bigint, p_to timestamp with time zone, p_to_ago_ms bigint) IS 'every job matching the filters of jobs list, without its fencing token; inlined';
 
 CREATE FUNCTION skiplock.jobs_prune(older_than interval, n integer DEFAULT 10000) RETURNS bigint
     LANGUAGE plpgsql SECURITY DEFINER
@@ -2384,6 +2498,12 @@ $$;
 
 COMMENT ON FUNCTION skiplock.pause_target(p_queue text, p_kind text) IS 'Internal: what the action log names for a pause: {"queue": q} or {"kind": k}.';
 
+CREATE FUNCTION skiplock.payload_max() RETURNS integer
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    AS $$ SELECT 1048576 $$;
+
+COMMENT ON FUNCTION skiplock.payload_max() IS 'the largest job payload in bytes of JSON text (1 MiB), the one definition of the limit';
+
 CREATE FUNCTION skiplock.record(ids bigint[], fencings bigint[], outcomes text[], results jsonb[] DEFAULT NULL::jsonb[], errors text[] DEFAULT NULL::text[], retry_after_ms bigint[] DEFAULT NULL::bigint[], deferred boolean[] DEFAULT NULL::boolean[], backoffs text[] DEFAULT NULL::text[], backoff_bases_ms bigint[] DEFAULT NULL::bigint[], backoff_caps_ms bigint[] DEFAULT NULL::bigint[]) RETURNS SETOF skiplock.recorded_outcome
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -2644,22 +2764,20 @@ CREATE FUNCTION skiplock.schedule_fire(p_name text, p_created_at timestamp with 
     AS $$
 DECLARE
   s skiplock.schedules;
-  n int := coalesce(array_length(p_fires, 1), 0);
+  n int := coalesce(cardinality(p_fires), 0);
 BEGIN
-  IF n <> coalesce(array_length(p_keys, 1), 0) THEN
-    RAISE EXCEPTION 'schedule_fire: % fire times but % keys', n,
-      coalesce(array_length(p_keys, 1), 0) USING ERRCODE = '22023';
-  END IF;
-  SELECT * INTO s FROM skiplock.schedules
-   WHERE name = p_name AND enabled AND created_at = p_created_at
-     AND last_fire IS NOT DISTINCT FROM p_expected_last
+  PERFORM skiplock.schedule_fire_check(p_name, p_created_at, p_expected_last, p_new_last,
+                                       p_next, p_fires, p_keys);
+  SELECT * INTO s FROM skiplock.schedules x
+   WHERE x.name = p_name AND x.enabled AND x.created_at = p_created_at
+     AND x.last_fire IS NOT DISTINCT FROM p_expected_last
    FOR UPDATE SKIP LOCKED;
   IF NOT FOUND THEN
     RETURN NULL;
   END IF;
-  UPDATE skiplock.schedules
+  UPDATE skiplock.schedules x
      SET last_fire = p_new_last, next_fire = p_next, updated_at = now()
-   WHERE name = p_name AND last_fire IS NOT DISTINCT FROM p_expected_last;
+   WHERE x.name = p_name AND x.last_fire IS NOT DISTINCT FROM p_expected_last;
   IF n = 0 THEN
     RETURN '{}';
   END IF;
@@ -2671,6 +2789,47 @@ END
 $$;
 
 COMMENT ON FUNCTION skiplock.schedule_fire(p_name text, p_created_at timestamp with time zone, p_expected_last timestamp with time zone, p_new_last timestamp with time zone, p_next timestamp with time zone, p_fires timestamp with time zone[], p_keys text[]) IS 'Fires a due schedule once for the fleet: enqueues the given fire times under their unique keys and moves the schedule on; NULL when another worker got there first.';
+
+CREATE FUNCTION skiplock.schedule_fire_check(p_name text, p_created_at timestamp with time zone, p_expected_last timestamp with time zone, p_new_last timestamp with time zone, p_next timestamp with time zone, p_fires timestamp with time zone[], p_keys text[]) RETURNS void
+    LANGUAGE plpgsql IMMUTABLE
+    AS $$
+DECLARE
+  lo CONSTANT timestamptz := timestamptz '1970-01-01 00:00+00';
+  hi CONSTANT timestamptz := timestamptz '2200-01-01 00:00+00';
+  v_after timestamptz := coalesce(p_expected_last, p_created_at);
+BEGIN
+  IF coalesce(cardinality(p_fires), 0) <> coalesce(cardinality(p_keys), 0)
+     OR cardinality(p_fires) > 100000 THEN
+    RAISE EXCEPTION 'schedule_fire: % fire times but % keys', coalesce(cardinality(p_fires), 0),
+      coalesce(cardinality(p_keys), 0) USING ERRCODE = '22023',
+      DETAIL = 'One unique key per fire time, at most 100000 of each.';
+  END IF;
+  IF p_new_last IS DISTINCT FROM p_expected_last
+     AND NOT coalesce(p_new_last >= lo AND p_new_last < hi AND p_new_last > v_after, false) THEN
+    RAISE EXCEPTION 'schedule_fire: last fire time % is out of range',
+      coalesce(p_new_last::text, 'NULL') USING ERRCODE = '22023',
+      DETAIL = 'A fire time is a finite time from 1970 to 2199, after the last one handled '
+               '(or the schedule''s creation): last_fire never moves back.';
+  END IF;
+  IF p_next IS NOT NULL
+     AND NOT coalesce(p_next >= lo AND p_next < hi
+                      AND (p_new_last IS NULL OR p_next > p_new_last), false) THEN
+    RAISE EXCEPTION 'schedule_fire: next fire time % is out of range', p_next
+      USING ERRCODE = '22023',
+      DETAIL = 'The next fire time is a finite time from 1970 to 2199, after the last one.';
+  END IF;
+  IF EXISTS (SELECT 1 FROM unnest(p_fires, p_keys) AS t(f, k)
+              WHERE NOT coalesce(f >= lo AND f < hi AND f > v_after AND f <= p_new_last
+                                 AND starts_with(k, 'cron:' || p_name || ':'), false)) THEN
+    RAISE EXCEPTION 'schedule_fire: a fire time is not pending or a key is not the schedule''s'
+      USING ERRCODE = '22023',
+      DETAIL = 'Each fire time is after the last one handled and at most the new one; each '
+               'key is cron:NAME:TIME.';
+  END IF;
+END
+$$;
+
+COMMENT ON FUNCTION skiplock.schedule_fire_check(p_name text, p_created_at timestamp with time zone, p_expected_last timestamp with time zone, p_new_last timestamp with time zone, p_next timestamp with time zone, p_fires timestamp with time zone[], p_keys text[]) IS 'schedule_fire''s argument checks: finite times in range, never back, pending fires (22023)';
 
 CREATE FUNCTION skiplock.schedule_run_now(name text, actor text, role text) RETURNS bigint
     LANGUAGE plpgsql SECURITY DEFINER
@@ -2805,6 +2964,7 @@ CREATE TABLE skiplock.actions (
     target jsonb NOT NULL,
     matched bigint DEFAULT 0 NOT NULL,
     changed bigint DEFAULT 0 NOT NULL,
+    db_user text DEFAULT SESSION_USER,
     CONSTRAINT actions_action_check CHECK ((action = ANY (ARRAY['retry'::text, 'cancel'::text, 'discard'::text, 'pause'::text, 'resume'::text, 'breaker_open'::text, 'breaker_close'::text, 'schedule_pause'::text, 'schedule_resume'::text, 'schedule_run'::text]))),
     CONSTRAINT actions_actor_check CHECK (((length(actor) >= 1) AND (length(actor) <= 200))),
     CONSTRAINT actions_changed_check CHECK ((changed >= 0)),
@@ -2813,6 +2973,8 @@ CREATE TABLE skiplock.actions (
 );
 
 COMMENT ON TABLE skiplock.actions IS 'the operators'' action log: one row per action, with the jobs matched and changed';
+
+COMMENT ON COLUMN skiplock.actions.db_user IS 'session_user of the session that acted (NULL for rows written before step 0017)';
 
 ALTER TABLE skiplock.actions ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
     SEQUENCE NAME skiplock.actions_id_seq
@@ -3067,10 +3229,13 @@ CREATE TABLE skiplock.schedules (
     CONSTRAINT schedules_kind_check CHECK (((length(kind) >= 1) AND (length(kind) <= 128))),
     CONSTRAINT schedules_name_check CHECK (((length(name) >= 1) AND (length(name) <= 128))),
     CONSTRAINT schedules_queue_check CHECK (((length(queue) >= 1) AND (length(queue) <= 128))),
+    CONSTRAINT schedules_times_check CHECK (((created_at >= '1970-01-01 00:00:00+00'::timestamp with time zone) AND (created_at < '2200-01-01 00:00:00+00'::timestamp with time zone) AND (last_fire >= '1970-01-01 00:00:00+00'::timestamp with time zone) AND (last_fire < '2200-01-01 00:00:00+00'::timestamp with time zone) AND (next_fire >= '1970-01-01 00:00:00+00'::timestamp with time zone) AND (next_fire < '2200-01-01 00:00:00+00'::timestamp with time zone))),
     CONSTRAINT schedules_zone_check CHECK (((length(zone) >= 1) AND (length(zone) <= 128)))
 );
 
 COMMENT ON TABLE skiplock.schedules IS 'Cron schedules: expression, zone, the job each fire enqueues, and the last and next fire times.';
+
+COMMENT ON CONSTRAINT schedules_times_check ON skiplock.schedules IS 'created_at, last_fire and next_fire are finite times from 1970 to 2199, as a job''s run_at';
 
 CREATE TABLE skiplock.schema_version (
     version integer NOT NULL,

@@ -12,7 +12,9 @@
  * batch's own transaction, so an interrupted action's row tells what was
  * done).  The actor (who) and the role are recorded as given: they name
  * the person or process on whose behalf the caller acts ("alice@host",
- * role "cli"; the dashboard passes its token's role).
+ * role "cli"; the dashboard passes its token's role).  The database adds
+ * the role the session logged in as (db_user), which the caller cannot
+ * choose.
  *
  * Filters are those of skl_jobs_list (skiplock/inspect.h), read by the
  * same SQL function (skiplock.jobs_matching), so a list and a bulk action
@@ -223,6 +225,10 @@ typedef struct skl_action_info {
 	                            * {"queue"|"kind"|"breaker"|"schedule": ...} */
 	int64_t matched;           /* jobs matched (1 or 0 for the others) */
 	int64_t changed;           /* jobs changed (1 or 0: whether it changed anything) */
+	const char *db_user;       /* the role the acting session logged in as
+	                            * (session_user), recorded by the database
+	                            * whatever actor and role say; NULL for
+	                            * actions logged before schema step 0017 */
 	void *internal;            /* owned by the library */
 } skl_action_info;
 

@@ -214,7 +214,8 @@ typedef struct skl_cron_tick_result {
 	int fired;                /* of those, whose due fire times this call handled */
 	int lost;                 /* advanced first by someone else (another worker) */
 	int behind;               /* of those fired, handled by their catch-up policy */
-	int failed;               /* skipped: expression or zone unusable here */
+	int failed;               /* skipped: expression or zone unusable here, or
+	                           * values the database refused to store */
 	int64_t enqueued;         /* jobs created or found by unique key */
 	char failure[512];        /* why the first failed schedule failed, or "" */
 } skl_cron_tick_result;
@@ -226,7 +227,9 @@ typedef struct skl_cron_tick_result {
  * fire time with the unique key cron:NAME:<fire time>.  r (may be NULL)
  * receives counts.  o may be NULL (defaults).  A schedule that cannot be
  * evaluated here (say its zone is missing from this host's tz database)
- * is skipped and counted in r->failed; the call still succeeds. */
+ * is skipped and counted in r->failed, and so is one whose move the
+ * database refuses (SQLSTATE class 22 or 23: say a stored time out of
+ * range); the call still succeeds. */
 SKL_API skl_rc skl_cron_tick(skl_client *c, const skl_cron_tick_opts *o,
                              skl_cron_tick_result *r, skl_error *err);
 

@@ -54,7 +54,9 @@ typedef struct skl_job_info {
 	int priority;
 	int attempt;               /* attempts started so far */
 	int max_attempts;
-	int64_t fencing;           /* the token of the latest claim */
+	int64_t fencing;           /* the token of the latest claim; -1 when the
+	                            * client's role may not read tokens (the
+	                            * worker and reader roles: docs/security.md) */
 	const char *run_at;        /* when it is (or was) due */
 	const char *created_at;
 	const char *attempted_at;  /* latest claim; NULL before the first */

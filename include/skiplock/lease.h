@@ -83,7 +83,9 @@ SKL_API skl_rc skl_lease_fenced_exec(skl_client *c, const char *name, int64_t fe
 typedef struct skl_lease_info {
 	const char *name;
 	const char *owner;         /* the last holder */
-	int64_t fencing;           /* the last token issued */
+	int64_t fencing;           /* the last token issued; -1 when the client's
+	                            * role may not read tokens (the worker and
+	                            * reader roles: docs/security.md) */
 	bool live;                 /* not expired by the database clock */
 	int64_t expires_in_ms;     /* negative once expired */
 	const char *acquired_at;

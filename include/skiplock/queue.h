@@ -33,7 +33,9 @@ extern "C" {
 
 #define SKL_KIND_MAX 128          /* bytes in a kind or queue name */
 #define SKL_UNIQUE_KEY_MAX 512    /* bytes in a unique key */
-#define SKL_PAYLOAD_MAX_DEFAULT (1024 * 1024) /* bytes of JSON payload */
+/* bytes of JSON payload: the database's limit, skiplock.payload_max()
+ * (sql/0017_guards.sql), which an integration test compares with this */
+#define SKL_PAYLOAD_MAX_DEFAULT (1024 * 1024)
 
 typedef struct skl_enqueue_opts {
 	const char *queue;        /* NULL: "default" */

@@ -98,7 +98,10 @@ SKL_API skl_rc skl_breakers_list(skl_client *c, skl_breaker_info **rows, size_t 
 SKL_API void skl_breakers_free(skl_breaker_info *rows, size_t n);
 
 /* Creates kind's breaker with config, or updates the settings of an
- * existing one (its state is kept).  Idempotent. */
+ * existing one (its state is kept).  Idempotent.  SKL_INVALID when a
+ * setting is out of the range the database keeps (failure_pct 1 to 100,
+ * min_calls and window_calls 1 to 1000000, probes 1 to 10000, window_ms
+ * and open_ms 1 ms to 100 years: what skl_breaker_config_parse accepts). */
 SKL_API skl_rc skl_breaker_configure(skl_client *c, const char *kind,
                                      const skl_breaker_config *config, skl_error *err);
 

@@ -42,7 +42,8 @@ static const char usage[] =
 	"                         worker's; see skiplock worker --help)\n"
 	"  --backoff-base DUR     first retry delay bound (default: the worker's)\n"
 	"  --backoff-cap DUR      largest retry delay bound (default: the worker's)\n"
-	"  --max-payload BYTES    refuse payloads larger than this (default 1048576)\n"
+	"  --max-payload BYTES    refuse payloads larger than this (default and at most\n"
+	"                         1048576, the database's skiplock.payload_max())\n"
 	"  --batch FILE|-         read NDJSON jobs from FILE, or - for standard input\n"
 	"  --max-line BYTES       refuse a batch line longer than this (default\n"
 	"                         --max-payload + 65536); it is not read into memory\n"
@@ -93,7 +94,9 @@ static int own_option(int code, const char *arg, void *ctx)
 	case O_BCAP:
 		return cli_duration(a->cc, "--backoff-cap", arg, &a->opts.backoff_cap_ms) ? 0 : CLI_USAGE;
 	case O_MAXPAY:
-		return cli_int(a->cc, "--max-payload", arg, 2, 256LL << 20, &a->lim.max_payload) ? 0 : CLI_USAGE;
+		/* the database refuses more (skiplock.payload_max(), sql/0017_guards.sql) */
+		return cli_int(a->cc, "--max-payload", arg, 2, SKL_PAYLOAD_MAX_DEFAULT,
+		               &a->lim.max_payload) ? 0 : CLI_USAGE;
 	case O_MAXLINE:
 		return cli_int(a->cc, "--max-line", arg, 2, 1LL << 30, &a->lim.max_line) ? 0 : CLI_USAGE;
 	case O_MAXBATCH:

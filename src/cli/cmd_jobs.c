@@ -123,8 +123,9 @@ static const char show_usage[] =
 	"\n"
 	"Show job ID: every column, the payload, the result and the error history\n"
 	"(the newest 20 errors, each with its attempt number and time, UTC). The\n"
-	"fencing token grows by one on every claim; the lease owner and expiry are\n"
-	"set while the job runs.\n"
+	"fencing token grows by one on every claim (shown as \"-\", null in JSON, to\n"
+	"the worker and reader roles, which may not read it); the lease owner and\n"
+	"expiry are set while the job runs.\n"
 	"\n"
 	"Show options:\n"
 	"  --json                 print one JSON object instead of text\n"
@@ -195,9 +196,11 @@ static const char actions_usage[] =
 	"The action log, newest first: every operator action taken through\n"
 	"skiplock (bulk retry, cancel and discard, queue and kind pauses, breaker\n"
 	"and schedule actions, from the command or the dashboard). Columns: ID; AT\n"
-	"(UTC); ACTOR; ROLE; ACTION; MATCHED, jobs matched when it started; CHANGED,\n"
-	"jobs (or things) it changed; TARGET, the filter, ids, queue, kind, breaker\n"
-	"or schedule as JSON.\n"
+	"(UTC); ACTOR and ROLE, as the acting program named them; DB USER, the\n"
+	"database role the acting session logged in as, which it cannot choose (\"-\"\n"
+	"for actions logged before schema step 0017); ACTION; MATCHED, jobs matched\n"
+	"when it started; CHANGED, jobs (or things) it changed; TARGET, the filter,\n"
+	"ids, queue, kind, breaker or schedule as JSON.\n"
 	"\n"
 	"Actions options:\n"
 	"  --limit N              at most N rows (default 50, at most 10000)\n"
@@ -556,11 +559,12 @@ static int jobs_discard(jobs_args *a, skl_client *c, int64_t id)
 static bool actions_print_table(const skl_action_info *rows, size_t n)
 {
 	cli_table t;
-	cli_table_init(&t, 8, "llllrrrl");
+	cli_table_init(&t, 9, "lllllrrrl");
 	cli_table_add(&t, "ID");
 	cli_table_add(&t, "AT");
 	cli_table_add(&t, "ACTOR");
 	cli_table_add(&t, "ROLE");
+	cli_table_add(&t, "DB USER");
 	cli_table_add(&t, "ACTION");
 	cli_table_add(&t, "MATCHED");
 	cli_table_add(&t, "CHANGED");
@@ -571,6 +575,7 @@ static bool actions_print_table(const skl_action_info *rows, size_t n)
 		cli_table_add(&t, "%s", cli_fmt_time(rows[i].at, at, sizeof(at)));
 		cli_table_add(&t, "%s", rows[i].actor);
 		cli_table_add(&t, "%s", rows[i].role);
+		cli_table_add(&t, "%s", rows[i].db_user ? rows[i].db_user : "-");
 		cli_table_add(&t, "%s", rows[i].action);
 		cli_table_add(&t, "%" PRId64, rows[i].matched);
 		cli_table_add(&t, "%" PRId64, rows[i].changed);

@@ -97,6 +97,8 @@ static const char list_usage[] =
 	"    last owner, its last fencing token, whether it is held, the time left\n"
 	"    by the database clock, and when it was acquired. Released and expired\n"
 	"    leases stay listed: their row keeps the token, so tokens never repeat.\n"
+	"    The worker and reader roles may not read tokens: TOKEN is \"-\" (null in\n"
+	"    JSON) for them; the holder got its token when it acquired the lease.\n"
 	"\n"
 	"OPTIONS\n"
 	"    --json             a JSON array of objects: name, owner, fencing, live,\n"
@@ -274,7 +276,10 @@ static bool print_table(const skl_lease_info *l, size_t n)
 		char exp[48], at[32];
 		cli_table_add(&t, "%s", l[i].name);
 		cli_table_add(&t, "%s", l[i].owner);
-		cli_table_add(&t, "%lld", (long long)l[i].fencing);
+		if (l[i].fencing < 0) /* the worker and reader roles may not read it */
+			cli_table_add(&t, "-");
+		else
+			cli_table_add(&t, "%lld", (long long)l[i].fencing);
 		cli_table_add(&t, "%s", l[i].live ? "held" : "free");
 		cli_table_add(&t, "%s", cli_fmt_expiry(l[i].expires_in_ms, exp, sizeof(exp)));
 		cli_table_add(&t, "%s", cli_fmt_time(l[i].acquired_at, at, sizeof(at)));
@@ -291,7 +296,8 @@ static bool print_json(const skl_lease_info *l, size_t n)
 		json_t *o = json_object();
 		json_object_set_new(o, "name", cli_json_str(l[i].name));
 		json_object_set_new(o, "owner", cli_json_str(l[i].owner));
-		json_object_set_new(o, "fencing", json_integer(l[i].fencing));
+		json_object_set_new(o, "fencing",
+		                    l[i].fencing < 0 ? json_null() : json_integer(l[i].fencing));
 		json_object_set_new(o, "live", json_boolean(l[i].live));
 		json_object_set_new(o, "expires_in_ms", json_integer(l[i].expires_in_ms));
 		json_object_set_new(o, "acquired_at", cli_json_str(l[i].acquired_at));

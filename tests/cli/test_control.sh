@@ -41,7 +41,7 @@ discarded|1|1"
 check_eq "the action log says 500" \
 	"$(q "SELECT actor || ' ' || role || ' ' || action || ' ' || matched || ' ' || changed || ' ' || (target ->> 'since' IS NULL) || ' ' || (target ->> 'from') || ' ' || (target ->> 'time_field') FROM skiplock.actions")" \
 	"$ACTOR cli retry 500 500 true 1h finished"
-"$S" jobs actions --url "$URL" | grep -qE "^ *1 +[0-9-]+ [0-9:]+ +$ACTOR +cli +retry +500 +500 +\{" &&
+"$S" jobs actions --url "$URL" | grep -qE "^ *1 +[0-9-]+ [0-9:]+ +$ACTOR +cli +$SKL_TEST_DBUSER +retry +500 +500 +\{" &&
 	pass "jobs actions: a row per action" || fail "jobs actions: $("$S" jobs actions --url "$URL")"
 check_eq "jobs actions --json" "$("$S" jobs actions --url "$URL" --json | tr -d ' \n' | grep -o '"matched":500,"changed":500')" '"matched":500,"changed":500'
 

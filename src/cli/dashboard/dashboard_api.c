@@ -257,9 +257,11 @@ static dash_reply get_schedules(dash_server *s)
 
 static json_t *lease_json(const skl_lease_info *l)
 {
-	return json_pack("{s:o, s:o, s:I, s:b, s:I, s:o, s:o}",
+	/* the token is null for a role that may not read it (a reader) */
+	return json_pack("{s:o, s:o, s:o, s:b, s:I, s:o, s:o}",
 	                 "name", cli_json_str(l->name), "owner", cli_json_str(l->owner),
-	                 "fencing", (json_int_t)l->fencing, "live", l->live,
+	                 "fencing", l->fencing < 0 ? json_null() : json_integer(l->fencing),
+	                 "live", l->live,
 	                 "expires_in_ms", (json_int_t)l->expires_in_ms,
 	                 "acquired_at", cli_json_str(l->acquired_at),
 	                 "expires_at", cli_json_str(l->expires_at));

@@ -91,7 +91,10 @@ bool jobs_print_one(const skl_job_info *j)
 	field("state:", j->state);
 	printf("%-14s %d of %d\n", "attempt:", j->attempt, j->max_attempts);
 	printf("%-14s %d\n", "priority:", j->priority);
-	printf("%-14s %" PRId64 "\n", "fencing:", j->fencing);
+	if (j->fencing < 0) /* the worker and reader roles may not read it */
+		field("fencing:", NULL);
+	else
+		printf("%-14s %" PRId64 "\n", "fencing:", j->fencing);
 	field("run at:", j->run_at);
 	field("created at:", j->created_at);
 	field("attempted at:", j->attempted_at);
@@ -135,7 +138,7 @@ static json_t *job_object(const skl_job_info *j)
 	put(o, "attempt", json_integer(j->attempt));
 	put(o, "max_attempts", json_integer(j->max_attempts));
 	put(o, "priority", json_integer(j->priority));
-	put(o, "fencing", json_integer(j->fencing));
+	put(o, "fencing", j->fencing < 0 ? json_null() : json_integer(j->fencing));
 	put(o, "run_at", cli_json_str(j->run_at));
 	put(o, "created_at", cli_json_str(j->created_at));
 	put(o, "attempted_at", cli_json_str(j->attempted_at));

@@ -39,6 +39,18 @@ skl_rc skl__schedule_check(const skl_schedule_spec *s, skl_cron_expr **e, skl_er
 /* Parses "YYYY-MM-DD[T ]HH:MM[:SS](Z|±HH:MM)"; false when malformed. */
 bool skl__cron_time_parse(const char *s, int64_t *t);
 
+/* What the database stores of a schedule: times from 1970-01-01 to before
+ * 2200-01-01 (UTC), as a job's run_at (sql/0017_guards.sql).  A next fire
+ * time at or after the end is stored as none. */
+#define SKL_SCHEDULE_T_END INT64_C(7258118400)
+/* A stored time clamped into that range (NULL stays NULL), as SQL: no
+ * value read from the table (one planted around the checks, say
+ * 'infinity') can make a conversion to seconds fail. */
+#define SKL_SQL_IN_RANGE(x)                                                                  \
+	"CASE WHEN (" x ") < timestamptz '1970-01-01 00:00+00' THEN timestamptz '1970-01-01 00:00+00'" \
+	" WHEN (" x ") > timestamptz '2199-12-31 23:59:59+00'"                                   \
+	" THEN timestamptz '2199-12-31 23:59:59+00' ELSE (" x ") END"
+
 /* Earliest and latest instants an expression is evaluated at: years 1..9999. */
 #define SKL_CRON_T_MIN INT64_C(-62135596800)
 #define SKL_CRON_T_MAX INT64_C(253402300799)

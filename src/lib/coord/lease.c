@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "core/internal.h"
+#include "queue/queue_int.h"
 #include "skiplock/lease.h"
 
 /* Bytes: the server checks 1..SKL_LEASE_NAME_MAX characters. */
@@ -29,8 +30,11 @@
 static const char *const acquire_sql =
 	"SELECT skiplock.lease_acquire($1, $2, $3 * interval '1 millisecond')";
 
+/* The worker and reader roles may not read a lease's token
+ * (sql/0017_guards.sql): neither the holder's description nor the list
+ * reads it unless the role may. */
 static const char *const holder_sql =
-	"SELECT owner, fencing, (extract(epoch FROM expires_at - clock_timestamp()) * 1000)::bigint"
+	"SELECT owner, (extract(epoch FROM expires_at - clock_timestamp()) * 1000)::bigint"
 	"  FROM skiplock.leases WHERE name = $1";
 
 static const char *const renew_sql =
@@ -42,11 +46,13 @@ static const char *const fence_sql = "SELECT skiplock.lease_fence($1, $2)";
 
 #define UTC_TEXT(col) "to_char(" col " AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"')"
 
-static const char *const list_sql =
-	"SELECT name, owner, fencing, expires_at > clock_timestamp(),"
-	"       (extract(epoch FROM expires_at - clock_timestamp()) * 1000)::bigint, "
-	UTC_TEXT("acquired_at") ", " UTC_TEXT("renewed_at") ", " UTC_TEXT("expires_at")
-	"  FROM skiplock.leases ORDER BY name";
+#define LIST_SQL(TOKEN)                                                                    \
+	"SELECT name, owner, " TOKEN ", expires_at > clock_timestamp(),"                     \
+	"       (extract(epoch FROM expires_at - clock_timestamp()) * 1000)::bigint, "        \
+	UTC_TEXT("acquired_at") ", " UTC_TEXT("renewed_at") ", " UTC_TEXT("expires_at")      \
+	"  FROM skiplock.leases ORDER BY name"
+/* [1]: for a role that may read the tokens */
+static const char *const list_sql[2] = {LIST_SQL("NULL::bigint"), LIST_SQL("fencing")};
 
 /* ---- argument checks: bad input is refused before anything is sent ---- */
 
@@ -134,10 +140,10 @@ static void describe_holder(skl_client *c, const char *name, skl_error *err)
 	const char *params[1] = {name};
 	char left[32] = "";
 	if (skl__exec(c, holder_sql, 1, params, &res, &ignored) == SKL_OK && PQntuples(res) == 1) {
-		int64_t ms = strtoll(PQgetvalue(res, 0, 2), NULL, 10);
+		int64_t ms = strtoll(PQgetvalue(res, 0, 1), NULL, 10);
 		format_ms(left, sizeof(left), ms > 0 ? ms : 0);
-		skl__seterr(err, SKL_CONFLICT, "lease \"%s\" is held by %s (token %s) for another %s",
-		            name, PQgetvalue(res, 0, 0), PQgetvalue(res, 0, 1), left);
+		skl__seterr(err, SKL_CONFLICT, "lease \"%s\" is held by %s for another %s", name,
+		            PQgetvalue(res, 0, 0), left);
 	} else {
 		skl__seterr(err, SKL_CONFLICT, "lease \"%s\" is held by another owner", name);
 	}
@@ -289,7 +295,7 @@ static bool fill_info(skl_lease_info *li, const PGresult *r, int row)
 	}
 	*li = (skl_lease_info){
 		.name = s[0], .owner = s[1],
-		.fencing = strtoll(PQgetvalue(r, row, 2), NULL, 10),
+		.fencing = PQgetisnull(r, row, 2) ? -1 : strtoll(PQgetvalue(r, row, 2), NULL, 10),
 		.live = PQgetvalue(r, row, 3)[0] == 't',
 		.expires_in_ms = strtoll(PQgetvalue(r, row, 4), NULL, 10),
 		.acquired_at = s[2], .renewed_at = s[3], .expires_at = s[4],
@@ -299,6 +305,7 @@ static bool fill_info(skl_lease_info *li, const PGresult *r, int row)
 }
 
 typedef struct list_call {
+	const char *sql;
 	skl_lease_info *items;
 	size_t n;
 } list_call;
@@ -307,7 +314,7 @@ static skl_rc list_fn(skl_client *c, void *ctx, skl_error *err)
 {
 	list_call *lc = ctx;
 	PGresult *res = NULL;
-	skl_rc rc = skl__exec(c, list_sql, 0, NULL, &res, err);
+	skl_rc rc = skl__exec(c, lc->sql, 0, NULL, &res, err);
 	if (rc != SKL_OK)
 		return rc;
 	int n = PQntuples(res);
@@ -324,9 +331,13 @@ skl_rc skl_lease_list(skl_client *c, skl_lease_info **leases, size_t *n, skl_err
 {
 	*leases = NULL;
 	*n = 0;
-	list_call lc = {0};
+	bool tokens = false;
+	skl_rc rc = skl__tokens_readable(c, &tokens, err);
+	if (rc != SKL_OK)
+		return rc;
+	list_call lc = {.sql = list_sql[tokens]};
 	static const skl_txn_opts o = {.idempotent = 1};
-	skl_rc rc = skl__run(c, &o, list_fn, &lc, err);
+	rc = skl__run(c, &o, list_fn, &lc, err);
 	if (rc != SKL_OK) {
 		skl_lease_list_free(lc.items, lc.n);
 		return rc;

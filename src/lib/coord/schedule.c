@@ -27,10 +27,15 @@
 #include "core/buf.h"
 #include "skiplock/queue.h"
 
-/* A timestamptz as exact UTC text; NULL stays NULL. */
-#define SKL_TS_US(x) "to_char((" x ") AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"')"
+/* A timestamptz as exact UTC text that reads back as the same value
+ * ('infinity' and '-infinity' as themselves); NULL stays NULL. */
+#define SKL_TS_US(x)                                                                         \
+	"CASE WHEN isfinite(" x ") THEN to_char((" x ") AT TIME ZONE 'UTC',"                      \
+	" 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"') ELSE (" x ")::text END"
 /* A timestamptz as whole Unix seconds, rounded down; NULL stays NULL. */
 #define SKL_EPOCH(x) "floor(extract(epoch FROM (" x ")))::bigint"
+/* The same for a time read from skiplock.schedules, clamped first. */
+#define SKL_EPOCH_STORED(x) SKL_EPOCH(SKL_SQL_IN_RANGE(x))
 
 static const skl_txn_opts read_opts = {.idempotent = 1};
 
@@ -219,7 +224,7 @@ skl_rc skl_cron_pause(skl_client *c, const char *name, skl_error *err)
 
 static const char *const resume_read_sql =
 	"SELECT expression, zone, enabled, " SKL_TS_US("last_fire") ", "
-	SKL_EPOCH("coalesce(last_fire, created_at)") ", "
+	SKL_EPOCH_STORED("coalesce(last_fire, created_at)") ", "
 	SKL_EPOCH("coalesce($2::timestamptz, now())")
 	"  FROM skiplock.schedules WHERE name = $1";
 
@@ -229,6 +234,13 @@ static const char *const resume_sql =
 	"       next_fire = $4::timestamptz, updated_at = now()"
 	" WHERE name = $1 AND NOT enabled AND last_fire IS NOT DISTINCT FROM $2::timestamptz"
 	" RETURNING 1";
+
+/* Whether a plan's next fire time can be stored: one at or after the end
+ * of the stored range never becomes a job, so it is stored as none. */
+static bool has_next(const skl_cron_plan *p)
+{
+	return p->has_next && p->next < SKL_SCHEDULE_T_END;
+}
 
 /* Enables a paused schedule with last_fire moved to the newest fire time
  * at or before now: what passed while it was paused is skipped. */
@@ -250,7 +262,7 @@ static skl_rc resume_once(skl_client *c, const char *name, const PGresult *r, bo
 	skl_cron_format_utc(p.next, next);
 	row_call call = {.sql = resume_sql, .nparams = 4,
 	                 .params = {name, col_str(r, 0, 3), p.any_due ? last : NULL,
-	                            p.has_next ? next : NULL}};
+	                            has_next(&p) ? next : NULL}};
 	skl__cron_plan_free(&p);
 	rc = run_row(c, &call, err);
 	*done = rc == SKL_OK && PQntuples(call.res) > 0;
@@ -285,8 +297,8 @@ skl_rc skl_cron_resume(skl_client *c, const char *name, const char *at, skl_erro
 
 static const char *const list_sql =
 	"SELECT name, expression, zone, kind, payload::text, queue, priority, max_attempts,"
-	"       catch_up, enabled, " SKL_EPOCH("created_at") ", " SKL_EPOCH("last_fire") ", "
-	SKL_EPOCH("next_fire")
+	"       catch_up, enabled, " SKL_EPOCH_STORED("created_at") ", "
+	SKL_EPOCH_STORED("last_fire") ", " SKL_EPOCH_STORED("next_fire")
 	"  FROM skiplock.schedules ORDER BY name";
 
 enum { L_NAME, L_EXPR, L_ZONE, L_KIND, L_PAYLOAD, L_QUEUE, L_PRIO, L_MAX, L_CATCH, L_ENABLED,
@@ -359,7 +371,7 @@ void skl_schedule_info_free(skl_schedule_info *s, size_t n)
 
 static const char *const due_sql =
 	"SELECT s.name, s.expression, s.zone, s.catch_up, " SKL_TS_US("s.created_at") ", "
-	SKL_TS_US("s.last_fire") ", " SKL_EPOCH("coalesce(s.last_fire, s.created_at)") ", "
+	SKL_TS_US("s.last_fire") ", " SKL_EPOCH_STORED("coalesce(s.last_fire, s.created_at)") ", "
 	SKL_EPOCH("t.now")
 	"  FROM (SELECT coalesce($1::timestamptz, now()) AS now) t"
 	"  JOIN skiplock.schedules s ON s.enabled AND s.next_fire <= t.now"
@@ -405,7 +417,7 @@ static skl_rc fire(skl_client *c, const PGresult *r, int row, const skl_cron_pla
 	row_call call = {.sql = fire_sql, .nparams = 7,
 	                 .params = {name, PQgetvalue(r, row, D_CREATED), col_str(r, row, D_LAST),
 	                            p->any_due ? last : col_str(r, row, D_LAST),
-	                            p->has_next ? next : NULL, skl_buf_str(&fires),
+	                            has_next(p) ? next : NULL, skl_buf_str(&fires),
 	                            skl_buf_str(&keys)}};
 	skl_rc rc = skl_buf_failed(&fires) || skl_buf_failed(&keys)
 	                ? skl__seterr(err, SKL_NOMEM, "out of memory")
@@ -437,21 +449,35 @@ static skl_rc plan_row(const PGresult *r, int row, const skl_cron_tick_opts *o,
 	return rc;
 }
 
+/* One schedule that could not be evaluated: counted, the first named. */
+static void tick_failed(skl_cron_tick_result *res, const char *name, const char *why)
+{
+	if (res->failed++ == 0)
+		snprintf(res->failure, sizeof(res->failure), "schedule \"%.128s\": %.360s", name, why);
+}
+
 static skl_rc tick_row(skl_client *c, const PGresult *r, int row, const skl_cron_tick_opts *o,
                        skl_cron_tick_result *res, skl_error *err)
 {
 	skl_cron_plan p;
 	skl_error why;
 	if (plan_row(r, row, o, &p, &why) != SKL_OK) {
-		if (res->failed++ == 0)
-			snprintf(res->failure, sizeof(res->failure), "schedule \"%.128s\": %.360s",
-			         PQgetvalue(r, row, D_NAME), why.message);
+		tick_failed(res, PQgetvalue(r, row, D_NAME), why.message);
 		return SKL_OK;
 	}
 	bool moved = false;
 	int64_t jobs = 0;
-	skl_rc rc = fire(c, r, row, &p, &moved, &jobs, err);
-	if (rc == SKL_OK && moved && !p.any_due) {
+	skl_rc rc = fire(c, r, row, &p, &moved, &jobs, &why);
+	if (rc == SKL_DB && (strncmp(why.sqlstate, "22", 2) == 0 ||
+	                     strncmp(why.sqlstate, "23", 2) == 0)) {
+		/* schedule_fire refused this schedule's values (a stored time it
+		 * cannot move on from, a payload over the limit): this schedule
+		 * fails, the tick goes on with the others */
+		tick_failed(res, PQgetvalue(r, row, D_NAME), why.message);
+		rc = SKL_OK;
+	} else if (rc != SKL_OK && err) {
+		*err = why;
+	} else if (rc == SKL_OK && moved && !p.any_due) {
 		/* nothing was due after all (say the zone's rules changed since
 		 * next_fire was stored): only next_fire was corrected */
 	} else if (rc == SKL_OK && moved) {

@@ -27,7 +27,8 @@ static const char *const read_sql =
 	"LOCK TABLE skiplock.schedules IN SHARE ROW EXCLUSIVE MODE;"
 	"SELECT floor(extract(epoch FROM now()))::bigint, s.name, s.expression, s.zone, s.kind,"
 	"       s.payload::text, s.queue, s.priority, s.max_attempts, s.catch_up, s.enabled,"
-	"       floor(extract(epoch FROM coalesce(s.last_fire, s.created_at)))::bigint"
+	"       floor(extract(epoch FROM " SKL_SQL_IN_RANGE("coalesce(s.last_fire, s.created_at)")
+	"))::bigint"
 	"  FROM (SELECT 1) t LEFT JOIN skiplock.schedules s ON true ORDER BY s.name";
 
 enum { R_NOW, R_NAME, R_EXPR, R_ZONE, R_KIND, R_PAYLOAD, R_QUEUE, R_PRIO, R_MAX, R_CATCH,

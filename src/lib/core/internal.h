@@ -58,6 +58,8 @@ struct skl_client {
 	                        * characters), 0 when it had none */
 	bool require_schema;   /* check skiplock's schema before the first operation */
 	bool schema_ok;        /* that check passed (it is not repeated) */
+	signed char tokens;    /* the role may read fencing tokens: 1 yes, -1 no, 0 not
+	                        * asked yet (queue/inspect.c, skl__tokens_readable) */
 };
 
 /* Per-call transaction settings for skl__run. Zero fields take defaults. */

@@ -121,8 +121,11 @@ skl_rc skl_breaker_configure(skl_client *c, const char *kind, const skl_breaker_
 		.nparams = 7, .params = {kind, v[0], v[1], v[2], v[3], v[4], v[5]}};
 	skl_rc rc = skl__run_stmt(c, &write_opts, &s, err);
 	PQclear(s.res);
-	if (rc == SKL_DB && err && strcmp(err->sqlstate, "23514") == 0)
-		return skl__seterr(err, SKL_INVALID, "breaker settings for \"%s\" out of range", kind);
+	/* sql/0017_guards.sql bounds every setting (22023), before it a CHECK
+	 * (23514) only refused values below 1 */
+	if (rc == SKL_DB && err && (strcmp(err->sqlstate, "22023") == 0 ||
+	                            strcmp(err->sqlstate, "23514") == 0))
+		err->rc = rc = SKL_INVALID;
 	return rc;
 }
 
@@ -165,7 +168,9 @@ static const char *const list_sql =
 	"SELECT kind, state, failure_pct, min_calls, window_calls, window_ms, open_ms, probes,"
 	"       calls, failures, probes_left, probe_ok,"
 	"       CASE WHEN state <> 'open' THEN 0 WHEN open_until = 'infinity' THEN -1"
-	"            ELSE greatest(0, ceil(extract(epoch FROM open_until - now()) * 1000))::bigint"
+	"            WHEN open_until <= now() THEN 0"          /* also '-infinity' */
+	"            ELSE ceil(extract(epoch FROM least(open_until, now() + interval '1000 years')"
+	"                                         - now()) * 1000)::bigint"
 	"       END,"
 	"       to_char(changed_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"')"
 	"  FROM skiplock.breakers ORDER BY kind";

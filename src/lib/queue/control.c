@@ -244,8 +244,8 @@ void skl_pauses_free(skl_pause_info *rows, size_t n)
 
 static void fill_action(skl_action_info *a, const PGresult *res, int row)
 {
-	const char *s[8];
-	void *mem = copy_row(res, row, 8, s);
+	const char *s[9];
+	void *mem = copy_row(res, row, 9, s);
 	*a = (skl_action_info){.internal = mem};
 	if (mem == NULL)
 		return;
@@ -257,6 +257,7 @@ static void fill_action(skl_action_info *a, const PGresult *res, int row)
 	a->target = s[5];
 	a->matched = strtoll(s[6], NULL, 10);
 	a->changed = strtoll(s[7], NULL, 10);
+	a->db_user = s[8];
 }
 
 skl_rc skl_actions_list(skl_client *c, int limit, int64_t before_id, skl_action_info **rows,
@@ -270,7 +271,7 @@ skl_rc skl_actions_list(skl_client *c, int limit, int64_t before_id, skl_action_
 	snprintf(lim, sizeof(lim), "%d", limit ? limit : 50);
 	snprintf(before, sizeof(before), "%" PRId64, before_id);
 	rows_call q = {.sql = "SELECT id, " TS("at") ", actor, role, action, target::text,"
-	                      "       matched, changed FROM skiplock.actions"
+	                      "       matched, changed, db_user FROM skiplock.actions"
 	                      " WHERE $2::bigint = 0 OR id < $2 ORDER BY id DESC LIMIT $1",
 	               .nparams = 2, .params = {lim, before}};
 	skl_rc rc = skl__run(c, &read_opts, rows_fn, &q, err);

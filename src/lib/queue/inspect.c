@@ -23,6 +23,7 @@
 
 #include "core/internal.h"
 #include "queue/list_filter.h"
+#include "queue/queue_int.h"
 #include "skiplock/inspect.h"
 
 static const char *const job_states[] = {"available", "running", "completed", "discarded",
@@ -52,12 +53,14 @@ bool skl_job_state_valid(const char *s)
 
 /* The columns of a job: position (C_*), expression, name.  The select
  * lists are built from this table and every answer is checked against its
- * names (skl__check_columns) before a column is read by position. */
-#define JOB_COLUMNS(X)                                                                        \
+ * names (skl__check_columns) before a column is read by position.  TOKEN
+ * is the fencing token's expression: the worker and reader roles may not
+ * read it (sql/0017_guards.sql), so each statement has a form without it. */
+#define JOB_COLUMNS(X, TOKEN)                                                                 \
 	X(C_ID, "j.id", "id") X(C_QUEUE, "j.queue", "queue") X(C_KIND, "j.kind", "kind")          \
 	X(C_STATE, "j.state", "state") X(C_PRIO, "j.priority", "priority")                        \
 	X(C_ATTEMPT, "j.attempt", "attempt") X(C_MAX, "j.max_attempts", "max_attempts")           \
-	X(C_FENCING, "j.fencing", "fencing") X(C_RUN_AT, SKL_TS("j.run_at"), "run_at")            \
+	X(C_FENCING, TOKEN, "fencing") X(C_RUN_AT, SKL_TS("j.run_at"), "run_at")                  \
 	X(C_CREATED, SKL_TS("j.created_at"), "created_at")                                        \
 	X(C_ATTEMPTED, SKL_TS("j.attempted_at"), "attempted_at")                                  \
 	X(C_FINISHED, SKL_TS("j.finished_at"), "finished_at")                                     \
@@ -74,30 +77,61 @@ bool skl_job_state_valid(const char *s)
 
 /* After the job's columns: its payload and result (NULL in a list), then
  * in skl_job_get one entry of its error history per row. */
-enum { JOB_COLUMNS(COL_ENUM) C_PAYLOAD, C_RESULT, C_LIST_NCOLS = C_RESULT + 1, C_ERR_ORD = C_LIST_NCOLS,
-       C_ERR_ATTEMPT, C_ERR_AT, C_ERR_TEXT, C_GET_NCOLS };
+enum { JOB_COLUMNS(COL_ENUM, -) C_PAYLOAD, C_RESULT, C_LIST_NCOLS = C_RESULT + 1,
+       C_ERR_ORD = C_LIST_NCOLS, C_ERR_ATTEMPT, C_ERR_AT, C_ERR_TEXT, C_GET_NCOLS };
 static const char *const job_cols[C_GET_NCOLS] = {
-	JOB_COLUMNS(COL_NAME) "payload", "result", "err_ord", "err_attempt", "err_at", "err_text"};
+	JOB_COLUMNS(COL_NAME, -) "payload", "result", "err_ord", "err_attempt", "err_at",
+	"err_text"};
+
+/* The token for a role that may not read it: NULL, read as -1. */
+#define NO_TOKEN "NULL::bigint"
 
 /* The filters are skiplock.jobs_matching's (list_filter.h), shared with
- * the count and the bulk actions of control.h. */
-static const char *const list_sql =
-	"SELECT " JOB_COLUMNS(COL_SELECT) "NULL::text AS payload, NULL::text AS result"
-	"  FROM " SKL_JOBS_MATCHING " j"
-	" ORDER BY j.id DESC LIMIT $4";
+ * the count and the bulk actions of control.h.  jobs_matching runs with
+ * the caller's rights and so leaves the token out; a role that may read
+ * it ([1]) looks it up by id. */
+#define LIST_SQL(TOKEN)                                                                        \
+	"SELECT " JOB_COLUMNS(COL_SELECT, TOKEN) "NULL::text AS payload, NULL::text AS result"    \
+	"  FROM " SKL_JOBS_MATCHING " j"                                                         \
+	" ORDER BY j.id DESC LIMIT $4"
+static const char *const list_sql[2] = {
+	LIST_SQL(NO_TOKEN),
+	LIST_SQL("(SELECT t.fencing FROM skiplock.all_jobs t WHERE t.id = j.id LIMIT 1)")};
 
 /* One row per entry of the error history (one row with NULLs when it is
  * empty), oldest first. */
-static const char *const get_sql =
-	"SELECT " JOB_COLUMNS(COL_SELECT) "j.payload::text AS payload, j.result::text AS result,"
-	"       e.ord AS err_ord, e.v ->> 'attempt' AS err_attempt,"
-	"       coalesce(" SKL_TS(SKL_ERR_AT("e.v")) ", e.v ->> 'at') AS err_at,"
-	"       " SKL_ERR_TEXT("e.v") " AS err_text"
-	"  FROM skiplock.all_jobs j"
-	"  LEFT JOIN LATERAL jsonb_array_elements(" SKL_ERRORS_ARRAY ") WITH ORDINALITY AS e(v, ord)"
-	"    ON true"
-	" WHERE j.id = $1"
-	" ORDER BY e.ord";
+#define GET_SQL(TOKEN)                                                                         \
+	"SELECT " JOB_COLUMNS(COL_SELECT, TOKEN) "j.payload::text AS payload,"                    \
+	"       j.result::text AS result, e.ord AS err_ord, e.v ->> 'attempt' AS err_attempt,"    \
+	"       coalesce(" SKL_TS(SKL_ERR_AT("e.v")) ", e.v ->> 'at') AS err_at,"                 \
+	"       " SKL_ERR_TEXT("e.v") " AS err_text"                                               \
+	"  FROM skiplock.all_jobs j"                                                             \
+	"  LEFT JOIN LATERAL jsonb_array_elements(" SKL_ERRORS_ARRAY ") WITH ORDINALITY"        \
+	"    AS e(v, ord) ON true"                                                               \
+	" WHERE j.id = $1"                                                                       \
+	" ORDER BY e.ord"
+static const char *const get_sql[2] = {GET_SQL(NO_TOKEN), GET_SQL("j.fencing")};
+
+/* Whether the role may read the tokens of jobs and leases: a role that
+ * may read every column of both. */
+static const char *const tokens_sql =
+	"SELECT has_column_privilege('skiplock.all_jobs', 'fencing', 'SELECT')"
+	"   AND has_column_privilege('skiplock.leases', 'fencing', 'SELECT')";
+
+skl_rc skl__tokens_readable(skl_client *c, bool *yes, skl_error *err)
+{
+	static const skl_txn_opts o = {.idempotent = 1};
+	if (c->tokens == 0) {
+		skl_stmt s = {.sql = tokens_sql};
+		skl_rc rc = skl__run_stmt(c, &o, &s, err);
+		if (rc != SKL_OK)
+			return rc;
+		c->tokens = PQgetvalue(s.res, 0, 0)[0] == 't' ? 1 : -1;
+		PQclear(s.res);
+	}
+	*yes = c->tokens > 0;
+	return SKL_OK;
+}
 
 /* ---- copying result rows into caller-owned structures ---- */
 
@@ -153,7 +187,7 @@ static bool fill_job(skl_job_info *j, const PGresult *r, int row)
 		.priority = (int)col_i64(r, row, C_PRIO),
 		.attempt = (int)col_i64(r, row, C_ATTEMPT),
 		.max_attempts = (int)col_i64(r, row, C_MAX),
-		.fencing = col_i64(r, row, C_FENCING),
+		.fencing = PQgetisnull(r, row, C_FENCING) ? -1 : col_i64(r, row, C_FENCING),
 		.lease_expires_in_ms = col_i64(r, row, C_LEASE_MS),
 		.timeout_ms = col_i64(r, row, C_TIMEOUT),
 		.backoff_base_ms = col_i64(r, row, C_BBASE),
@@ -263,10 +297,14 @@ skl_rc skl_jobs_list(skl_client *c, const skl_list_opts *o, skl_job_info **jobs,
 	if (o->limit < 0)
 		return skl__seterr(err, SKL_INVALID, "limit must not be negative");
 	skl__list_filter f;
-	read_call rc = {.sql = list_sql, .nparams = SKL_MATCHING_NPARAMS};
+	read_call rc = {.nparams = SKL_MATCHING_NPARAMS};
 	skl_rc r = skl__matching_params(o, &f, rc.params, err);
+	bool tokens = false;
+	if (r == SKL_OK)
+		r = skl__tokens_readable(c, &tokens, err);
 	if (r != SKL_OK)
 		return r;
+	rc.sql = list_sql[tokens];
 	char limit[16];
 	snprintf(limit, sizeof(limit), "%d", o->limit ? o->limit : 50);
 	rc.params[3] = limit;
@@ -285,8 +323,12 @@ skl_rc skl_job_get(skl_client *c, int64_t id, skl_job_info **job, skl_error *err
 	*job = NULL;
 	char ids[24];
 	snprintf(ids, sizeof(ids), "%" PRId64, id);
-	read_call rc = {.sql = get_sql, .nparams = 1, .params = {ids}, .one = true};
-	skl_rc r = skl__run(c, &read_opts, jobs_fn, &rc, err);
+	bool tokens = false;
+	skl_rc r = skl__tokens_readable(c, &tokens, err);
+	if (r != SKL_OK)
+		return r;
+	read_call rc = {.sql = get_sql[tokens], .nparams = 1, .params = {ids}, .one = true};
+	r = skl__run(c, &read_opts, jobs_fn, &rc, err);
 	if (r != SKL_OK) {
 		read_reset(&rc);
 		return r;

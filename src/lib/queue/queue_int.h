@@ -14,6 +14,11 @@
  * saying so. */
 skl_rc skl__check_kind(const char *kind, skl_error *err);
 
+/* inspect.c: *yes when the client's role may read the fencing tokens of
+ * skiplock.all_jobs and skiplock.leases (the worker and reader roles may
+ * not, sql/0017_guards.sql); asked of the database once per client. */
+skl_rc skl__tokens_readable(skl_client *c, bool *yes, skl_error *err);
+
 /* queue.c: skl_rescue, calling fn (when not NULL) with the queue and kind
  * of every job whose expired lease was ended, and whether it was discarded
  * (its last attempt). */

@@ -30,8 +30,14 @@
 
 #define CHANNEL "skiplock_jobs"
 /* Milliseconds from now until x (negative when past); NULL and
- * 'infinity' (a breaker opened by an operator) are NULL. */
-#define MS_UNTIL(x) "(extract(epoch FROM nullif(" x ", 'infinity') - now()) * 1000)::bigint"
+ * 'infinity' (a breaker opened by an operator) are NULL.  A time before
+ * 1970 counts as 1970, so that no stored time (say a schedule's
+ * '-infinity' planted around its checks) can make the poll fail: the
+ * worst it does is wake the worker at once. */
+#define MS_UNTIL(x)                                                                              \
+	"(extract(epoch FROM CASE WHEN " x " < timestamptz '1970-01-01 00:00+00'"                   \
+	" THEN timestamptz '1970-01-01 00:00+00' ELSE nullif(" x ", 'infinity') END - now())"      \
+	" * 1000)::bigint"
 
 /* A kind whose breaker is open is not claimable before open_until: its
  * jobs count from then on. */

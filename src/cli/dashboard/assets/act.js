@@ -178,7 +178,7 @@ function scheduleCell(s) {
 
 function renderActions(list) {
   fill('actions', list.map(a => {
-    const tr = row([a.at, a.actor, a.role, a.action,
+    const tr = row([a.at, a.actor, a.role, a.db_user === null ? '-' : a.db_user, a.action,
       el('td', a.target === null ? '-' : JSON.stringify(a.target), {class: 'target'}),
       el('td', a.matched, {class: 'num', 'data-field': 'matched'}),
       el('td', a.changed, {class: 'num', 'data-field': 'changed'})]);

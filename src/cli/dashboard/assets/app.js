@@ -324,7 +324,8 @@ function renderSchedules(list) {
 
 function renderLeases(list) {
   fill('leases', list.map(l =>
-    row([l.name, l.owner, el('td', l.fencing, {class: 'num'}), l.live ? 'yes' : 'expired',
+    row([l.name, l.owner, el('td', l.fencing === null ? '-' : l.fencing, {class: 'num'}),
+         l.live ? 'yes' : 'expired',
          l.expires_at])));
 }
 
