@@ -19,7 +19,7 @@ expect_exit "unknown command" 2 'unknown command "frobnicate"' -- "$SKL_BIN" fro
 # them, and "did you mean" over the subcommand and option tables.
 for cmd in "cron:add, apply, list, remove, pause, resume, run or tick" \
 	"jobs:list, show, retry, cancel, discard, prune or actions" "idem:prune" "lease:run or list" \
-	"migrate:up, status or verify" "doctor:locks, pooler, indexes or all" "queue:pause, resume or paused"; do
+	"migrate:up, status or verify" "doctor:locks, pooler, indexes, maintenance or all" "queue:pause, resume or paused"; do
 	c=${cmd%%:*} subs=${cmd#*:}
 	expect_exit "$c: missing subcommand" 2 "^skiplock $c: missing subcommand \\(expected $subs\\)\$" \
 		-- "$SKL_BIN" "$c"
