@@ -24,6 +24,9 @@
 
 PREFIX ?= /usr/local
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
+# Tests wait on PostgreSQL, sleeps and subprocesses more than they compute:
+# twice as many at once as there are cores.
+TEST_JOBS ?= $(shell echo $$(( $(JOBS) * 2 )))
 BUILD := build/release
 ASAN := build/asan
 CTEST_ARGS ?=
@@ -63,7 +66,7 @@ check-asan: bootstrap $(ASAN)/CMakeCache.txt
 	@cmake --build $(ASAN) -j $(JOBS)
 	@ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1 \
 	  tests/harness/with-cluster --session-bouncer -- \
-	  ctest --test-dir $(ASAN) --output-on-failure -j $(JOBS) $(CTEST_ARGS)
+	  ctest --test-dir $(ASAN) --output-on-failure -j $(TEST_JOBS) $(CTEST_ARGS)
 
 # The README's test command: the optimised build must compile warning-free,
 # and every test runs against the sanitizer build.

@@ -144,7 +144,7 @@ check_eq "bulk: the dialog states the count and the filter" "$(sed -n 's/^bulk-d
 	"retry 500 job(s) matching state=discarded, kind=bulk? Jobs a worker finishes first are skipped."
 check_eq "bulk: the answer" "$(sed -n 's/^bulk-answer //p' "$TMP/obs")" "retry: 500 matched, 500 retried, 0 skipped"
 check_eq "bulk: the action log on the page says 500" "$(sed -n 's/^bulk-log //p' "$TMP/obs")" \
-	"dashboard@127.0.0.1 | operator | retry | {\"kind\":\"bulk\",\"state\":\"discarded\",\"up_to\":$(q "SELECT max(id) FROM skiplock.all_jobs WHERE kind = 'bulk'")} | 500 | 500"
+	"dashboard@127.0.0.1 | operator | $(q "SELECT session_user") | retry | {\"kind\":\"bulk\",\"state\":\"discarded\",\"up_to\":$(q "SELECT max(id) FROM skiplock.all_jobs WHERE kind = 'bulk'")} | 500 | 500"
 check_eq "bulk: a filter of every job: the dialog says so, and yes waits for the box" \
 	"$(sed -n 's/^every-dialog //p' "$TMP/obs") $(sed -n 's/^every-box //p' "$TMP/obs")" "true true true false"
 check_eq "bulk: 500 completed in SQL, each after one more claim" \

@@ -132,7 +132,7 @@ def test_killed_and_terminated_every_effect_exactly_once(db, tmp_path):
             if left < JOBS // 10:
                 break  # the tail is left to the survivors
             terminated += terminate_one(db)
-            if rounds % 6 == 0:  # a worker dies mid-effect; another takes its place
+            if rounds % 3 == 0:  # a worker dies mid-effect; another takes its place
                 fleet.kill_one()
                 fleet.start()
                 kills += 1
