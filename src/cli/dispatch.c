@@ -1,7 +1,7 @@
 /*
  * dispatch.c — subcommand tables and the errors of bad usage: a missing or
- * unknown subcommand, an unknown option, each one line with "did you mean"
- * when a name of the table is close (suggest.h).
+ * unknown subcommand, one line with "did you mean" when a name of the table
+ * is close (suggest.h).  An unknown option is options.c's.
  */
 #include <string.h>
 
@@ -65,41 +65,4 @@ int cli_dispatch(const cli_subs *t, int argc, char **argv)
 	if (s == NULL)
 		return CLI_USAGE;
 	return s->run ? s->run(s, argc - 1, argv + 1) : s->fn(argc - 1, argv + 1);
-}
-
-/* "--name" or "--name=value" of an unknown long option: the name, in buf. */
-static const char *long_name(const char *arg, char *buf, size_t cap)
-{
-	if (strncmp(arg, "--", 2) != 0 || arg[2] == '\0')
-		return NULL;
-	snprintf(buf, cap, "%.*s", (int)strcspn(arg + 2, "="), arg + 2);
-	return buf;
-}
-
-const char *cli_option_suggest(const struct option *opts, const char *name)
-{
-	cli_suggest sg;
-	cli_suggest_init(&sg, name);
-	for (size_t i = 0; opts && opts[i].name; i++)
-		cli_suggest_add(&sg, opts[i].name);
-	return sg.best;
-}
-
-int cli_bad_option(const cli_common *cc, int code, char *const argv[],
-                   const struct option *opts)
-{
-	const char *opt = argv[optind - 1];
-	if (code == ':') {
-		cli_error(cc, "option \"%s\" needs a value (see skiplock %s --help)", opt,
-		          cc->command);
-		return CLI_USAGE;
-	}
-	char name[64];
-	const char *best = cli_option_suggest(opts, long_name(opt, name, sizeof(name)));
-	if (best)
-		cli_error(cc, "unknown option \"%s\" (did you mean \"--%s\"? see skiplock %s --help)",
-		          opt, best, cc->command);
-	else
-		cli_error(cc, "unknown option \"%s\" (see skiplock %s --help)", opt, cc->command);
-	return CLI_USAGE;
 }

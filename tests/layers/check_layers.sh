@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# tests/layers/check_layers.sh SOURCE_DIR LIBSKIPLOCK.a
+# tests/layers/check_layers.sh SOURCE_DIR LIBSKIPLOCK.a [CLI_OBJECT_DIR]
 #
 # The library's parts are folders of src/lib, in dependency order:
 #   core  queue  coord  worker  migrate  doctor
@@ -11,13 +11,20 @@
 #    only the files directly in src/lib may include it);
 #  - every skl_ symbol an object of the static library uses (nm -u) is
 #    defined (nm --defined-only) by an object of the same or an earlier part;
+#  - no two files of a part call each other, directly or around a cycle;
 #  - the command (src/cli) includes no internal header of the library but
-#    core/lazy.h, the dlopen helper it shares with the library.
+#    core/lazy.h, the dlopen helper it shares with the library;
+#  - with CLI_OBJECT_DIR (the command's objects, CMake's
+#    CMakeFiles/skiplock.dir): no cycle among the command's files; a command
+#    file (cmd_NAME.c) calls no other command's file (its own subcommand
+#    files cmd_NAME_*.c excepted); the dashboard (dashboard/) calls only
+#    itself, print/, http/ and the generated assets (and the library).
 # Prints the layer table (what each part includes and calls), then one line
 # per violation, and exits 1 when there is any.
 set -u
-SRC=${1:?usage: check_layers.sh SOURCE_DIR LIBSKIPLOCK.a}
-LIB=${2:?usage: check_layers.sh SOURCE_DIR LIBSKIPLOCK.a}
+SRC=${1:?usage: check_layers.sh SOURCE_DIR LIBSKIPLOCK.a [CLI_OBJECT_DIR]}
+LIB=${2:?usage: check_layers.sh SOURCE_DIR LIBSKIPLOCK.a [CLI_OBJECT_DIR]}
+CLI_OBJ=${3:-}
 PARTS=(core queue coord worker migrate doctor lib)
 declare -A RANK PUBLIC PART_OF
 for i in "${!PARTS[@]}"; do RANK[${PARTS[$i]}]=$i; done
@@ -32,9 +39,8 @@ worker worker webhook
 migrate migrate
 doctor doctor diagnose
 EOF
-# Parts whose files must not call each other in a cycle (queue: inspect.c and
-# list_filter.c still call each other; it joins once they do not).
-ACYCLIC_PARTS=(core coord worker migrate doctor)
+# Parts whose files must not call each other in a cycle: every one.
+ACYCLIC_PARTS=("${PARTS[@]}")
 HANDLER_FILES=(command.c.o webhook.c.o stream.c.o stream_out.c.o stream_proc.c.o stream_loop.c.o)
 HANDLER_BLIND=(worker_loop.c.o worker.c.o)
 PROBLEMS=0
@@ -138,8 +144,7 @@ check_cli() {
 check_cycles() {
 	local part from obj def sym loop
 	for part in "${ACYCLIC_PARTS[@]}"; do
-		loop=$(printf '%s' "$EDGES" | awk -v p="$part" '$1 == p {print $2, $3}' | sort -u |
-			tsort 2>&1 >/dev/null | sed -n 's/^tsort: \([^ ]*\.o\)$/\1/p' | awk '!seen[$0]++' | tr '\n' ' ')
+		loop=$(printf '%s' "$EDGES" | awk -v p="$part" '$1 == p {print $2, $3}' | cycle_of)
 		[ -z "$loop" ] || problem "the $part files call each other in a cycle: ${loop% }"
 	done
 	while read -r from obj def sym; do
@@ -147,6 +152,42 @@ check_cycles() {
 		[[ " ${HANDLER_BLIND[*]} " == *" $obj "* && " ${HANDLER_FILES[*]} " == *" $def "* ]] &&
 			problem "$obj calls $sym of $def: handlers are reached only through handler_ops"
 	done <<<"$EDGES"
+}
+
+# cycle_of "FROM TO" lines: the files of a cycle, or nothing.
+cycle_of() {
+	sort -u | tsort 2>&1 >/dev/null | sed -n 's/^tsort: \([^ ]*\.o\)$/\1/p' | awk '!seen[$0]++' |
+		tr '\n' ' '
+}
+
+# The command's files (objects under CLI_OBJ): no cycle, no command calling
+# another, the dashboard on the library, print/ and http/ only.
+check_cli_calls() {
+	[ -n "$CLI_OBJ" ] || return 0
+	[ -d "$CLI_OBJ" ] || { problem "$CLI_OBJ: no such directory of the command's objects"; return; }
+	local obj sym def from to loop edges=""
+	declare -A CDEF=()
+	while IFS=: read -r obj sym; do CDEF[$sym]=$obj; done < <(
+		cd "$CLI_OBJ" && find . -name '*.o' | sort | xargs nm -A --defined-only 2>/dev/null |
+			awk '$(NF-1) ~ /^[TDBR]$/ {sub(/:[^:]*$/, "", $1); sub(/^\.\//, "", $1); print $1 ":" $NF}')
+	[ "${#CDEF[@]}" -gt 0 ] || { problem "nm found no symbols in the command's objects ($CLI_OBJ)"; return; }
+	while IFS=: read -r obj sym; do
+		def=${CDEF[$sym]:-}
+		[ -n "$def" ] && [ "$def" != "$obj" ] || continue
+		edges+="$obj $def"$'\n'
+		from=$(basename "$obj" .c.o) to=$(basename "$def" .c.o)
+		if [[ $from == cmd_* && $to == cmd_* && $to != "$from" && $to != "${from}"_* ]]; then
+			problem "${obj%.o} calls $sym of ${def%.o}: a command never calls another command's file (share it from print/ or the library)"
+		fi
+		if [[ $obj == */dashboard/* && $def != */dashboard/* && $def != */print/* &&
+			$def != */http/* && $def != generated/* ]]; then
+			problem "${obj%.o} calls $sym of ${def%.o}: the dashboard uses only the library, print/ and http/"
+		fi
+	done < <(cd "$CLI_OBJ" && find . -name '*.o' | sort | xargs nm -A -u 2>/dev/null |
+		awk '{sub(/:[^:]*$/, "", $1); sub(/^\.\//, "", $1); print $1 ":" $NF}')
+	loop=$(printf '%s' "$edges" | cycle_of)
+	[ -z "$loop" ] || problem "the command's files call each other in a cycle: ${loop% }"
+	CLI_FILES=$(cd "$CLI_OBJ" && find . -name '*.o' | wc -l)
 }
 
 # uniq_sorted "WORDS": the distinct words, in part order.
@@ -162,6 +203,7 @@ check_includes
 check_calls
 check_cli
 check_cycles
+check_cli_calls
 printf '%-6s %-8s %-6s %-36s %s\n' layer part files "includes from" "calls into"
 for p in "${PARTS[@]}"; do
 	printf '%-6s %-8s %-6s %-36s %s\n' "$((${RANK[$p]} + 1))" "$p" "${FILES[$p]:-0}" \
@@ -172,3 +214,4 @@ if [ "$PROBLEMS" -gt 0 ]; then
 	exit 1
 fi
 echo "layering ok: no part includes or calls a later one; no cycle among the files of: ${ACYCLIC_PARTS[*]}"
+[ -z "$CLI_OBJ" ] || echo "command ok: no cycle among its ${CLI_FILES:-0} files, no command calls another's, the dashboard on the library, print/ and http/"

@@ -6,7 +6,7 @@
 use crate::conn::select;
 use crate::error::Error;
 use crate::pooler::{is_direct, Pooler};
-use crate::worker::{Config, Event};
+use crate::config::{Config, Event};
 use std::sync::Arc;
 use tokio::sync::Notify;
 use tokio::time::{Duration, Instant};

@@ -1,11 +1,9 @@
 //! A claimed job, what a handler returns, and the outcome the worker records.
 
-use crate::error::Error;
 use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
-use tokio_postgres::GenericClient;
 
 /// A job as the claim handed it over.
 #[derive(Clone, Debug)]
@@ -39,29 +37,11 @@ impl TxCompletion {
     pub fn is_set(&self) -> bool {
         self.0.load(Ordering::SeqCst)
     }
-}
 
-impl Job {
-    /// Completes the job in your transaction `c`, the one that makes the
-    /// job's effect (`skiplock.job_complete`; call it last, just before
-    /// the commit).  The effect and the completion then commit together or
-    /// not at all: the effect happens exactly once, even when the worker
-    /// dies right after the commit (the fence alone, [`crate::job_fence`],
-    /// cannot prevent the next attempt from applying it again).
-    /// [`Error::Fenced`] (SQLSTATE SK001) unless the claim is current, or
-    /// when this claim completed the job already: roll back.  `result` is
-    /// kept as the job's result.
-    ///
-    /// Return `Ok` from the handler only once that transaction committed:
-    /// the worker then records no outcome of its own (the handler's value
-    /// is ignored) and does not take the job's end for a lost lease.  If
-    /// the commit fails, return an error: the worker records a failed
-    /// attempt, refused harmlessly when the commit did go through.
-    pub async fn complete<C: GenericClient + Sync>(&self, c: &C, result: &serde_json::Value)
-                                                   -> Result<(), Error> {
-        crate::protocol::job_complete(c, self, result).await?;
-        self.completed_in_tx.0.store(true, Ordering::SeqCst);
-        Ok(())
+    /// Marks the claim completed in the handler's transaction
+    /// ([`Job::complete`], in the protocol module).
+    pub(crate) fn set(&self) {
+        self.0.store(true, Ordering::SeqCst);
     }
 }
 

@@ -24,6 +24,7 @@
 //! # Ok(()) }
 //! ```
 
+mod config;
 mod conn;
 mod db;
 mod enqueue;

@@ -199,6 +199,32 @@ pub async fn job_complete<C: GenericClient + Sync>(
     fenced(select(c.client(), &q).await, job).map(|_| ())
 }
 
+// The job's own call of job_complete: here, with the statement, so that
+// the job's types (job.rs) do not depend on the protocol.
+impl Job {
+    /// Completes the job in your transaction `c`, the one that makes the
+    /// job's effect (`skiplock.job_complete`; call it last, just before
+    /// the commit).  The effect and the completion then commit together or
+    /// not at all: the effect happens exactly once, even when the worker
+    /// dies right after the commit (the fence alone, [`crate::job_fence`],
+    /// cannot prevent the next attempt from applying it again).
+    /// [`Error::Fenced`] (SQLSTATE SK001) unless the claim is current, or
+    /// when this claim completed the job already: roll back.  `result` is
+    /// kept as the job's result.
+    ///
+    /// Return `Ok` from the handler only once that transaction committed:
+    /// the worker then records no outcome of its own (the handler's value
+    /// is ignored) and does not take the job's end for a lost lease.  If
+    /// the commit fails, return an error: the worker records a failed
+    /// attempt, refused harmlessly when the commit did go through.
+    pub async fn complete<C: GenericClient + Sync>(&self, c: &C, result: &serde_json::Value)
+                                                   -> Result<(), Error> {
+        job_complete(c, self, result).await?;
+        self.completed_in_tx.set();
+        Ok(())
+    }
+}
+
 /// Maps SQLSTATE SK001 to [`Error::Fenced`] for `job`.
 pub fn fenced<T>(r: Result<T, Error>, job: &Job) -> Result<T, Error> {
     match r {

@@ -2,7 +2,7 @@
 //! panic, its timeout or its cancelled token becomes the attempt's outcome.
 
 use crate::job::{Job, Outcome};
-use crate::worker::Handler;
+use crate::config::Handler;
 use futures_util::FutureExt;
 use std::any::Any;
 use std::panic::AssertUnwindSafe;

@@ -19,7 +19,7 @@ use crate::job::{Finished, Job, Outcome, TxCompletion};
 use crate::jitter::jittered;
 use crate::protocol::{exchange, heartbeat, rescue, ClaimArgs};
 use crate::runners::{self, Queue};
-use crate::worker::{Config, Event};
+use crate::config::{Config, Event};
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};

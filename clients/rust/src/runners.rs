@@ -6,7 +6,7 @@
 
 use crate::job::{Finished, Job, Outcome};
 use crate::run_job;
-use crate::worker::Config;
+use crate::config::Config;
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 use tokio::sync::mpsc::UnboundedSender;

@@ -24,7 +24,8 @@
  *   GET  /api/doctor/maintenance `doctor maintenance`: last run, lease, the
  *                                finding when it has not run while jobs did
  *   POST /api/jobs/ID/retry, /api/jobs/ID/cancel
- * and the operator's fleet-wide actions of dashboard_act.c.
+ * and the operator's fleet-wide actions of dashboard_act.c.  The replies
+ * and the job filter every endpoint shares are dashboard_reply.c's.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -38,28 +39,6 @@
 #include "print/maintenance_print.h"
 #include "print/jobs_print.h"
 #include "print/output.h"
-
-dash_reply dash_ok(unsigned status, json_t *body)
-{
-	return (dash_reply){status, body ? body : json_pack("{s:s}", "error", "out of memory")};
-}
-
-dash_reply dash_fail(unsigned status, const char *msg)
-{
-	return dash_ok(status, json_pack("{s:s}", "error", msg));
-}
-
-dash_reply dash_lib_fail(skl_rc rc, const skl_error *err)
-{
-	unsigned st = rc == SKL_EMPTY ? 404 : rc == SKL_CONFLICT ? 409 : rc == SKL_INVALID ? 400 : 503;
-	return dash_fail(st, err->message[0] ? err->message : skl_strerror(rc));
-}
-
-const char *dash_arg(dash_arg_fn arg, void *ctx, const char *name)
-{
-	const char *v = arg(ctx, name);
-	return v && *v ? v : NULL;
-}
 
 /* A failure rate as JSON: null when nothing ran in its window (-1). */
 static json_t *rate_json(double rate)
@@ -128,23 +107,6 @@ static dash_reply get_queues(dash_server *s)
 	skl_queue_status_free(rows, n);
 	skl_queue_status_free(hour, nh);
 	return dash_ok(200, arr);
-}
-
-dash_reply dash_filter(const dash_server *s, dash_role role, dash_arg_fn arg, void *ctx,
-                       skl_list_opts *o)
-{
-	*o = (skl_list_opts){
-		.queue = dash_arg(arg, ctx, "queue"), .kind = dash_arg(arg, ctx, "kind"),
-		.state = dash_arg(arg, ctx, "state"), .limit = 100,
-		.payload_contains = dash_arg(arg, ctx, "payload"),
-		.error_contains = dash_arg(arg, ctx, "error"), .time_field = dash_arg(arg, ctx, "time"),
-		.from = dash_arg(arg, ctx, "from"), .to = dash_arg(arg, ctx, "to")};
-	if (o->state && !skl_job_state_valid(o->state))
-		return dash_fail(400, "unknown job state");
-	/* Matching on what a viewer may not read would reveal it bit by bit. */
-	if (o->payload_contains && role == DASH_VIEWER && s->hide_payloads)
-		return dash_fail(403, "payloads are hidden from viewers");
-	return (dash_reply){0, NULL};
 }
 
 static dash_reply get_jobs(dash_server *s, dash_role role, dash_arg_fn arg, void *ctx)

@@ -1,6 +1,7 @@
 /*
  * doctor_findings.c — the findings of `doctor locks` built from what the
- * two statements of doctor_locks.c read, and the report's memory.
+ * two statements of doctor_locks.c read (doctor_report.c holds the
+ * report's memory and row readers).
  *
  * Findings, in this order:
  *   orphan        a granted advisory lock whose session is idle (outside
@@ -17,94 +18,6 @@
 
 #include "core/buf.h"
 #include "doctor/doctor_int.h"
-
-void *dl_alloc(dl_report *d, size_t size)
-{
-	if (d->nblocks == d->capblocks) {
-		size_t cap = d->capblocks ? 2 * d->capblocks : 16;
-		void **b = realloc(d->blocks, cap * sizeof(*b));
-		if (b == NULL)
-			return NULL;
-		d->blocks = b;
-		d->capblocks = cap;
-	}
-	void *p = calloc(1, size ? size : 1);
-	if (p)
-		d->blocks[d->nblocks++] = p;
-	return p;
-}
-
-char *dl_strdup(dl_report *d, const char *s)
-{
-	size_t n = strlen(s) + 1;
-	char *p = dl_alloc(d, n);
-	if (p)
-		memcpy(p, s, n);
-	return p;
-}
-
-/* Splits an array literal's elements (quoted or not) into a copy. */
-static size_t split_elems(char *s, char **elems, size_t max)
-{
-	size_t n = 0;
-	char *p = s + (*s == '{'), *w;
-	while (*p && *p != '}' && n < max) {
-		elems[n++] = w = p;
-		bool quoted = *p == '"';
-		p += quoted;
-		while (*p && (quoted ? *p != '"' : (*p != ',' && *p != '}'))) {
-			if (quoted && *p == '\\' && p[1])
-				p++;
-			*w++ = *p++;
-		}
-		p += quoted && *p == '"';
-		char end = *p;
-		*w = '\0';
-		if (end == ',')
-			p++;
-		else if (end)
-			*p = '\0';
-	}
-	return n;
-}
-
-bool dl_text_array(dl_report *d, const char *text, char ***out, size_t *n)
-{
-	*out = NULL;
-	*n = 0;
-	if (text == NULL || strcmp(text, "{}") == 0)
-		return true;
-	char *copy = dl_strdup(d, text);
-	size_t max = 1;
-	for (const char *p = text; *p; p++)
-		max += *p == ',';
-	char **elems = dl_alloc(d, max * sizeof(char *));
-	if (copy == NULL || elems == NULL)
-		return false;
-	*n = split_elems(copy, elems, max);
-	*out = elems;
-	return true;
-}
-
-bool dl_int_array(dl_report *d, const char *text, int **out, size_t *n)
-{
-	char **elems;
-	size_t k;
-	*out = NULL;
-	*n = 0;
-	if (!dl_text_array(d, text, &elems, &k))
-		return false;
-	if (k == 0)
-		return true;
-	int *v = dl_alloc(d, k * sizeof(int));
-	if (v == NULL)
-		return false;
-	for (size_t i = 0; i < k; i++)
-		v[i] = atoi(elems[i]);
-	*out = v;
-	*n = k;
-	return true;
-}
 
 static bool is_orphan(const skl_advisory_lock *l, int64_t idle_for_ms)
 {

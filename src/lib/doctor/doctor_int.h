@@ -25,6 +25,10 @@ char *dl_strdup(dl_report *d, const char *s);
  * empty array.  False when out of memory. */
 bool dl_int_array(dl_report *d, const char *text, int **out, size_t *n);
 bool dl_text_array(dl_report *d, const char *text, char ***out, size_t *n);
+/* A column's text, NULL when SQL NULL; a column as an integer, dflt when
+ * NULL. */
+const char *dl_text_or_null(const PGresult *r, int row, int col);
+int64_t dl_int_or(const PGresult *r, int row, int col, int64_t dflt);
 /* Columns of sessions_sql (doctor_locks.c); SESSION_COLS start at S_SESSION. */
 enum { S_PID, S_IIT, S_VICTIMS, S_LONGEST, S_HOLDS, S_SESSION };
 /* Fills s from the SESSION_COLS of row starting at col, pid from pid_col;

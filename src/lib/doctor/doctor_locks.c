@@ -107,32 +107,6 @@ static const char *const sessions_sql =
 enum { L_DB, L_ROLE, L_SCHEMAS, L_PID, L_CLASSID, L_OBJID, L_SUBID, L_MODE, L_GRANTED, L_WAIT,
        L_BLOCKERS, L_WAITERS, L_OWN, L_SESSION };
 
-static const char *text_or_null(const PGresult *r, int row, int col)
-{
-	return PQgetisnull(r, row, col) ? NULL : PQgetvalue(r, row, col);
-}
-
-static int64_t int_or(const PGresult *r, int row, int col, int64_t dflt)
-{
-	return PQgetisnull(r, row, col) ? dflt : strtoll(PQgetvalue(r, row, col), NULL, 10);
-}
-
-void dl_fill_session(skl_db_session *s, const PGresult *r, int row, int pid_col, int col)
-{
-	*s = (skl_db_session){
-		.pid = (int)int_or(r, row, pid_col, 0),
-		.state = text_or_null(r, row, col),
-		.state_age_ms = int_or(r, row, col + 1, -1),
-		.xact_age_ms = int_or(r, row, col + 2, -1),
-		.application_name = text_or_null(r, row, col + 3),
-		.client_addr = text_or_null(r, row, col + 4),
-		.user = text_or_null(r, row, col + 5),
-		.query = text_or_null(r, row, col + 6),
-		.can_terminate = PQgetvalue(r, row, col + 7)[0] == 't',
-		.backend_start_us = int_or(r, row, col + 8, 0),
-	};
-}
-
 static bool fill_lock(dl_report *d, skl_advisory_lock *l, const PGresult *r, int row,
                       const char *const *schemas, size_t nschemas)
 {
@@ -145,14 +119,14 @@ static bool fill_lock(dl_report *d, skl_advisory_lock *l, const PGresult *r, int
 	l->name = n ? dl_strdup(d, n) : NULL;
 	l->mode = PQgetvalue(r, row, L_MODE);
 	l->granted = PQgetvalue(r, row, L_GRANTED)[0] == 't';
-	l->wait_ms = l->granted ? -1 : int_or(r, row, L_WAIT, -1);
+	l->wait_ms = l->granted ? -1 : dl_int_or(r, row, L_WAIT, -1);
 	dl_fill_session(&l->session, r, row, L_PID, L_SESSION);
 	l->session.own_backend = PQgetvalue(r, row, L_OWN)[0] == 't';
 	if (l->session.state == NULL && !PQgetisnull(r, row, L_SESSION + 6))
 		d->pub.hidden_sessions = true;
 	return (n == NULL || l->name) &&
-	       dl_int_array(d, text_or_null(r, row, L_WAITERS), &l->waiters, &l->nwaiters) &&
-	       dl_int_array(d, text_or_null(r, row, L_BLOCKERS), &l->blocked_by, &l->nblocked_by);
+	       dl_int_array(d, dl_text_or_null(r, row, L_WAITERS), &l->waiters, &l->nwaiters) &&
+	       dl_int_array(d, dl_text_or_null(r, row, L_BLOCKERS), &l->blocked_by, &l->nblocked_by);
 }
 
 static skl_rc read_locks(dl_report *d, const PGresult *r)

@@ -26,17 +26,6 @@
 #include "queue/queue_int.h"
 #include "skiplock/inspect.h"
 
-static const char *const job_states[] = {"available", "running", "completed", "discarded",
-                                         "cancelled"};
-
-bool skl_job_state_valid(const char *s)
-{
-	for (size_t i = 0; s && i < SKL_ARRAY_LEN(job_states); i++)
-		if (strcmp(s, job_states[i]) == 0)
-			return true;
-	return false;
-}
-
 /* A timestamptz as ISO 8601 text in UTC with milliseconds; NULL stays NULL. */
 #define SKL_TS(x) "to_char((" x ") AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"')"
 /* Milliseconds from b to a; NULL stays NULL. */

@@ -5,7 +5,8 @@
  * SKL_INVALID with a message, never a statement error: the JSON parses,
  * and a bound is either a strict ISO 8601 timestamp whose fields are in
  * range (the database would reject month 13 with a data exception) or a
- * duration before the database's now() (skl_duration_parse).
+ * duration before the database's now() (skl_duration_parse).  The job
+ * states a filter may name are defined here too (skl_job_state_valid).
  */
 #include <ctype.h>
 #include <inttypes.h>
@@ -16,8 +17,21 @@
 #include "core/internal.h"
 #include "queue/list_filter.h"
 #include "skiplock/control.h"
+#include "skiplock/inspect.h"
 
 static const char *const time_fields[] = {"created", "run", "attempted", "finished", "lease"};
+
+static const char *const job_states[] = {"available", "running", "completed", "discarded",
+                                         "cancelled"};
+
+/* skiplock/inspect.h */
+bool skl_job_state_valid(const char *s)
+{
+	for (size_t i = 0; s && i < SKL_ARRAY_LEN(job_states); i++)
+		if (strcmp(s, job_states[i]) == 0)
+			return true;
+	return false;
+}
 
 /* Reads n digits at *p into *v; false when one is not a digit. */
 static bool digits(const char **p, int n, int *v)
