@@ -20,6 +20,11 @@ pub type HandlerResult = Result<serde_json::Value, HandlerError>;
 pub(crate) type Handler =
     Arc<dyn Fn(Job, CancellationToken) -> BoxFuture<'static, HandlerResult> + Send + Sync>;
 
+/// The callback [`WorkerBuilder::on_event`] installs, called with each
+/// [`Event`] inline on the worker's loop: one that blocks delays the
+/// worker's heartbeats and outcomes.
+pub type EventHook = Arc<dyn Fn(&Event) + Send + Sync>;
+
 /// Something the worker noticed; see [`WorkerBuilder::on_event`].
 #[derive(Debug)]
 pub enum Event {
@@ -53,7 +58,7 @@ pub(crate) struct Config {
     pub shutdown_timeout: Duration,
     pub connector: Connector,
     pub handlers: HashMap<String, Handler>,
-    pub on_event: Option<Arc<dyn Fn(&Event) + Send + Sync>>,
+    pub on_event: Option<EventHook>,
 }
 
 impl Config {
