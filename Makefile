@@ -17,8 +17,9 @@
 #                   skiplock-worker@.service systemd unit template
 #   make uninstall  remove what the last make install wrote
 #   make fuzz       every libFuzzer target for FUZZ_TIME seconds (default 60)
-#   make lint       the linters (scripts/lint): shellcheck, cppcheck, flake8,
-#                   tsc on the Node types, clippy on the Rust client
+#   make lint       the linters (scripts/lint): shellcheck, cppcheck, flake8
+#                   and mypy on the Python client, tsc on the Node types,
+#                   clippy on the Rust client
 #   make soak       the steady-state benchmark (MINUTES=n, default 30;
 #                   QUICK=1: 1 minute): bench/soak on a private Postgres
 

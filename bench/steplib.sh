@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # bench/steplib.sh — sourced by the step scripts bench/fleet, bench/backlog
 # and bench/soak: their shared option handling and database helpers.
 #
@@ -45,7 +46,10 @@ step_common() {
     --bin) BIN=$2 ;;
     --skiplock) SKL=$2 ;;
     --work) SWORK=$2 ;;
-    --reps) need_int --reps "$2"; REPS=$2 ;;
+    --reps)
+      need_int --reps "$2"
+      # shellcheck disable=SC2034 # REPS is read by the step scripts that source this file
+      REPS=$2 ;;
     --results) RUN_OPTS+=(--results "$2") ;;
     *) return 1 ;;
   esac

@@ -115,7 +115,8 @@ ROLES=$PID
 SHOTS=$SKL_BUILD_DIR/dashboard-screenshots-$MODE
 rm -rf "$SHOTS"
 mkdir -p "$SHOTS"
-W2_PID=$W2 STUCK=$STUCK SKL_URL=$URL SKL_DIRECT_URL=$DIRECT_URL SQL_ROWS=$SQL_ROWS SKL_NPM_DIR=$NPM node "$(dirname "$0")/dashboard.mjs" "http://127.0.0.1:$RW_PORT/" \
+export STUCK # dashboard.mjs reads it from its environment as well as its arguments
+W2_PID=$W2 SKL_URL=$URL SKL_DIRECT_URL=$DIRECT_URL SQL_ROWS=$SQL_ROWS SKL_NPM_DIR=$NPM node "$(dirname "$0")/dashboard.mjs" "http://127.0.0.1:$RW_PORT/" \
 	"http://127.0.0.1:$RO_PORT/" "http://127.0.0.1:$PORT/" "$(head -n1 "$TMP/vw")" "$JOB" "$STUCK" \
 	"$SHOTS" >"$TMP/obs" 2>"$TMP/node.err" || fail "browser run: $(tail -n 20 "$TMP/node.err")"
 kill -TERM $RW $RO $ROLES; wait $RW $RO $ROLES

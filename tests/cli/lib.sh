@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # lib.sh — helpers for command-line tests.  Sourced by tests/cli/test_*.sh,
 # which run under tests/harness/with-cluster with MODE "direct" or "pooled".
 # Each test gets a fresh database; it is dropped on exit.
@@ -9,6 +10,7 @@ TEST_NAME=$(basename "$0" .sh)
 DB="c_${TEST_NAME#test_}_${MODE}_$$"
 DIRECT_URL="postgresql://$SKL_TEST_DBUSER@$SKL_TEST_PGHOST:$SKL_TEST_PGPORT/$DB"
 POOLED_URL="postgresql://$SKL_TEST_DBUSER@$SKL_TEST_PGHOST:$SKL_TEST_BOUNCER_PORT/$DB"
+# shellcheck disable=SC2034 # URL is read by the tests that source this file
 if [ "$MODE" = pooled ]; then URL=$POOLED_URL; else URL=$DIRECT_URL; fi
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/skl-cli.XXXXXX")
 FAILS=0
@@ -83,6 +85,7 @@ wait_exit() {
 		sleep 0.05
 	done
 	wait "$1"
+	# shellcheck disable=SC2034 # RC is the caller's: the process's exit status
 	RC=$?
 }
 no_leftovers() {

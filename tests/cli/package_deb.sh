@@ -38,11 +38,13 @@ closure() { # packages... -> installed packages they need, recursively
 }
 "$SRC/scripts/bootstrap" --list --deb | sort -u >"$TMP/build-set"
 "$SRC/scripts/bootstrap" --list --test | sort -u | comm -23 - "$TMP/build-set" >"$TMP/test-only"
+mapfile -t build_set <"$TMP/build-set"
+mapfile -t test_only <"$TMP/test-only"
 {
-	closure $(cat "$TMP/build-set")
+	closure "${build_set[@]}"
 	dpkg-query -W -f='${Package} ${Essential} ${Priority}\n' | awk '$2 == "yes" || $3 == "required" {print $1}'
 } | sort -u >"$TMP/keep"
-closure $(cat "$TMP/test-only") | comm -23 - "$TMP/keep" >"$TMP/hide"
+closure "${test_only[@]}" | comm -23 - "$TMP/keep" >"$TMP/hide"
 xargs -r dpkg -L <"$TMP/hide" 2>/dev/null | sort -u >"$TMP/hidden-files"
 shadow() { # DIR SOURCE_DIRS...: links to the files of SOURCE_DIRS that are not hidden
 	local out=$1 d f

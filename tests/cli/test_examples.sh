@@ -63,7 +63,7 @@ command -v node >/dev/null && handlers+=(--handler "resize=node '$EX/handlers/re
 W=$!
 want=4
 command -v node >/dev/null || want=1
-for i in $(seq 1 300); do
+for _ in $(seq 1 300); do
 	[ "$(q "SELECT count(*) FROM skiplock.all_jobs WHERE state IN ('completed', 'discarded')")" = "$want" ] && break
 	sleep 0.1
 done

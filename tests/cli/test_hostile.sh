@@ -39,7 +39,7 @@ H='cat >/dev/null; printf "%s" "$SKIPLOCK_JOB_KIND" >"$OUTDIR/kind.$SKIPLOCK_JOB
 "$S" worker --url "$URL" --queue "$K1" --queue "$K2" --queue "$K3" --poll 50ms --poll-max 200ms --no-cron \
 	--handler "$K1=$H" --handler "$K2=$H" --handler "$K4=$H" 2>"$TMP/worker.log" &
 WPID=$!
-for i in $(seq 1 300); do
+for _ in $(seq 1 300); do
 	[ "$(q "SELECT count(*) FROM skiplock.all_jobs WHERE state = 'completed'")" = 3 ] && break
 	sleep 0.1
 done

@@ -30,7 +30,8 @@ done
 check_eq "every man page installed" "$(ls "$P/share/man/man1" | wc -l)" "$(ls "$SKL_SOURCE_DIR"/man/*.1 | wc -l)"
 
 # --- a 20-line C program through pkg-config ---
-export PKG_CONFIG_PATH=$(dirname "$pc")
+PKG_CONFIG_PATH=$(dirname "$pc")
+export PKG_CONFIG_PATH
 # shellcheck disable=SC2046
 cc -std=c11 -Wall -Werror ${SKL_SANITIZE_FLAGS:-} $(pkg-config --cflags skiplock) \
 	"$SKL_SOURCE_DIR/examples/install/hello.c" -o "$TMP/hello" \
@@ -62,7 +63,7 @@ id2=$("$P/bin/skiplock" enqueue --url "$URL" other '{"n": 2}')
 # shellcheck disable=SC2086  # ExecStart's words, as systemd splits them
 (set -a; . "$TMP/unit.env"; exec $exec_line) 2>"$TMP/unit.log" &
 W=$!
-for i in $(seq 1 300); do
+for _ in $(seq 1 300); do
 	[ "$(q "SELECT count(*) FROM skiplock.all_jobs WHERE id IN ($id, $id2) AND state = 'completed'")" = 2 ] && break
 	kill -0 $W 2>/dev/null || break
 	sleep 0.1

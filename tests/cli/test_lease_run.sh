@@ -134,7 +134,7 @@ done
 wait_exit "$a" 15
 [ "$killed" -ge 2 ] && pass "terminated $killed backends" || fail "terminated only $killed backends"
 check_eq "renewals reconnected: the command finished under the lease" "$RC" 0
-check_eq "the command completed" "$(cat "$TMP/etl.done" 2>/dev/null)" done
+check_eq "the command completed" "$(cat "$TMP/etl.done" 2>/dev/null)" "done"
 check_eq "one token throughout" "$(q "SELECT fencing FROM skiplock.leases WHERE name = 'etl'")" 1
 if [ "$MODE" = direct ]; then
 	n=$(grep -c 'connected (backend pid' "$TMP/etl.err")

@@ -25,7 +25,7 @@ run_worker() { # log-file args...: runs until the fail job is discarded
 	"$S" worker --url "$SURL" --poll 50ms --poll-max 200ms --backoff-base 10ms --backoff-cap 20ms \
 		--handler 'fail=echo "boom" >&2; exit 3' --handler 'ok=cat >/dev/null' "$@" 2>"$log" &
 	local w=$!
-	for i in $(seq 1 200); do
+	for _ in $(seq 1 200); do
 		[ "$(q "SELECT count(*) FROM skiplock.all_jobs WHERE state IN ('completed', 'discarded')")" = 2 ] && break
 		sleep 0.1
 	done

@@ -192,6 +192,6 @@ run help "$SKL_BIN" migrate up --help
 check_eq "--help exits 0" "$RC" 0
 has "--help is a man page" "$TMP/help.out" '^SYNOPSIS'
 
-for i in $(seq 50); do [ "$(q "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND database = (SELECT oid FROM pg_database WHERE datname = current_database())")" = 0 ] && break; sleep 0.1; done
+for _ in $(seq 50); do [ "$(q "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND database = (SELECT oid FROM pg_database WHERE datname = current_database())")" = 0 ] && break; sleep 0.1; done
 no_leftovers
 finish

@@ -18,7 +18,7 @@ maintain() { "$S" retention maintain --url "$URL" >"$TMP/m" 2>&1; }
 
 # ---- bad input: one line, exit 2, nothing written ----
 before=$(q "SELECT count(*) FROM skiplock.retention")
-expect_exit "unknown state" 2 "--state must be" -- "$S" retention set --url "$URL" --state done --retain 1h
+expect_exit "unknown state" 2 "--state must be" -- "$S" retention set --url "$URL" --state "done" --retain 1h
 expect_exit "set without a value" 2 "give --retain" -- "$S" retention set --url "$URL"
 expect_exit "a bad duration" 2 "retain" -- "$S" retention set --url "$URL" --retain soon
 expect_exit "width too large" 2 "partition-width" -- "$S" retention set --url "$URL" --partition-width 2d

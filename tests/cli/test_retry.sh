@@ -57,7 +57,7 @@ grep -q '"open_for_ms": -1' "$TMP/status.json" && grep -q '"state": "open"' "$TM
 q "UPDATE skiplock.jobs SET run_at = now() WHERE id = $a"
 "$S" worker --url "$URL" --poll 50ms --poll-max 200ms --no-cron --handler 'asks=true' 2>"$TMP/w2.log" &
 WP=$!
-for i in $(seq 1 600); do grep -q "started" "$TMP/w2.log" && break; sleep 0.1; done
+for _ in $(seq 1 600); do grep -q "started" "$TMP/w2.log" && break; sleep 0.1; done
 grep -q "started" "$TMP/w2.log" || fail "the worker did not start: $(cat "$TMP/w2.log")"
 sleep 1.5 # several claim polls
 check_eq "no claim while forced open" "$(q "SELECT state||' '||attempt FROM skiplock.all_jobs WHERE id = $a")" "available 1"

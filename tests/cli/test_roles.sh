@@ -58,7 +58,7 @@ done
 HK=$(wq "SELECT holder FROM skiplock.idem_claim('k1', 'h1')")
 check_eq "idempotency keys as worker: a holder token" "${#HK}" 64
 check_eq "idempotency keys as worker: completed with it" \
-	"$(wq "SELECT 'done' FROM (SELECT skiplock.idem_complete('k1', 201, '{}', '$HK')) c")" done
+	"$(wq "SELECT 'done' FROM (SELECT skiplock.idem_complete('k1', 201, '{}', '$HK')) c")" "done"
 case $(wq "SELECT skiplock.idem_complete('k1', 201, '{}')") in
 *"claimed with a holder token"*) pass "worker cannot complete an idempotency key without its holder" ;;
 *) fail "idem_complete without a holder as worker" ;;
@@ -144,7 +144,7 @@ grep -q 'password authentication failed' "$ALL" && pass "wrong password is named
 "$SKL_CUTPROXY" --listen 127.0.0.1:0 --upstream "$SKL_TEST_PGHOST:$PORT" --control "$TMP/cut.sock" \
 	--ttl 120 --port-file "$TMP/cut.port" >"$TMP/cut.out" 2>&1 &
 CUT=$!
-for i in $(seq 1 100); do [ -s "$TMP/cut.port" ] && break; sleep 0.1; done
+for _ in $(seq 1 100); do [ -s "$TMP/cut.port" ] && break; sleep 0.1; done
 CPORT=$(cat "$TMP/cut.port" 2>/dev/null)
 if [ -n "$CPORT" ] && "$SKL_CUTPROXY" ctl "$TMP/cut.sock" mode refuse >/dev/null; then
 	run "$S" enqueue --url "postgresql://$W:$PW@127.0.0.1:$CPORT/$DB" k --retry-for 1s --connect-timeout 1s

@@ -11,8 +11,8 @@ unset SKIPLOCK_CONCURRENCY SKIPLOCK_OWNER SKIPLOCK_LEASE SKIPLOCK_HANDLER SKIPLO
 started() {
 	rm -f "$TMP/err" # before the child opens it: no start line of the last run
 	"$@" >"$TMP/out" 2>"$TMP/err" &
-	local pid=$! i
-	for i in $(seq 1 100); do grep -qs " started: " "$TMP/err" && break; sleep 0.05; done
+	local pid=$!
+	for _ in $(seq 1 100); do grep -qs " started: " "$TMP/err" && break; sleep 0.05; done
 	kill -TERM $pid 2>/dev/null; wait $pid 2>/dev/null
 	grep -o "worker [^ ]* started: .*" "$TMP/err" || echo "no start line: $(cat "$TMP/err")"
 }

@@ -12,7 +12,7 @@ FAST=(--poll 50ms --poll-max 200ms --rescue-every 300ms)
 stop_worker() { kill -TERM "$1" 2>/dev/null; wait "$1"; }
 
 # --- outcomes by exit status, and growing jittered retry delays ---
-for i in $(seq 1 20); do "$S" enqueue --url "$URL" flaky --max-attempts 4 >/dev/null; done
+for _ in $(seq 1 20); do "$S" enqueue --url "$URL" flaky --max-attempts 4 >/dev/null; done
 "$S" enqueue --url "$URL" poison >/dev/null
 "$S" enqueue --url "$URL" broken --max-attempts 3 >/dev/null
 "$S" enqueue --url "$URL" good '{"n": 7}' >/dev/null
@@ -42,7 +42,7 @@ id=$("$S" enqueue --url "$URL" slow)
 HANDLER='slow=touch "'"$TMP"'/started.$SKIPLOCK_ATTEMPT"; [ "$SKIPLOCK_ATTEMPT" = 1 ] && sleep 3; '"$FENCED_INSERT"'; echo "{\"by\": \"$WORKER\"}"'
 WORKER=A setsid "$S" worker --url "$URL" --lease 1s "${FAST[@]}" --handler "$HANDLER" 2>"$TMP/wA.log" &
 A=$!
-for i in $(seq 1 50); do [ -e "$TMP/started.1" ] && break; sleep 0.1; done
+for _ in $(seq 1 50); do [ -e "$TMP/started.1" ] && break; sleep 0.1; done
 pkill -KILL -s "$A"
 { wait $A; } 2>/dev/null
 WORKER=B "$S" worker --url "$URL" --lease 1s "${FAST[@]}" --handler "$HANDLER" 2>"$TMP/wB.log" &
@@ -59,14 +59,14 @@ rm -f "$TMP"/started.*
 id=$("$S" enqueue --url "$URL" slow)
 WORKER=A "$S" worker --url "$URL" --lease 1s "${FAST[@]}" --handler "$HANDLER" 2>"$TMP/wA2.log" &
 A=$!
-for i in $(seq 1 50); do [ -e "$TMP/started.1" ] && break; sleep 0.1; done
+for _ in $(seq 1 50); do [ -e "$TMP/started.1" ] && break; sleep 0.1; done
 kill -STOP $A
 WORKER=B "$S" worker --url "$URL" --lease 1s "${FAST[@]}" --handler "$HANDLER" 2>"$TMP/wB2.log" &
 B=$!
 wait_for "SELECT state FROM skiplock.all_jobs WHERE id = $id" completed 15 || fail "frozen worker's job was not completed by the other"
 sleep 2.5 # A's own command finishes meanwhile and tries its fenced write
 kill -CONT $A
-for i in $(seq 1 50); do grep -q "outcome dropped" "$TMP/wA2.log" && break; sleep 0.1; done
+for _ in $(seq 1 50); do grep -q "outcome dropped" "$TMP/wA2.log" && break; sleep 0.1; done
 stop_worker $A
 stop_worker $B
 check_eq "the woken worker's completion was refused" "$(grep -c 'lease lost, outcome dropped' "$TMP/wA2.log")" 1
@@ -75,7 +75,7 @@ check_eq "the frozen worker's late write was rejected by the fence" "$(q "SELECT
 
 # --- nothing held while a handler runs; one connection; drain on SIGTERM ---
 q "DELETE FROM skiplock.jobs; DELETE FROM skiplock.finished_jobs"
-for i in $(seq 1 6); do "$S" enqueue --url "$URL" nap >/dev/null; done
+for _ in $(seq 1 6); do "$S" enqueue --url "$URL" nap >/dev/null; done
 "$S" worker --url "$URL" --concurrency 16 "${FAST[@]}" --handler 'nap=sleep 2' 2>"$TMP/w3.log" &
 W=$!
 wait_for "SELECT count(*) FROM skiplock.all_jobs WHERE state = 'running'" 6 30 || fail "naps did not start"
@@ -92,7 +92,7 @@ held_idle() {
 }
 held=0
 held_idle >"$TMP/locks.prev"
-for i in $(seq 1 10); do
+for _ in $(seq 1 10); do
 	sleep 0.1
 	held_idle >"$TMP/locks.now"
 	held=$((held + $(comm -12 "$TMP/locks.prev" "$TMP/locks.now" | wc -l)))

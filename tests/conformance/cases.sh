@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # cases.sh — the conformance cases, sourced by run.sh.  Each case starts
 # its own worker instances, waits with a bound, asserts what is particular
 # to it, runs check.sql's invariants and stops its workers (exit 0 each).

@@ -24,7 +24,7 @@ declare -A released=()  # sql/NNNN_name.sql -> release
 versions=()
 last_step=0
 current=""
-while read -r a b c; do
+while read -r a b _; do
 	case $a in
 	'' | '#'*) continue ;;
 	release)

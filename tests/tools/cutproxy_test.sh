@@ -365,6 +365,7 @@ test_drop_commit_extended() {
     local m x=2 rc drops
     for m in extended prepared; do
         printf 'begin;\ninsert into t values (%d);\ncommit;\n' "$x" >"$tmp/tx.sql"
+        # shellcheck disable=SC2034 # read by the eval'd condition below
         drops=$(stat_of commit_drops)
         ctl drop-commit-reply >/dev/null
         timeout -k 2 20 "$PGBIN/pgbench" -n -t 1 -M "$m" -f "$tmp/tx.sql" \

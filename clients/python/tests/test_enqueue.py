@@ -11,7 +11,8 @@ from conftest import URL, job
 
 
 def count(db, kind):
-    return db.execute("SELECT count(*) FROM skiplock.all_jobs WHERE kind = %s", [kind]).fetchone()[0]
+    row = db.execute("SELECT count(*) FROM skiplock.all_jobs WHERE kind = %s", [kind]).fetchone()
+    return row[0]
 
 
 def test_commit_makes_the_job(db, app_conn):

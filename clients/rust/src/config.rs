@@ -18,10 +18,13 @@ pub type HandlerResult = Result<serde_json::Value, HandlerError>;
 pub(crate) type Handler =
     Arc<dyn Fn(Job, CancellationToken) -> BoxFuture<'static, HandlerResult> + Send + Sync>;
 
-/// The callback of [`WorkerBuilder::on_event`].
-pub(crate) type EventHook = Arc<dyn Fn(&Event) + Send + Sync>;
+/// The callback [`WorkerBuilder::on_event`](crate::WorkerBuilder::on_event)
+/// installs, called with each [`Event`] inline on the worker's loop: one
+/// that blocks delays the worker's heartbeats and outcomes.
+pub type EventHook = Arc<dyn Fn(&Event) + Send + Sync>;
 
-/// Something the worker noticed; see [`WorkerBuilder::on_event`].
+/// Something the worker noticed; see
+/// [`WorkerBuilder::on_event`](crate::WorkerBuilder::on_event).
 #[derive(Debug)]
 pub enum Event {
     /// The outcome was accepted: the job's new state.  Also `completed`

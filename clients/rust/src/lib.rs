@@ -46,4 +46,4 @@ pub use job::{Finished, HandlerError, Job, Outcome, TxCompletion};
 pub use pooler::{url_looks_pooled, Pooler};
 pub use protocol::{job_complete, job_fence};
 pub use tokio_util::sync::CancellationToken;
-pub use worker::{Event, HandlerResult, Worker, WorkerBuilder, WorkerHandle};
+pub use worker::{Event, EventHook, HandlerResult, Worker, WorkerBuilder, WorkerHandle};

@@ -1,6 +1,6 @@
 //! The worker: its options, its handlers, and the handle of a running one.
 
-pub use crate::config::{Event, HandlerResult};
+pub use crate::config::{Event, EventHook, HandlerResult};
 use crate::config::Config;
 use crate::conn::Connector;
 use crate::error::Error;

@@ -150,6 +150,7 @@ skl_rc skl_retention_list(skl_client *c, skl_retention **rows, size_t *n,
                           skl_retention_info *info, skl_error *err)
 {
 	skl_retention_info scratch;
+	/* cppcheck-suppress uninitvar ; only its address is taken: *l.info is zeroed below */
 	list_call l = {.info = info ? info : &scratch};
 	*l.info = (skl_retention_info){0};
 	static const skl_txn_opts o = {.txn = 1, .idempotent = 1};

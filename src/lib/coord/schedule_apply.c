@@ -70,6 +70,7 @@ typedef struct spec_params {
 
 static void fill_spec(spec_params *p, const skl_schedule_spec *s)
 {
+	/* cppcheck-suppress ctuuninitvar ; *p is this function's output: snprintf writes p->prio */
 	snprintf(p->prio, sizeof(p->prio), "%d", s->priority);
 	snprintf(p->max, sizeof(p->max), "%d", s->max_attempts > 0 ? s->max_attempts : 25);
 	const char *v[9] = {s->name, s->expression, s->zone ? s->zone : "UTC", s->kind,

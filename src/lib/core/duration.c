@@ -50,6 +50,7 @@ skl_rc skl_duration_parse(const char *s, int64_t *ms, skl_error *err)
 			return skl__seterr(err, SKL_INVALID,
 			                   "invalid duration \"%s\": unknown or missing unit at \"%s\" "
 			                   "(use ms, s, m, h or d)", s, p);
+		/* cppcheck-suppress zerodivcond ; per > 0: per < 0 returned above and no unit is 0 ms */
 		if (n > SKL_DURATION_MAX_MS / per || total + n * per > SKL_DURATION_MAX_MS)
 			return skl__seterr(err, SKL_INVALID, "duration \"%s\" is too large", s);
 		total += n * per;

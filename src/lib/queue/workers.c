@@ -103,6 +103,7 @@ static bool fill_worker(skl_worker_info *w, const PGresult *r, int row, const in
 	}
 	bytes += text_size(r, row, col, C_OWNER) + text_size(r, row, col, C_EMPTY_AT) +
 	         text_size(r, row, col, C_FIRST_SEEN);
+	/* cppcheck-suppress pointerSize ; one block: ptrs pointers, then the bytes they point to */
 	char *mem = malloc(ptrs * sizeof(char *) + bytes);
 	if (mem == NULL)
 		return false;

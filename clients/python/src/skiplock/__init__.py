@@ -16,7 +16,8 @@ from .errors import (FencedError, PermanentError, SkiplockError, TransientError,
 from .job import Discard, Job, JobContext, Retry
 from .pooler import url_looks_pooled
 from .protocol import complete, enqueue, fail, job_complete, job_fence
-from .worker import Stats, Worker
+from ._slots import Stats
+from .worker import Worker
 
 __version__ = "0.2.0"
 

@@ -14,6 +14,7 @@ past the shutdown timeout the waiting jobs are given back at once.
 from __future__ import annotations
 
 import asyncio
+import functools
 import inspect
 import logging
 from collections import deque
@@ -140,12 +141,14 @@ class Slots:
             self._queue(h, Outcome(job.id, job.fencing, "retry",
                                    error=f"no handler for kind {job.kind!r}"))
             return
+        task: "asyncio.Future[Any]"
         if h.is_async:
-            h.task = asyncio.ensure_future(fn(job, h.ctx))
+            task = asyncio.ensure_future(fn(job, h.ctx))
         else:
             assert self._pool is not None
-            h.task = self._pool.submit(lambda: fn(job, h.ctx))
-        h.task.add_done_callback(lambda fut: self._finished(h, fut))
+            task = self._pool.submit(functools.partial(fn, job, h.ctx))
+        h.task = task
+        task.add_done_callback(lambda fut: self._finished(h, fut))
         if job.timeout_ms > 0:
             assert self._loop is not None
             h.timer = self._loop.call_later(job.timeout_ms / 1000, self._timed_out, h)

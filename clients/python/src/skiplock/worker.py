@@ -73,7 +73,8 @@ class Worker:
                  queues: Optional[Iterable[str]] = None, lease: float = 30.0,
                  owner: Optional[str] = None, poll_interval: float = 1.0,
                  rescue_interval: float = 5.0, shutdown_timeout: float = 30.0,
-                 prefetch: int = 0, pooler: str = "auto", direct_url: Optional[str] = None, listen: bool = True,
+                 prefetch: int = 0, pooler: str = "auto", direct_url: Optional[str] = None,
+                 listen: bool = True,
                  connect_kwargs: Optional[Dict[str, Any]] = None):
         if not handlers or not all(isinstance(k, str) and k and callable(f)
                                    for k, f in handlers.items()):
@@ -362,6 +363,3 @@ class Worker:
             await asyncio.gather(self._listen_task, return_exceptions=True)
         self._slots.close()
         await self._session.close()
-
-
-
