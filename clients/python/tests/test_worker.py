@@ -79,10 +79,12 @@ def test_outcomes(db):
     def later(job, ctx):
         raise skiplock.Retry("rate limited", after=120)
 
-    ids = [enqueue_direct(db, k)[0] for k in ("t.fails", "t.discards", "t.later")]
+    # t.fails waits 10 minutes before its retry: one failed attempt each
+    ids = [enqueue_direct(db, "t.fails", backoff="fixed", backoff_base="10 minutes")[0]]
+    ids += [enqueue_direct(db, k)[0] for k in ("t.discards", "t.later")]
     w = worker({"t.fails": fails, "t.discards": discards, "t.later": later})
     w.start_thread()
-    wait_until(lambda: w.stats.failed == 3, 30, "three failed attempts")
+    wait_until(lambda: w.stats.failed >= 3, 60, "three failed attempts")
     w.stop_thread()
     cols = "state, attempt, errors->0->>'error', run_at > now() + interval '100 s'"
     assert job(db, ids[0], cols)[:3] == ("available", 1, "ValueError: no stock")
