@@ -22,8 +22,9 @@
 --     retried               the job waits again, run_at = now() + delay
 --   count_for_breakers    the ok and failed outcomes per kind, into the
 --                         breakers of those kinds (breaker_step) and their
---                         transitions into breaker_events; nothing to do
---                         for a kind without a breaker
+--                         transitions into breaker_events; not called at
+--                         all while no breaker exists (the rows of
+--                         record_outcomes then go straight out)
 --   claim_pick            which jobs to claim (step 0017, unchanged)
 --
 -- Each stage is guarded by the claim's fencing token and state 'running',
@@ -157,7 +158,15 @@ BEGIN
   PERFORM skiplock.check_record_args(ids, fencings, outcomes, results, errors, retry_after_ms,
                                      deferred, backoffs, backoff_bases_ms, backoff_caps_ms);
   -- 1. the outcomes, each recorded once
-  IF cardinality(record_claim.ids) > 0 THEN
+  IF cardinality(record_claim.ids) > 0 AND NOT EXISTS (SELECT 1 FROM skiplock.breakers) THEN
+    -- no breaker anywhere: nothing to count, the rows go straight out
+    RETURN QUERY
+    SELECT 'recorded'::text, o.id, o.state, o.run_at, o.delay_ms, NULL::text, NULL::text,
+           NULL::jsonb, NULL::int, NULL::int, NULL::bigint, NULL::timestamptz, NULL::int,
+           NULL::int, NULL::bigint
+      FROM skiplock.record_outcomes(ids, fencings, outcomes, results, errors, retry_after_ms,
+                                    deferred, backoffs, backoff_bases_ms, backoff_caps_ms) o;
+  ELSIF cardinality(record_claim.ids) > 0 THEN
     SELECT array_agg(o.id), array_agg(o.kind), array_agg(o.state), array_agg(o.run_at),
            array_agg(o.outcome), array_agg(o.delay_ms)
       INTO v_ids, v_kinds, v_states, v_run_at, v_outcomes, v_delays
