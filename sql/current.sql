@@ -585,6 +585,38 @@ $$;
 
 COMMENT ON FUNCTION skiplock.complete(id bigint, fencing bigint, result jsonb) IS 'fenced completion: completed (also on a repeat by the same claim) or fenced_out';
 
+CREATE FUNCTION skiplock.count_for_breakers(kinds text[], outcomes text[]) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+  IF NOT EXISTS (SELECT 1 FROM skiplock.breakers b WHERE b.kind = ANY (count_for_breakers.kinds))
+  THEN
+    RETURN;
+  END IF;
+  WITH tally AS (
+    SELECT t.kind, (count(*) FILTER (WHERE t.outcome = 'ok'))::int AS ok,
+           (count(*) FILTER (WHERE t.outcome IN ('retry', 'fail')))::int AS bad
+      FROM unnest(count_for_breakers.kinds, count_for_breakers.outcomes) AS t(kind, outcome)
+     GROUP BY t.kind),
+  stepped AS (
+    UPDATE skiplock.breakers b
+       SET (state, prev_state, calls, failures, window_started_at, probe_ok, open_until,
+            changed_at) = (SELECT x.state, x.prev_state, x.calls, x.failures,
+                                  x.window_started_at, x.probe_ok, x.open_until, x.changed_at
+                             FROM skiplock.breaker_step(b, t.ok, t.bad) x)
+      FROM tally t WHERE b.kind = t.kind AND (t.ok > 0 OR t.bad > 0)
+    RETURNING b.kind, b.prev_state, b.state, b.calls, b.failures)
+  INSERT INTO skiplock.breaker_events (kind, from_state, to_state, reason)
+  SELECT s.kind, s.prev_state, s.state,
+         CASE WHEN s.state = 'closed' THEN 'probes succeeded'
+              WHEN s.prev_state = 'half_open' THEN 'a probe failed'
+              ELSE format('%s of %s calls failed', s.failures, s.calls) END
+    FROM stepped s WHERE s.prev_state <> s.state;
+END
+$$;
+
+COMMENT ON FUNCTION skiplock.count_for_breakers(kinds text[], outcomes text[]) IS 'Internal: count recorded outcomes per kind into the circuit breakers of those kinds, with their transitions.';
+
 CREATE FUNCTION skiplock.enqueue(kind text, payload jsonb DEFAULT '{}'::jsonb, queue text DEFAULT 'default'::text, run_at timestamp with time zone DEFAULT now(), priority integer DEFAULT 0, unique_key text DEFAULT NULL::text, max_attempts integer DEFAULT 25, timeout interval DEFAULT NULL::interval, backoff text DEFAULT NULL::text, backoff_base interval DEFAULT NULL::interval, backoff_cap interval DEFAULT NULL::interval) RETURNS bigint
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -2525,91 +2557,42 @@ CREATE FUNCTION skiplock.record_claim(ids bigint[], fencings bigint[], outcomes 
     AS $$
 #variable_conflict use_column
 DECLARE
-  v_n int := cardinality(record_claim.ids);
   v_ids bigint[];
+  v_kinds text[];
+  v_states text[];
+  v_run_at timestamptz[];
+  v_outcomes text[];
+  v_delays bigint[];
 BEGIN
   PERFORM skiplock.check_record_args(ids, fencings, outcomes, results, errors, retry_after_ms,
                                      deferred, backoffs, backoff_bases_ms, backoff_caps_ms);
-  IF v_n > 0 THEN
+  -- 1. the outcomes, each recorded once
+  IF cardinality(record_claim.ids) > 0 AND NOT EXISTS (SELECT 1 FROM skiplock.breakers) THEN
+    -- no breaker anywhere: nothing to count, the rows go straight out
     RETURN QUERY
-    WITH v AS MATERIALIZED (
-      SELECT t.*, random() AS r
-        FROM unnest(record_claim.ids, record_claim.fencings, record_claim.outcomes,
-                    record_claim.results, record_claim.errors, record_claim.retry_after_ms,
-                    record_claim.deferred, record_claim.backoffs, record_claim.backoff_bases_ms,
-                    record_claim.backoff_caps_ms)
-             WITH ORDINALITY AS t(id, fencing, o, res, err, asked, dfr, bs, bb, bc, ord)),
-    fin AS (
-      DELETE FROM skiplock.jobs j USING v
-       WHERE j.id = v.id AND j.fencing = v.fencing AND j.state = 'running' COLLATE "C"
-         AND (v.o IN ('ok', 'discard') OR j.attempt >= j.max_attempts)
-      RETURNING j.id, j.queue, j.kind, j.payload, j.priority, j.run_at, j.attempt,
-                j.max_attempts, j.fencing, j.unique_key, j.timeout_ms, j.backoff_base_ms,
-                j.backoff_cap_ms, j.errors, j.created_at, j.attempted_at, j.backoff,
-                j.last_delay_ms, CASE WHEN v.o = 'ok' THEN 'completed' ELSE 'discarded' END AS state,
-                v.o, v.res, v.err),
-    kept AS (
-      INSERT INTO skiplock.finished_jobs (id, queue, kind, payload, state, priority, run_at,
-                  attempt, max_attempts, fencing, unique_key, timeout_ms, backoff_base_ms,
-                  backoff_cap_ms, errors, result, created_at, attempted_at, finished_at, backoff,
-                  last_delay_ms, expires_at)
-      SELECT f.id, f.queue, f.kind, f.payload, f.state, f.priority, f.run_at, f.attempt,
-             f.max_attempts, f.fencing, f.unique_key, f.timeout_ms, f.backoff_base_ms,
-             f.backoff_cap_ms, skiplock.errors_append(f.errors, f.attempt, f.err, now()),
-             CASE WHEN f.o = 'ok' THEN f.res END, f.created_at, f.attempted_at, now(), f.backoff,
-             f.last_delay_ms,
-             CASE WHEN k.keep IS NULL THEN timestamptz 'infinity' ELSE now() + k.keep END
-        FROM fin f
-        JOIN skiplock.retention rd ON rd.queue = '*' AND rd.state = f.state
-        LEFT JOIN skiplock.retention rq ON rq.queue = f.queue AND rq.state = f.state
-        CROSS JOIN LATERAL (SELECT CASE WHEN rq.queue IS NULL THEN rd.keep ELSE rq.keep END
-                                   AS keep) k
-       WHERE k.keep IS NULL OR k.keep > interval '0'),
-    retried AS (
-      UPDATE skiplock.jobs j SET
-        state = 'available',
-        errors = skiplock.errors_append(j.errors, j.attempt, v.err, now()),
-        run_at = now() + skiplock.retry_delay_ms(j.attempt, j.last_delay_ms, j.backoff,
-                   j.backoff_base_ms, j.backoff_cap_ms, v.asked, v.dfr, v.bs, v.bb, v.bc, v.r,
-                   (v.ord - 1 + v.r) / v_n) * interval '1 millisecond',
-        last_delay_ms = skiplock.retry_delay_ms(j.attempt, j.last_delay_ms, j.backoff,
-                          j.backoff_base_ms, j.backoff_cap_ms, v.asked, v.dfr, v.bs, v.bb, v.bc,
-                          v.r, (v.ord - 1 + v.r) / v_n),
-        lease_owner = NULL, lease_expires_at = NULL
-        FROM v
-       WHERE j.id = v.id AND j.fencing = v.fencing AND j.state = 'running' COLLATE "C"
-         AND v.o IN ('retry', 'fail') AND j.attempt < j.max_attempts
-      RETURNING j.id, j.kind, j.state, j.run_at, v.o, j.last_delay_ms AS delay_ms),
-    done AS (
-      SELECT id, kind, state, run_at, o, delay_ms FROM retried
-      UNION ALL
-      SELECT id, kind, state, run_at, o, NULL::bigint FROM fin),
-    tally AS (
-      SELECT kind, (count(*) FILTER (WHERE o = 'ok'))::int AS ok,
-             (count(*) FILTER (WHERE o IN ('retry', 'fail')))::int AS bad
-        FROM done GROUP BY kind),
-    brk AS (
-      UPDATE skiplock.breakers b
-         SET (state, prev_state, calls, failures, window_started_at, probe_ok, open_until,
-              changed_at) = (SELECT x.state, x.prev_state, x.calls, x.failures,
-                                    x.window_started_at, x.probe_ok, x.open_until, x.changed_at
-                               FROM skiplock.breaker_step(b, t.ok, t.bad) x)
-        FROM tally t WHERE b.kind = t.kind AND (t.ok > 0 OR t.bad > 0)
-      RETURNING b.kind, b.prev_state, b.state, b.calls, b.failures),
-    brk_ev AS (
-      INSERT INTO skiplock.breaker_events (kind, from_state, to_state, reason)
-      SELECT kind, prev_state, state, CASE WHEN state = 'closed' THEN 'probes succeeded'
-             WHEN prev_state = 'half_open' THEN 'a probe failed'
-             ELSE format('%s of %s calls failed', failures, calls) END
-        FROM brk WHERE prev_state <> state)
-    SELECT 'recorded'::text, x.id, x.state, x.run_at, x.delay_ms, NULL::text, NULL::text,
+    SELECT 'recorded'::text, o.id, o.state, o.run_at, o.delay_ms, NULL::text, NULL::text,
            NULL::jsonb, NULL::int, NULL::int, NULL::bigint, NULL::timestamptz, NULL::int,
            NULL::int, NULL::bigint
-      FROM done x;
+      FROM skiplock.record_outcomes(ids, fencings, outcomes, results, errors, retry_after_ms,
+                                    deferred, backoffs, backoff_bases_ms, backoff_caps_ms) o;
+  ELSIF cardinality(record_claim.ids) > 0 THEN
+    SELECT array_agg(o.id), array_agg(o.kind), array_agg(o.state), array_agg(o.run_at),
+           array_agg(o.outcome), array_agg(o.delay_ms)
+      INTO v_ids, v_kinds, v_states, v_run_at, v_outcomes, v_delays
+      FROM skiplock.record_outcomes(ids, fencings, outcomes, results, errors, retry_after_ms,
+                                    deferred, backoffs, backoff_bases_ms, backoff_caps_ms) o;
+    -- 2. what they say about each kind's downstream, for its breaker
+    PERFORM skiplock.count_for_breakers(v_kinds, v_outcomes);
+    RETURN QUERY
+    SELECT 'recorded'::text, r.id, r.state, r.run_at, r.delay_ms, NULL::text, NULL::text,
+           NULL::jsonb, NULL::int, NULL::int, NULL::bigint, NULL::timestamptz, NULL::int,
+           NULL::int, NULL::bigint
+      FROM unnest(v_ids, v_states, v_run_at, v_delays) AS r(id, state, run_at, delay_ms);
   END IF;
   IF record_claim.n = 0 THEN
     RETURN;
   END IF;
+  -- 3. the next jobs: picked (pauses, breakers, keyset), then leased
   v_ids := skiplock.claim_pick(owner, kinds, queues, n, lease, after_priority,
                                after_run_at_us, after_id);
   RETURN QUERY
@@ -2626,6 +2609,80 @@ END
 $$;
 
 COMMENT ON FUNCTION skiplock.record_claim(ids bigint[], fencings bigint[], outcomes text[], results jsonb[], errors text[], retry_after_ms bigint[], deferred boolean[], backoffs text[], backoff_bases_ms bigint[], backoff_caps_ms bigint[], owner text, kinds text[], queues text[], n integer, lease interval, after_priority integer, after_run_at_us bigint, after_id bigint) IS 'record outcomes, then claim, in one call: rows tagged recorded / claimed; n = 0 records only';
+
+CREATE FUNCTION skiplock.record_outcomes(ids bigint[], fencings bigint[], outcomes text[], results jsonb[], errors text[], retry_after_ms bigint[], deferred boolean[], backoffs text[], backoff_bases_ms bigint[], backoff_caps_ms bigint[]) RETURNS TABLE(id bigint, kind text, state text, run_at timestamp with time zone, outcome text, delay_ms bigint)
+    LANGUAGE plpgsql
+    AS $$
+#variable_conflict use_column
+BEGIN
+  -- (plpgsql, not sql: its plan is prepared once per session)
+  RETURN QUERY
+  WITH reported AS MATERIALIZED (
+    -- ord and n place each row's jitter in its own slot of the batch, so
+    -- that a batch of retries spreads out instead of returning together
+    SELECT t.*, random() AS r, cardinality(record_outcomes.ids) AS n
+      FROM unnest(record_outcomes.ids, record_outcomes.fencings, record_outcomes.outcomes,
+                  record_outcomes.results, record_outcomes.errors,
+                  record_outcomes.retry_after_ms, record_outcomes.deferred,
+                  record_outcomes.backoffs, record_outcomes.backoff_bases_ms,
+                  record_outcomes.backoff_caps_ms)
+           WITH ORDINALITY AS t(id, fencing, outcome, result, error, asked_ms, deferred,
+                                backoff, base_ms, cap_ms, ord)),
+  ended AS (
+    DELETE FROM skiplock.jobs j USING reported v
+     WHERE j.id = v.id AND j.fencing = v.fencing AND j.state = 'running' COLLATE "C"
+       AND (v.outcome IN ('ok', 'discard') OR j.attempt >= j.max_attempts)
+    RETURNING j.id, j.queue, j.kind, j.payload, j.priority, j.run_at, j.attempt,
+              j.max_attempts, j.fencing, j.unique_key, j.timeout_ms, j.backoff_base_ms,
+              j.backoff_cap_ms, j.errors, j.created_at, j.attempted_at, j.backoff,
+              j.last_delay_ms,
+              CASE WHEN v.outcome = 'ok' THEN 'completed' ELSE 'discarded' END AS state,
+              v.outcome, v.result, v.error),
+  kept AS (
+    INSERT INTO skiplock.finished_jobs (id, queue, kind, payload, state, priority, run_at,
+                attempt, max_attempts, fencing, unique_key, timeout_ms, backoff_base_ms,
+                backoff_cap_ms, errors, result, created_at, attempted_at, finished_at, backoff,
+                last_delay_ms, expires_at)
+    SELECT f.id, f.queue, f.kind, f.payload, f.state, f.priority, f.run_at, f.attempt,
+           f.max_attempts, f.fencing, f.unique_key, f.timeout_ms, f.backoff_base_ms,
+           f.backoff_cap_ms, skiplock.errors_append(f.errors, f.attempt, f.error, now()),
+           CASE WHEN f.outcome = 'ok' THEN f.result END, f.created_at, f.attempted_at, now(),
+           f.backoff, f.last_delay_ms,
+           CASE WHEN k.keep IS NULL THEN timestamptz 'infinity' ELSE now() + k.keep END
+      FROM ended f
+      -- the queue's own retention for this state, else the default ('*')
+      JOIN skiplock.retention rd ON rd.queue = '*' AND rd.state = f.state
+      LEFT JOIN skiplock.retention rq ON rq.queue = f.queue AND rq.state = f.state
+     CROSS JOIN LATERAL (SELECT CASE WHEN rq.queue IS NULL THEN rd.keep ELSE rq.keep END
+                                AS keep) k
+     WHERE k.keep IS NULL OR k.keep > interval '0'),
+  decided AS (
+    -- the rows ended leaves alone: a retry or failure with attempts left
+    SELECT j.id, j.fencing, v.error,
+           skiplock.retry_delay_ms(j.attempt, j.last_delay_ms, j.backoff, j.backoff_base_ms,
+                                   j.backoff_cap_ms, v.asked_ms, v.deferred, v.backoff,
+                                   v.base_ms, v.cap_ms, v.r, (v.ord - 1 + v.r) / v.n)
+             AS delay_ms, v.outcome
+      FROM skiplock.jobs j JOIN reported v ON j.id = v.id AND j.fencing = v.fencing
+     WHERE j.state = 'running' COLLATE "C" AND v.outcome IN ('retry', 'fail')
+       AND j.attempt < j.max_attempts),
+  retried AS (
+    UPDATE skiplock.jobs j SET
+      state = 'available',
+      errors = skiplock.errors_append(j.errors, j.attempt, d.error, now()),
+      run_at = now() + d.delay_ms * interval '1 millisecond',
+      last_delay_ms = d.delay_ms,
+      lease_owner = NULL, lease_expires_at = NULL
+      FROM decided d
+     WHERE j.id = d.id AND j.fencing = d.fencing AND j.state = 'running' COLLATE "C"
+    RETURNING j.id, j.kind, j.state, j.run_at, d.outcome, j.last_delay_ms AS delay_ms)
+  SELECT r.id, r.kind, r.state, r.run_at, r.outcome, r.delay_ms FROM retried r
+  UNION ALL
+  SELECT e.id, e.kind, e.state, e.run_at, e.outcome, NULL::bigint FROM ended e;
+END
+$$;
+
+COMMENT ON FUNCTION skiplock.record_outcomes(ids bigint[], fencings bigint[], outcomes text[], results jsonb[], errors text[], retry_after_ms bigint[], deferred boolean[], backoffs text[], backoff_bases_ms bigint[], backoff_caps_ms bigint[]) IS 'Internal: record a batch of outcomes (ended, kept, decided, retried), each guarded by its fencing token; one row per outcome recorded.';
 
 CREATE FUNCTION skiplock.rescue(n integer DEFAULT 1000) RETURNS SETOF skiplock.rescued_job
     LANGUAGE plpgsql SECURITY DEFINER
