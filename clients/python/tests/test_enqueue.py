@@ -84,3 +84,18 @@ def test_lock_timeout_is_transient(db, app_conn):
         holder.rollback()
     assert e.value.sqlstate == "55P03"
     assert isinstance(e.value.__cause__, psycopg.errors.LockNotAvailable)
+
+
+def test_enqueue_on_default_connections_through_a_pooler(db):
+    """Two applications' connections with psycopg's defaults (statements
+    prepared after 5 runs) enqueue in turns through the mode's URL: skiplock
+    never prepares its calls on a caller's connection, so a transaction
+    pooler that hands each transaction another server cannot make one fail
+    with 'prepared statement "_pg3_0" already exists'."""
+    with psycopg.connect(URL) as a, psycopg.connect(URL) as b:
+        for i in range(30):
+            for conn in (a, b):
+                with conn.transaction():
+                    skiplock.enqueue(conn, "t.default_conn", {"i": i})
+    assert db.execute("SELECT count(*) FROM skiplock.jobs WHERE kind = 't.default_conn'"
+                      ).fetchone()[0] == 60

@@ -74,11 +74,15 @@ def _is_async(conn: Any) -> bool:
 
 
 def _one(conn: Any, sql: str, params: List[Any]) -> Any:
-    """The first column of the one row `sql` returns, sync or async."""
+    """The first column of the one row `sql` returns, sync or async.
+
+    Never prepared on the server (prepare=False): the caller's connection may
+    go through a transaction pooler, which hands each transaction whichever
+    server is free, where a prepared name is unknown or already taken."""
     if _is_async(conn):
         return _one_async(conn, sql, params)
     try:
-        row = conn.execute(sql, params).fetchone()
+        row = conn.execute(sql, params, prepare=False).fetchone()
     except psycopg.Error as e:
         raise classify(e) from e
     return row[0] if row else None
@@ -86,7 +90,7 @@ def _one(conn: Any, sql: str, params: List[Any]) -> Any:
 
 async def _one_async(conn: Any, sql: str, params: List[Any]) -> Any:
     try:
-        cur = await conn.execute(sql, params)
+        cur = await conn.execute(sql, params, prepare=False)
         row = await cur.fetchone()
     except psycopg.Error as e:
         raise classify(e) from e
