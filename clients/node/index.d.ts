@@ -148,3 +148,8 @@ export function classify(err: unknown): SkiplockError;
 export function isTransientSqlstate(code: string | undefined | null): boolean;
 /** "transaction", "session" or "none", from the URL alone. */
 export function urlPooler(url: string): 'transaction' | 'session' | 'none';
+
+/** The oldest schema step this client works with; `start()` rejects with a
+ * PermanentError naming `skiplock init` on a database without the schema
+ * or with an older one. */
+export const MIN_SCHEMA: number;

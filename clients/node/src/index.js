@@ -7,3 +7,4 @@ export {
   classify, isTransientSqlstate,
 } from './errors.js';
 export { urlPooler } from './pooler.js';
+export { MIN_SCHEMA } from './protocol.js';

@@ -3,6 +3,8 @@
 // transaction pooler.  Outcomes are { job, outcome, result, error,
 // retryAfterMs }, outcome one of 'ok', 'retry', 'discard'.
 
+import { PermanentError } from './errors.js';
+
 const CLAIM_COLS = 'id, queue, kind, payload, attempt, max_attempts, fencing, lease_expires_at, timeout_ms, priority, run_at';
 
 export function toJob(r) {
@@ -80,6 +82,28 @@ export async function heartbeat(db, jobs, leaseInterval) {
 }
 
 /** Ends expired leases; resolves to how many jobs were given back. */
+/** The oldest schema step this client works with: job_complete (0019)
+ * and the heartbeat's held rows (0020). */
+export const MIN_SCHEMA = 20;
+const NO_SCHEMA = new Set(['3F000', '42883']); // no schema skiplock; no installed_version()
+
+/** Rejects with a PermanentError naming `skiplock init` unless the schema
+ * is installed, at MIN_SCHEMA or later. */
+export async function checkSchema(db) {
+  let version;
+  try {
+    ({ rows: [{ version }] } = await db.query('SELECT skiplock.installed_version() AS version'));
+  } catch (err) {
+    if (!NO_SCHEMA.has(err.code)) throw err;
+    throw new PermanentError('the database has no skiplock schema: install it with ' +
+      `\`skiplock init\` (this client needs step ${MIN_SCHEMA} or later)`, { cause: err });
+  }
+  if (version < MIN_SCHEMA) {
+    throw new PermanentError(`the skiplock schema is at step ${version}; this client needs ` +
+      `step ${MIN_SCHEMA} or later: upgrade it with \`skiplock init\``);
+  }
+}
+
 export async function rescue(db) {
   const { rows } = await db.query('SELECT count(*)::int AS n FROM skiplock.rescue(1000)');
   return rows[0].n;

@@ -67,7 +67,8 @@ export class Worker extends EventEmitter {
     if (this.#loop !== null) throw new Error('Worker.start: already started');
     try {
       const db = await this.#conn.get();
-      await proto.rescue(db); // the schema is there and we may call it
+      await proto.checkSchema(db); // installed, and new enough
+      await proto.rescue(db); // and we may call it
     } catch (err) {
       await this.#conn.close();
       throw classify(err);

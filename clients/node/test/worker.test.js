@@ -1,8 +1,9 @@
 // The Worker against the real database, through the mode's URL.
 import { test, after } from 'node:test';
 import assert from 'node:assert/strict';
+import pg from 'pg';
 import {
-  Worker, enqueue, FencedError, JobTimeoutError, PermanentError, TransientError, ShutdownError,
+  Worker, enqueue, MIN_SCHEMA, FencedError, JobTimeoutError, PermanentError, TransientError, ShutdownError,
 } from '../src/index.js';
 import { admin, appPool, kind, job, q, sleep, waitFor, fast, MODE, URL, DIRECT_URL } from './helpers.js';
 
@@ -197,5 +198,31 @@ test('start() rejects with a typed error: unreachable, no schema', async () => {
   await assert.rejects(new Worker({ connectionString: dead, handlers: h }).start(), TransientError);
   const noSchema = DIRECT_URL.replace(/\/[^/?]+(\?|$)/, '/postgres$1');
   await assert.rejects(new Worker({ connectionString: noSchema, handlers: h }).start(),
-    (e) => e instanceof PermanentError && typeof e.code === 'string');
+    (e) => e instanceof PermanentError && ['3F000', '42883'].includes(e.code) &&
+      /no skiplock schema: install it with `skiplock init`/.test(e.message));
+});
+
+test('start() rejects a schema older than MIN_SCHEMA, within 5 s, naming skiplock init', async () => {
+  const name = `node_scratch_${process.pid}`;
+  await admin.query(`DROP DATABASE IF EXISTS ${name}`);
+  await admin.query(`CREATE DATABASE ${name}`);
+  const at = (u) => u.replace(/\/[^/?]+(\?|$)/, `/${name}$1`);
+  const old = new pg.Client({ connectionString: at(DIRECT_URL) });
+  await old.connect();
+  await old.query(`CREATE SCHEMA skiplock; CREATE TABLE skiplock.schema_version (version int);
+    INSERT INTO skiplock.schema_version VALUES (16);
+    CREATE FUNCTION skiplock.installed_version() RETURNS int LANGUAGE sql
+      AS 'SELECT max(version) FROM skiplock.schema_version'`);
+  await old.end();
+  try {
+    const t0 = Date.now();
+    await assert.rejects(
+      new Worker({ connectionString: at(URL), handlers: { [kind('old')]: async () => {} } }).start(),
+      (e) => e instanceof PermanentError &&
+        e.message.includes(`at step 16; this client needs step ${MIN_SCHEMA}`) &&
+        e.message.includes('skiplock init'));
+    assert.ok(Date.now() - t0 < 5000);
+  } finally {
+    await admin.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
+  }
 });

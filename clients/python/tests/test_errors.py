@@ -1,6 +1,8 @@
 """Typed errors: the SQLSTATE table of src/lib/core/error.c, and fencing."""
 
 import asyncio
+import os
+import time
 
 import psycopg
 import psycopg.errors
@@ -77,3 +79,46 @@ def test_job_fence_in_the_callers_transaction(db, app_conn):
         with app_conn.transaction():
             skiplock.job_fence(app_conn, job_id, fencing)
     assert isinstance(e.value.__cause__, psycopg.Error) and e.value.sqlstate == "SK001"
+
+
+@pytest.fixture
+def scratch():
+    """An empty database next to the test's, reached in the test's mode:
+    (its URL, its direct URL)."""
+    from psycopg.conninfo import make_conninfo
+    from conftest import DIRECT_URL, URL
+    name = f"py_scratch_{os.getpid()}"
+    with psycopg.connect(make_conninfo(DIRECT_URL, dbname="postgres"), autocommit=True) as admin:
+        admin.execute(f'DROP DATABASE IF EXISTS "{name}"')
+        admin.execute(f'CREATE DATABASE "{name}"')
+        try:
+            yield make_conninfo(URL, dbname=name), make_conninfo(DIRECT_URL, dbname=name)
+        finally:
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def start_fails(url):
+    """start() on url: the error it raised, within 5 s."""
+    w = skiplock.Worker(url, {"k": lambda job, ctx: None})
+    t0 = time.monotonic()
+    with pytest.raises(skiplock.PermanentError) as err:
+        asyncio.run(w.start())
+    assert time.monotonic() - t0 < 5
+    return err.value
+
+
+def test_start_refuses_a_database_without_the_schema(scratch):
+    err = start_fails(scratch[0])
+    assert "no skiplock schema" in str(err) and "skiplock init" in str(err)
+    assert err.sqlstate in ("3F000", "42883")
+
+
+def test_start_refuses_a_schema_older_than_it_needs(scratch):
+    with psycopg.connect(scratch[1], autocommit=True) as c:
+        c.execute("CREATE SCHEMA skiplock; CREATE TABLE skiplock.schema_version (version int); "
+                  "INSERT INTO skiplock.schema_version VALUES (16); "
+                  "CREATE FUNCTION skiplock.installed_version() RETURNS int LANGUAGE sql "
+                  "AS 'SELECT max(version) FROM skiplock.schema_version'")
+    err = start_fails(scratch[0])
+    assert f"at step 16; this client needs step {skiplock.MIN_SCHEMA}" in str(err)
+    assert "skiplock init" in str(err)

@@ -6,6 +6,7 @@
 use crate::conn::select;
 use crate::error::Error;
 use crate::pooler::{is_direct, Pooler};
+use crate::protocol::check_schema;
 use crate::config::{Config, Event};
 use std::sync::Arc;
 use tokio::sync::Notify;
@@ -35,6 +36,9 @@ impl Db {
         let mut db = Db { cfg, wake, client: None, side: None, side_retry_at: now, listening: false,
                           backoff: Duration::from_millis(100), retry_at: now };
         db.connect().await?;
+        if let Some(c) = db.client.as_ref() {
+            check_schema(c).await?;
+        }
         Ok(db)
     }
 

@@ -44,6 +44,6 @@ pub use enqueue::{enqueue, enqueue_sql, Backoff, EnqueueOptions};
 pub use error::{sqlstate_is_transient, Error};
 pub use job::{Finished, HandlerError, Job, Outcome, TxCompletion};
 pub use pooler::{url_looks_pooled, Pooler};
-pub use protocol::{job_complete, job_fence};
+pub use protocol::{check_schema, job_complete, job_fence, MIN_SCHEMA};
 pub use tokio_util::sync::CancellationToken;
 pub use worker::{Event, EventHook, HandlerResult, Worker, WorkerBuilder, WorkerHandle};

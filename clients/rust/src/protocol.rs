@@ -143,6 +143,38 @@ pub async fn rescue<C: GenericClient + Sync>(c: &C, n: u32) -> Result<usize, Err
     Ok(select(c.client(), &format!("SELECT id FROM skiplock.rescue({})", n)).await?.len())
 }
 
+/// The oldest schema step this client works with: `job_complete` (step
+/// 0019) and the heartbeat's held rows (step 0020).
+pub const MIN_SCHEMA: i32 = 20;
+
+/// [`Error::Permanent`] naming `skiplock init` unless the database has
+/// skiplock's schema at [`MIN_SCHEMA`] or later; [`crate::Worker::start`]
+/// calls it first.
+pub async fn check_schema<C: GenericClient + Sync>(c: &C) -> Result<(), Error> {
+    let rows = match select(c.client(), "SELECT skiplock.installed_version()").await {
+        Ok(rows) => rows,
+        // no schema skiplock, or no installed_version() in it
+        Err(e) if matches!(e.sqlstate(), Some("3F000") | Some("42883")) => {
+            return Err(Error::Permanent {
+                sqlstate: e.sqlstate().map(String::from),
+                message: format!("the database has no skiplock schema: install it with \
+                                  `skiplock init` (this client needs step {} or later)",
+                                 MIN_SCHEMA),
+            })
+        }
+        Err(e) => return Err(e),
+    };
+    let version: i32 = rows.first().and_then(|r| r.get(0)).and_then(|v| v.parse().ok()).unwrap_or(0);
+    if version < MIN_SCHEMA {
+        return Err(Error::Permanent {
+            sqlstate: None,
+            message: format!("the skiplock schema is at step {}; this client needs step {} or \
+                              later: upgrade it with `skiplock init`", version, MIN_SCHEMA),
+        });
+    }
+    Ok(())
+}
+
 /// Completes one job; [`Error::Fenced`] when the claim is no longer current.
 pub async fn complete<C: GenericClient + Sync>(
     c: &C,

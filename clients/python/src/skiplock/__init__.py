@@ -11,8 +11,8 @@
 The schema is installed by `skiplock init`; docs/clients/python.md is the guide.
 """
 
-from .errors import (FencedError, PermanentError, SkiplockError, TransientError, classify,
-                     is_transient)
+from .errors import (MIN_SCHEMA, FencedError, PermanentError, SkiplockError, TransientError,
+                     classify, is_transient)
 from .job import Discard, Job, JobContext, Retry
 from .pooler import url_looks_pooled
 from .protocol import complete, enqueue, fail, job_complete, job_fence
@@ -22,7 +22,8 @@ from .worker import Worker
 __version__ = "0.2.0"
 
 __all__ = [
-    "Discard", "FencedError", "Job", "JobContext", "PermanentError", "Retry", "SkiplockError",
+    "MIN_SCHEMA", "Discard", "FencedError", "Job", "JobContext", "PermanentError", "Retry",
+    "SkiplockError",
     "Stats", "TransientError", "Worker", "classify", "complete", "enqueue", "fail",
     "is_transient", "job_complete", "job_fence", "url_looks_pooled",
 ]

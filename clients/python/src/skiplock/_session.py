@@ -17,7 +17,8 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import psycopg
 
 from ._literal import int_array, text_array
-from .errors import classify
+from .errors import (MIN_SCHEMA, NO_SCHEMA_SQLSTATES, SkiplockError, classify,
+                     schema_error)
 from .job import Job
 from .pooler import is_direct
 
@@ -115,6 +116,17 @@ class Session:
                 await conn.close()
             except psycopg.Error:
                 pass
+
+    async def check_schema(self) -> None:
+        """PermanentError unless the schema is installed, at MIN_SCHEMA or later."""
+        try:
+            rows = await self._rows("SELECT skiplock.installed_version()", ())
+        except SkiplockError as e:
+            if e.sqlstate in NO_SCHEMA_SQLSTATES:
+                raise schema_error(None, e.sqlstate) from e
+            raise
+        if rows[0][0] < MIN_SCHEMA:
+            raise schema_error(rows[0][0])
 
     async def _rows(self, sql: str, params: Sequence[Any]) -> List[Tuple[Any, ...]]:
         await self.connect()

@@ -73,3 +73,20 @@ def _message(exc: BaseException, sqlstate: Optional[str]) -> str:
     text = str(exc).strip().splitlines()
     first = text[0] if text else type(exc).__name__
     return f"{first} (SQLSTATE {sqlstate})" if sqlstate else first
+
+
+# The oldest schema step this package works with: job_complete (step 0019)
+# and the heartbeat's held rows (step 0020).
+MIN_SCHEMA = 20
+NO_SCHEMA_SQLSTATES = ("3F000", "42883")  # no schema skiplock; no installed_version()
+
+
+def schema_error(version: Optional[int], sqlstate: Optional[str] = None) -> PermanentError:
+    """The error for a database whose skiplock schema is missing (version
+    None) or older than MIN_SCHEMA."""
+    if version is None:
+        return PermanentError("the database has no skiplock schema: install it with "
+                              f"`skiplock init` (this client needs step {MIN_SCHEMA} or later)",
+                              sqlstate)
+    return PermanentError(f"the skiplock schema is at step {version}; this client needs step "
+                          f"{MIN_SCHEMA} or later: upgrade it with `skiplock init`")

@@ -120,6 +120,11 @@ class Worker:
         self._loop = asyncio.get_running_loop()
         self._wake = asyncio.Event()
         await self._session.connect()
+        try:
+            await self._session.check_schema()
+        except BaseException:
+            await self._session.close()
+            raise
         self._slots.open()
         self._start_listener()
         now = time.monotonic()
