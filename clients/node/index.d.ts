@@ -120,6 +120,9 @@ export class Worker extends EventEmitter {
   stop(): Promise<void>;
   on(event: 'fenced', listener: (err: FencedError) => void): this;
   on(event: 'error', listener: (err: SkiplockError) => void): this;
+  /** A failed attempt (the handler threw, timed out or was stopped): with a
+   * listener, this event; without one, a line on stderr with the stack. */
+  on(event: 'failed', listener: (err: unknown, job: Job, outcome: 'retry' | 'discard') => void): this;
   on(event: string | symbol, listener: (...args: any[]) => void): this;
 }
 

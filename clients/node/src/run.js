@@ -11,7 +11,7 @@ import { FencedError, JobTimeoutError, PermanentError, ShutdownError } from './e
 function failure(job, err) {
   const error = err instanceof Error ? err.message || err.name : String(err);
   const outcome = err instanceof PermanentError ? 'discard' : 'retry';
-  return { job, outcome, error, retryAfterMs: err?.retryAfterMs };
+  return { job, outcome, error, retryAfterMs: err?.retryAfterMs, cause: err };
 }
 
 export class Run {

@@ -172,8 +172,26 @@ export class Worker extends EventEmitter {
     }
   }
 
+  /** A failed attempt: the 'failed' event (err, job, outcome) when the app
+   * listens for it, else one line on stderr with the error's stack. */
+  #attemptFailed({ job, outcome, error, cause }) {
+    if (this.listenerCount('failed') > 0) {
+      this.emit('failed', cause, job, outcome);
+      return;
+    }
+    const what = outcome === 'discard' ? 'discarded'
+      : job.attempt < job.maxAttempts ? 'retried' : 'its last attempt';
+    const stack = cause instanceof Error && cause.stack ? `\n${cause.stack}` : '';
+    console.warn(`skiplock worker: job ${job.id} (${job.kind}) attempt ${job.attempt} of ` +
+      `${job.maxAttempts} failed (${what}): ${error}${stack}`);
+  }
+
   #start(job, deadline) {
-    const run = new Run(job, deadline, (out) => { this.#pending.push(out); this.#signal(); });
+    const run = new Run(job, deadline, (out) => {
+      if (out.cause !== undefined) this.#attemptFailed(out);
+      this.#pending.push(out);
+      this.#signal();
+    });
     if (this.#runs.size < this.#o.concurrency) this.#execute(run);
     else this.#waiting.push(run);
   }

@@ -138,6 +138,38 @@ test('handler errors: PermanentError discards, others retry (with retryAfterMs)'
   assert.ok(s > 50 && s < 70, `retried after about 60 s, got ${s}`);
 });
 
+test('a failed attempt is visible: a stderr line with the stack, or the failed event', async () => {
+  const k = kind('visible');
+  const id = await enqueue(pool, k, {}, { backoff: 'fixed', backoffBase: '10m' });
+  const lines = [];
+  const warn = console.warn;
+  console.warn = (line) => lines.push(line);
+  try {
+    await withWorker({ handlers: { [k]: async function chargeCard() { throw new Error('card declined'); } } },
+      () => waitFor('the failure logged', 10000, () => lines.length > 0));
+  } finally {
+    console.warn = warn;
+  }
+  assert.match(lines[0], new RegExp(`^skiplock worker: job ${id} \\(${k.replace(/\./g, '\\.')}\\) attempt 1 of 25 failed \\(retried\\): card declined\\n`));
+  assert.match(lines[0], /at chargeCard/);
+
+  const k2 = kind('event');
+  const id2 = await enqueue(pool, k2, {});
+  const seen = [];
+  const w = new Worker({ ...fast, handlers: { [k2]: async () => { throw new PermanentError('bad'); } } });
+  w.on('failed', (err, job, outcome) => seen.push([err.message, job.id, outcome]));
+  console.warn = (line) => lines.push(line);
+  try {
+    await w.start();
+    await waitFor('the failed event', 10000, () => seen.length > 0);
+    await w.stop();
+  } finally {
+    console.warn = warn;
+  }
+  assert.deepEqual(seen[0], ['bad', id2, 'discard']);
+  assert.equal(lines.length, 1, 'with a listener, no stderr line');
+});
+
 test('stop() drains: running handlers finish and are recorded, nothing new is claimed', async () => {
   const k = kind('drain');
   const ids = [await enqueue(pool, k, {}), await enqueue(pool, k, {})];

@@ -3,6 +3,7 @@ lost leases, fenced outcomes, timeouts, graceful stop, connections."""
 
 import asyncio
 import json
+import logging
 import threading
 import time
 
@@ -90,6 +91,26 @@ def test_outcomes(db):
     assert job(db, ids[0], cols)[:3] == ("available", 1, "ValueError: no stock")
     assert job(db, ids[1], cols)[:3] == ("discarded", 1, "Discard: bad payload")
     assert job(db, ids[2], cols) == ("available", 1, "Retry: rate limited", True)
+
+
+def test_a_failed_attempt_is_logged_with_its_traceback(db, caplog):
+    """Visible by default: the skiplock logger at WARNING, kind, id and
+    attempt, the error, and the handler's traceback."""
+    def fails(job, ctx):
+        raise ValueError("no stock")
+
+    [job_id] = enqueue_direct(db, "t.logged", backoff="fixed", backoff_base="10 minutes")
+    w = worker({"t.logged": fails})
+    with caplog.at_level(logging.WARNING, logger="skiplock"):
+        w.start_thread()
+        wait_until(lambda: w.stats.failed >= 1, 30, "the failed attempt")
+        w.stop_thread()
+    [rec] = [r for r in caplog.records if "failed" in r.getMessage() and r.name == "skiplock"]
+    assert rec.levelno == logging.WARNING
+    assert f"job {job_id} (t.logged) attempt 1 of 25 failed (retried): ValueError: no stock" \
+        in rec.getMessage()
+    assert rec.exc_info and rec.exc_info[0] is ValueError
+    assert "in fails" in caplog.text  # the traceback names the handler
 
 
 # Array literals' special characters: quotes, backslashes, braces, commas,

@@ -43,6 +43,10 @@ const NOT_STARTED: &str = "the worker stopped before starting it";
 struct Held {
     token: CancellationToken,
     lost: bool,
+    /// For the log line of a failed attempt.
+    kind: String,
+    attempt: i32,
+    max_attempts: i32,
     /// The handler completed the job in its own transaction (Job::complete):
     /// a heartbeat that finds the job gone is no lost lease.
     in_tx: TxCompletion,
@@ -84,6 +88,19 @@ pub(crate) async fn start(cfg: Arc<Config>, stop: CancellationToken)
     Ok(tokio::spawn(async move { l.run().await }))
 }
 
+/// A failed attempt, visible by default: `log::warn!` with the job's id,
+/// kind and attempt and the handler's error.
+fn log_failure(h: &Held, f: &Finished) {
+    let (what, error) = match &f.outcome {
+        Outcome::Ok(_) => return,
+        Outcome::Discard { error } => ("discarded", error),
+        Outcome::Retry { error, .. } if h.attempt < h.max_attempts => ("retried", error),
+        Outcome::Retry { error, .. } => ("its last attempt", error),
+    };
+    log::warn!("skiplock worker: job {} ({}) attempt {} of {} failed ({}): {}", f.id, h.kind,
+               h.attempt, h.max_attempts, what, error);
+}
+
 impl Loop {
     async fn run(&mut self) -> Result<(), Error> {
         loop {
@@ -120,6 +137,9 @@ impl Loop {
     }
 
     fn finish(&mut self, f: Finished) {
+        if let Some(h) = self.held.get(&(f.id, f.fencing)) {
+            log_failure(h, &f);
+        }
         match self.held.remove(&(f.id, f.fencing)) {
             Some(h) if h.in_tx.is_set() => self.finish_in_tx(f),
             Some(h) if !h.lost => self.push_pending(f),
@@ -268,7 +288,10 @@ impl Loop {
         for job in jobs {
             let token = CancellationToken::new();
             let in_tx = job.completed_in_tx.clone();
-            self.held.insert((job.id, job.fencing), Held { token: token.clone(), lost: false, in_tx });
+            self.held.insert((job.id, job.fencing), Held { token: token.clone(), lost: false, in_tx,
+                                                           kind: job.kind.clone(),
+                                                           attempt: job.attempt,
+                                                           max_attempts: job.max_attempts });
             queued.push((job, token));
         }
         self.queue.push(queued);

@@ -86,6 +86,15 @@ def outcome_of(job: Job, fut: "asyncio.Future[Any]") -> Outcome:
     return Outcome(job.id, job.fencing, "retry", error=_error_text(exc), retry_after_ms=after)
 
 
+def log_failure(job: Job, out: Outcome, exc: Optional[BaseException]) -> None:
+    """A failed attempt on the `skiplock` logger at WARNING, with the
+    handler's traceback when it raised: visible unless the app silences it."""
+    log.warning("skiplock worker: job %d (%s) attempt %d of %d failed (%s): %s", job.id, job.kind,
+                job.attempt, job.max_attempts, "discarded" if out.outcome == "discard" else
+                "retried" if job.attempt < job.max_attempts else "its last attempt",
+                out.error, exc_info=exc)
+
+
 class Slots:
     """held: every claim by job id; waiting: the held jobs not started;
     outcomes: finished attempts not recorded yet (the loop sends them)."""
@@ -158,9 +167,10 @@ class Slots:
             return
         self.stats.timed_out += 1
         self._cancel(h, "timeout")
-        self._queue(h, Outcome(h.job.id, h.job.fencing, "retry",
-                               error=f"timeout: the handler ran longer than "
-                                     f"{h.job.timeout_ms} ms"))
+        out = Outcome(h.job.id, h.job.fencing, "retry",
+                      error=f"timeout: the handler ran longer than {h.job.timeout_ms} ms")
+        log_failure(h.job, out, None)
+        self._queue(h, out)
 
     def _finished(self, h: Held, fut: "asyncio.Future[Any]") -> None:
         if h.finished:  # cancelled, lost or timed out: the outcome is dropped
@@ -172,7 +182,11 @@ class Slots:
         if h.ctx.completed_in_tx and not fut.cancelled() and fut.exception() is None:
             self._completed_in_tx(h)
             return
-        self._queue(h, outcome_of(h.job, fut))
+        out = outcome_of(h.job, fut)
+        if out.outcome != "ok":
+            exc = None if fut.cancelled() else fut.exception()
+            log_failure(h.job, out, exc)
+        self._queue(h, out)
 
     def _completed_in_tx(self, h: Held) -> None:
         """The handler completed its job in its own transaction and returned:
