@@ -212,24 +212,28 @@ typedef struct skl_cron_tick_opts {
 typedef struct skl_cron_tick_result {
 	int due;                  /* due schedules read */
 	int fired;                /* of those, whose due fire times this call handled */
-	int lost;                 /* advanced first by someone else (another worker) */
+	int lost;                 /* always 0 since schema step 24: a due row another
+	                           * tick holds is skipped, not read */
 	int behind;               /* of those fired, handled by their catch-up policy */
 	int failed;               /* skipped: expression or zone unusable here, or
 	                           * values the database refused to store */
 	int64_t enqueued;         /* jobs created or found by unique key */
 	char failure[512];        /* why the first failed schedule failed, or "" */
+	int64_t next_in_ms;       /* from the database's now to the earliest next
+	                           * fire time of an enabled schedule; -1: none */
 } skl_cron_tick_result;
 
-/* Evaluates every enabled, due schedule once: for each, reads the
- * database clock (or uses o->at), computes the fire times due since its
- * last fire time, applies its catch-up policy when behind, and in one
- * statement advances last_fire (compare-and-set) and enqueues one job per
- * fire time with the unique key cron:NAME:<fire time>.  r (may be NULL)
- * receives counts.  o may be NULL (defaults).  A schedule that cannot be
- * evaluated here (say its zone is missing from this host's tz database)
- * is skipped and counted in r->failed, and so is one whose move the
- * database refuses (SQLSTATE class 22 or 23: say a stored time out of
- * range); the call still succeeds. */
+/* Fires every enabled, due schedule once for the fleet, in one call to
+ * the database (skiplock.cron_tick; with o->at, skiplock.cron_tick_at,
+ * which only the schema's owner may run): there each due row is locked
+ * SKIP LOCKED, its fire times since its last fire time are computed, its
+ * catch-up policy is applied when behind, last_fire moves on and one job
+ * per fire time is enqueued with the unique key cron:NAME:<fire time>,
+ * all in one transaction.  r (may be NULL) receives counts and the time to
+ * the next fire time.  o may be NULL (defaults).  A schedule the database
+ * cannot evaluate or move (SQLSTATE class 22 or 23: an unknown zone, a
+ * payload over the limit) is skipped and counted in r->failed; the call
+ * still succeeds. */
 SKL_API skl_rc skl_cron_tick(skl_client *c, const skl_cron_tick_opts *o,
                              skl_cron_tick_result *r, skl_error *err);
 

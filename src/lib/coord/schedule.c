@@ -369,132 +369,33 @@ void skl_schedule_info_free(skl_schedule_info *s, size_t n)
 
 /* ---- the tick ---- */
 
-static const char *const due_sql =
-	"SELECT s.name, s.expression, s.zone, s.catch_up, " SKL_TS_US("s.created_at") ", "
-	SKL_TS_US("s.last_fire") ", " SKL_EPOCH_STORED("coalesce(s.last_fire, s.created_at)") ", "
-	SKL_EPOCH("t.now")
-	"  FROM (SELECT coalesce($1::timestamptz, now()) AS now) t"
-	"  JOIN skiplock.schedules s ON s.enabled AND s.next_fire <= t.now"
-	" ORDER BY s.next_fire LIMIT $2";
+/* The tick is one call: the database plans and fires every due schedule
+ * (skiplock.cron_tick, sql/0024_cron.sql), so workers in every language
+ * agree on fire times by construction.  cron_tick_at, for an explicit
+ * instant, is the owner's (tests and simulations). */
+static const char *const tick_sql =
+	"SELECT due, fired, behind, enqueued, failed, coalesce(failure, ''),"
+	"       CASE WHEN next_due IS NULL THEN -1"
+	"            ELSE greatest(0, ceil(extract(epoch FROM next_due - db_now) * 1000))::bigint END"
+	"  FROM skiplock.cron_tick($1::int, $2::int, $3::bigint * interval '1 millisecond')";
+static const char *const tick_at_sql =
+	"SELECT due, fired, behind, enqueued, failed, coalesce(failure, ''),"
+	"       CASE WHEN next_due IS NULL THEN -1"
+	"            ELSE greatest(0, ceil(extract(epoch FROM next_due - db_now) * 1000))::bigint END"
+	"  FROM skiplock.cron_tick_at($4::timestamptz, $1::int, $2::int,"
+	"                             $3::bigint * interval '1 millisecond')";
 
-enum { D_NAME, D_EXPR, D_ZONE, D_CATCH, D_CREATED, D_LAST, D_CURSOR, D_NOW };
+enum { T_DUE, T_FIRED, T_BEHIND, T_ENQUEUED, T_FAILED, T_FAILURE, T_NEXT_IN };
 
-static const char *const fire_sql =
-	"SELECT cardinality(f) FROM skiplock.schedule_fire($1, $2::timestamptz, $3::timestamptz,"
-	" $4::timestamptz, $5::timestamptz, $6::timestamptz[], $7::text[]) AS f";
-
-/* The arrays of fire times and unique keys of a plan. */
-static void plan_arrays(const char *name, const skl_cron_plan *p, skl_buf *fires, skl_buf *keys)
+static void tick_read(const PGresult *res, skl_cron_tick_result *r)
 {
-	skl_buf_adds(fires, "{");
-	skl_buf_adds(keys, "{");
-	for (size_t i = 0; i < p->nfires; i++) {
-		char t[SKL_CRON_TIME_LEN], key[SKL_SCHEDULE_NAME_MAX + SKL_CRON_TIME_LEN + 8];
-		skl_cron_format_utc(p->fires[i], t);
-		snprintf(key, sizeof(key), "cron:%s:%s", name, t);
-		skl_buf_printf(fires, "%s%s", i ? "," : "", t);
-		skl_buf_adds(keys, i ? "," : "");
-		skl_buf_array_elem(keys, key);
-	}
-	skl_buf_adds(fires, "}");
-	skl_buf_adds(keys, "}");
-}
-
-/* Moves one schedule per its plan; *moved false when another got there. */
-static skl_rc fire(skl_client *c, const PGresult *r, int row, const skl_cron_plan *p,
-                   bool *moved, int64_t *jobs, skl_error *err)
-{
-	skl_buf fires, keys;
-	skl_buf_init(&fires, 0);
-	skl_buf_init(&keys, 0);
-	const char *name = PQgetvalue(r, row, D_NAME);
-	plan_arrays(name, p, &fires, &keys);
-	char last[SKL_CRON_TIME_LEN], next[SKL_CRON_TIME_LEN];
-	skl_cron_format_utc(p->newest, last);
-	skl_cron_format_utc(p->next, next);
-	/* Retry-safe: after a lost answer the repeat finds last_fire moved and
-	 * writes nothing (and reports the schedule as moved by someone else). */
-	row_call call = {.sql = fire_sql, .nparams = 7,
-	                 .params = {name, PQgetvalue(r, row, D_CREATED), col_str(r, row, D_LAST),
-	                            p->any_due ? last : col_str(r, row, D_LAST),
-	                            has_next(p) ? next : NULL, skl_buf_str(&fires),
-	                            skl_buf_str(&keys)}};
-	skl_rc rc = skl_buf_failed(&fires) || skl_buf_failed(&keys)
-	                ? skl__seterr(err, SKL_NOMEM, "out of memory")
-	                : run_row(c, &call, err);
-	*moved = rc == SKL_OK && !PQgetisnull(call.res, 0, 0);
-	*jobs = *moved ? col_i64(call.res, 0, 0) : 0;
-	PQclear(call.res);
-	skl_buf_free(&fires);
-	skl_buf_free(&keys);
-	return rc;
-}
-
-/* Plans one due schedule; SKL_INVALID (logged by the caller) when its
- * expression, zone or policy cannot be used here. */
-static skl_rc plan_row(const PGresult *r, int row, const skl_cron_tick_opts *o,
-                       skl_cron_plan *p, skl_error *err)
-{
-	skl_cron_expr *e = NULL;
-	skl_catch_up policy = SKL_CATCH_UP_LATEST;
-	skl_rc rc = skl_catch_up_parse(PQgetvalue(r, row, D_CATCH), &policy, err);
-	if (rc == SKL_OK)
-		rc = skl_cron_parse(PQgetvalue(r, row, D_EXPR), &e, err);
-	if (rc == SKL_OK)
-		rc = skl__cron_plan(e, PQgetvalue(r, row, D_ZONE), col_i64(r, row, D_CURSOR),
-		                    col_i64(r, row, D_NOW), policy,
-		                    o->catch_up_bound > 0 ? o->catch_up_bound : 100,
-		                    (o->grace_ms > 0 ? o->grace_ms : 60000) / 1000, p, err);
-	skl_cron_expr_free(e);
-	return rc;
-}
-
-/* One schedule that could not be evaluated: counted, the first named. */
-static void tick_failed(skl_cron_tick_result *res, const char *name, const char *why)
-{
-	if (res->failed++ == 0)
-		snprintf(res->failure, sizeof(res->failure), "schedule \"%.128s\": %.360s", name, why);
-}
-
-static skl_rc tick_row(skl_client *c, const PGresult *r, int row, const skl_cron_tick_opts *o,
-                       skl_cron_tick_result *res, skl_error *err)
-{
-	skl_cron_plan p;
-	skl_error why;
-	if (plan_row(r, row, o, &p, &why) != SKL_OK) {
-		tick_failed(res, PQgetvalue(r, row, D_NAME), why.message);
-		return SKL_OK;
-	}
-	bool moved = false;
-	int64_t jobs = 0;
-	skl_rc rc = fire(c, r, row, &p, &moved, &jobs, &why);
-	if (rc == SKL_DB && (strncmp(why.sqlstate, "22", 2) == 0 ||
-	                     strncmp(why.sqlstate, "23", 2) == 0)) {
-		/* schedule_fire refused this schedule's values (a stored time it
-		 * cannot move on from, a payload over the limit): this schedule
-		 * fails, the tick goes on with the others */
-		tick_failed(res, PQgetvalue(r, row, D_NAME), why.message);
-		rc = SKL_OK;
-	} else if (rc != SKL_OK && err) {
-		*err = why;
-	} else if (rc == SKL_OK && moved && !p.any_due) {
-		/* nothing was due after all (say the zone's rules changed since
-		 * next_fire was stored): only next_fire was corrected */
-	} else if (rc == SKL_OK && moved) {
-		res->fired++;
-		res->behind += p.behind;
-		res->enqueued += jobs;
-		char last[SKL_CRON_TIME_LEN];
-		skl_cron_format_utc(p.newest, last);
-		skl__log(c, p.behind ? SKL_LOG_INFO : SKL_LOG_DEBUG,
-		         "cron: schedule \"%s\": %" PRId64 " job(s) for fire times up to %s%s",
-		         PQgetvalue(r, row, D_NAME), jobs, last,
-		         p.behind ? " (behind: catch-up policy applied)" : "");
-	} else if (rc == SKL_OK) {
-		res->lost++;
-	}
-	skl__cron_plan_free(&p);
-	return rc;
+	r->due = (int)col_i64(res, 0, T_DUE);
+	r->fired = (int)col_i64(res, 0, T_FIRED);
+	r->behind = (int)col_i64(res, 0, T_BEHIND);
+	r->enqueued = col_i64(res, 0, T_ENQUEUED);
+	r->failed = (int)col_i64(res, 0, T_FAILED);
+	r->next_in_ms = col_i64(res, 0, T_NEXT_IN);
+	snprintf(r->failure, sizeof(r->failure), "%s", PQgetvalue(res, 0, T_FAILURE));
 }
 
 skl_rc skl_cron_tick(skl_client *c, const skl_cron_tick_opts *o, skl_cron_tick_result *r,
@@ -507,20 +408,28 @@ skl_rc skl_cron_tick(skl_client *c, const skl_cron_tick_opts *o, skl_cron_tick_r
 	if (r == NULL)
 		r = &local;
 	memset(r, 0, sizeof(*r));
+	r->next_in_ms = -1;
 	if (o->catch_up_bound < 0 || o->catch_up_bound > 100000 || o->grace_ms < 0 ||
 	    o->max_schedules < 0)
 		return skl__seterr(err, SKL_MISUSE, "catch_up_bound must be 0..100000, grace_ms and "
 		                   "max_schedules not negative");
-	char limit[16];
+	char limit[16], bound[16], grace[24];
 	snprintf(limit, sizeof(limit), "%d", o->max_schedules > 0 ? o->max_schedules : 100);
-	row_call due = {.sql = due_sql, .nparams = 2, .params = {o->at, limit}};
-	skl_rc rc = run_row(c, &due, err);
-	for (int i = 0; rc == SKL_OK && i < PQntuples(due.res); i++) {
-		r->due++;
-		rc = tick_row(c, due.res, i, o, r, err);
-	}
-	PQclear(due.res);
-	if (rc == SKL_OK)
+	snprintf(bound, sizeof(bound), "%d", o->catch_up_bound > 0 ? o->catch_up_bound : 100);
+	snprintf(grace, sizeof(grace), "%" PRId64, o->grace_ms > 0 ? o->grace_ms : 60000);
+	/* One statement, retry-safe: a repeat after a lost answer finds the
+	 * schedules it moved no longer due, and the unique keys hold. */
+	row_call call = {.sql = o->at ? tick_at_sql : tick_sql, .nparams = o->at ? 4 : 3,
+	                 .params = {limit, bound, grace, o->at}};
+	skl_rc rc = run_row(c, &call, err);
+	if (rc == SKL_OK) {
+		tick_read(call.res, r);
+		if (r->fired)
+			skl__log(c, r->behind ? SKL_LOG_INFO : SKL_LOG_DEBUG,
+			         "cron: %d schedule(s) fired, %" PRId64 " job(s)%s", r->fired, r->enqueued,
+			         r->behind ? " (some behind: catch-up policy applied)" : "");
 		skl_error_clear(err);
+	}
+	PQclear(call.res);
 	return rc;
 }

@@ -560,9 +560,12 @@ static int64_t jitter(skl_worker *w, int64_t ms)
 	return ms / 2 + (int64_t)(r * (double)ms);
 }
 
-/* Periodic jobs: every worker evaluates every due schedule; the database
- * decides which one enqueues each fire time (schedule.c).  A failure is
- * logged at most once a minute. */
+/* Periodic jobs: every worker fires the due schedules, the database
+ * decides the fire times and which tick enqueues each (schedule.c).  The
+ * next tick comes when the earliest schedule is next due, at least
+ * cron_every apart and at most five times that (a schedule added
+ * meanwhile is seen within it).  A failure is logged at most once a
+ * minute. */
 static void cron_tick(skl_worker *w, loop_state *ls, int64_t now)
 {
 	skl_cron_tick_result r;
@@ -574,7 +577,8 @@ static void cron_tick(skl_worker *w, loop_state *ls, int64_t now)
 		skl__wlog(w, SKL_LOG_WARNING, "cron: %s", why);
 	}
 	int64_t every = w->wo.cron_every_ms > 0 ? w->wo.cron_every_ms : 1000;
-	ls->next_cron = now + jitter(w, every);
+	int64_t wait = rc == SKL_OK && r.next_in_ms >= 0 ? r.next_in_ms : 5 * every;
+	ls->next_cron = now + jitter(w, wait < every ? every : wait > 5 * every ? 5 * every : wait);
 }
 
 /* Retention and partitions (skiplock/retention.h): a busy worker offers
