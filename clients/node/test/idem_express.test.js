@@ -14,7 +14,7 @@ import { admin, kind, q, waitFor, URL } from './helpers.js';
 import { startProxy } from './cutproxy.js';
 
 const procs = new Set();
-before(() => q('CREATE TABLE IF NOT EXISTS charges (id serial PRIMARY KEY, key text NOT NULL, amount int NOT NULL, currency text NOT NULL)'));
+before(() => q('CREATE TABLE IF NOT EXISTS t_charges (id serial PRIMARY KEY, key text NOT NULL, amount int NOT NULL, currency text NOT NULL)'));
 after(async () => {
   for (const p of procs) p.kill('SIGKILL');
   await admin.end();
@@ -45,7 +45,7 @@ async function post(base, key, body, headers = {}) {
   return { status: res.status, text: await res.text(), replayed: res.headers.get('idempotent-replayed'), retryAfter: res.headers.get('retry-after') };
 }
 
-const charges = async (key) => (await q('SELECT count(*)::int AS n FROM charges WHERE key = $1', [key]))[0].n;
+const charges = async (key) => (await q('SELECT count(*)::int AS n FROM t_charges WHERE key = $1', [key]))[0].n;
 const keyState = async (key) => (await q('SELECT state FROM skiplock.idempotency_keys WHERE key = $1', [key]))[0]?.state;
 
 test('first runs, the retry replays the same status and bytes, a new body is 422, a duplicate in flight 409', { timeout: 30000 }, async () => {
@@ -92,7 +92,7 @@ test('bad input: 4xx with a clear error, nothing written', { timeout: 30000 }, a
       assert.match(JSON.parse(r.text).error, message, what);
       if (key !== null) assert.equal(await keyState(key), undefined, `${what}: no key stored`);
     }
-    assert.equal((await q('SELECT count(*)::int AS n FROM charges WHERE amount = 1 OR amount = -1'))[0].n, 0, 'no charge');
+    assert.equal((await q('SELECT count(*)::int AS n FROM t_charges WHERE amount = 1 OR amount = -1'))[0].n, 0, 'no charge');
     const fixed = cases[4][1];
     assert.equal((await post(s.base, fixed, { amount: 1, currency: 'usd' })).status, 201, 'the fixed request runs with the same key');
   } finally {
