@@ -35,16 +35,16 @@ async function fencedWrite(lease, note) {
 
 test('a lease is renewed past its ttl, released on exit; meanwhile others are told who holds it', async () => {
   const name = kind('lease');
-  const r = await withLease(pool, name, { ttl: 600, owner: 'a' }, async (lease) => {
+  const r = await withLease(pool, name, { ttl: 1000, owner: 'a' }, async (lease) => {
     assert.equal(typeof lease.fencing, 'string');
     assert.equal(lease.signal.aborted, false);
-    await sleep(1500); // 2.5 ttls: renewed every 200 ms
+    await sleep(2200); // over two ttls: renewed every 333 ms
     assert.equal(lease.signal.aborted, false, 'renewals kept it');
     assert.deepEqual(await row(name), { owner: 'a', fencing: lease.fencing, live: true });
-    const other = await withLease(pool, name, { ttl: 600, owner: 'b' }, async () => assert.fail('ran while held'));
+    const other = await withLease(pool, name, { ttl: 1000, owner: 'b' }, async () => assert.fail('ran while held'));
     assert.equal(other.acquired, false);
     assert.equal(other.holder.owner, 'a');
-    assert.ok(other.holder.expiresInMs > 0 && other.holder.expiresInMs <= 600, `${other.holder.expiresInMs}`);
+    assert.ok(other.holder.expiresInMs > 0 && other.holder.expiresInMs <= 1000, `${other.holder.expiresInMs}`);
     await fencedWrite(lease, 'ok');
     return 42;
   });
@@ -152,7 +152,7 @@ test('acquire, renewals and release on different connections, one of them termin
   let i = 0;
   const roundRobin = { query: (...args) => clients[i++ % 2].query(...args) }; // a pool that never hands out the same one twice
   const before = i;
-  const r = await withLease(roundRobin, name, { ttl: 900 }, async (lease) => {
+  const r = await withLease(roundRobin, name, { ttl: 1500, renewEvery: 300 }, async (lease) => {
     assert.equal(i - before, 1, 'acquired on clients[0]');
     await sleep(700); // two renewals, one on each
     assert.equal(lease.signal.aborted, false);
@@ -166,11 +166,11 @@ test('acquire, renewals and release on different connections, one of them termin
   const name2 = kind('lease');
   const p = new pg.Pool({ connectionString: URL, max: 1, application_name: 'lease-terminated' });
   p.on('error', () => {});
-  await withLease(p, name2, { ttl: 900, renewEvery: 150, owner: 'p' }, async (lease) => {
+  await withLease(p, name2, { ttl: 1500, renewEvery: 200, owner: 'p' }, async (lease) => {
     const killed = await q(`SELECT pg_terminate_backend(pid) FROM pg_stat_activity
                              WHERE datname = current_database() AND application_name = 'lease-terminated'`);
     assert.ok(killed.length >= 1, 'the pool\'s backend was terminated');
-    await sleep(1200); // renewals fail once, then reconnect
+    await sleep(1600); // a renewal fails once, the next reconnects
     assert.equal(lease.signal.aborted, false, 'kept across the terminated backend');
   });
   assert.equal((await row(name2)).live, false);
