@@ -2,9 +2,8 @@
 // call, with the schema's limits (skiplock.lease_check_args): a name and an
 // owner of 1 to 256 characters, a ttl that is positive (here: at least
 // 100 ms, so that renewals every ttl/3 make sense) and at most 365 days.
-import os from 'node:os';
-import { randomBytes } from 'node:crypto';
 import { toMs } from './duration.js';
+import { defaultOwner } from './options.js';
 
 const TTL_MIN_MS = 100;
 const TTL_MAX_MS = 365 * 86400000;
@@ -37,8 +36,6 @@ function waitMs(wait) {
   if (wait === true) return Infinity;
   return toMs(wait, 'wait');
 }
-
-export const defaultOwner = () => `${os.hostname()}:${process.pid}:${randomBytes(3).toString('hex')}`;
 
 /** The checked options: name, owner, ttlMs, ttl (an interval literal),
  * renewEveryMs, callMs (the deadline of one database call: ttl/10),
