@@ -1,5 +1,6 @@
 // Types for skiplock (hand-written; the package is plain ESM).
 import type { EventEmitter } from 'node:events';
+import type { IncomingMessage, ServerResponse } from 'node:http';
 
 /** Anything with pg's query(): a pg.Client (inside your transaction), a
  * pg.PoolClient, or a pg.Pool (a job committed on its own). */
@@ -143,6 +144,13 @@ export class FencedError extends SkiplockError {
   jobId?: string;
   fencing?: string;
 }
+/** A lease is no longer this holder's (code SK001): a renewal found it
+ * expired or taken, no renewal succeeded within the ttl, or lease.fence
+ * found the token stale. */
+export class LeaseLostError extends FencedError {
+  constructor(message: string, options?: SkiplockErrorOptions & { lease?: string; fencing?: string });
+  lease?: string;
+}
 export class JobTimeoutError extends TransientError {}
 export class ShutdownError extends TransientError {}
 
@@ -156,3 +164,148 @@ export function urlPooler(url: string): 'transaction' | 'session' | 'none';
  * PermanentError naming `skiplock init` on a database without the schema
  * or with an older one. */
 export const MIN_SCHEMA: number;
+
+// ---- leases and singletons (docs/leases.md) ----
+
+export interface LeaseOptions {
+  /** How long the lease lasts without a renewal: 100 ms to 365 days. */
+  ttl: Duration;
+  /** The holder's id, 1 to 256 characters (default host:pid:random). */
+  owner?: string;
+  /** How often it is renewed (default ttl/3; at most ttl/2). */
+  renewEvery?: Duration;
+  /** When another holder has it: false (default) answers at once; true asks
+   * again until it is free (or signal aborts); a duration, at most that long. */
+  wait?: boolean | Duration;
+  /** How often a waiting acquirer asks again (default min(ttl/4, 5 s), jittered). */
+  retryEvery?: Duration;
+  /** Aborting it aborts lease.signal too (with its reason). */
+  signal?: AbortSignal;
+}
+
+export interface Lease {
+  readonly name: string;
+  readonly owner: string;
+  /** This holder's fencing token: a PostgreSQL bigint, as a decimal string. */
+  readonly fencing: string;
+  readonly ttlMs: number;
+  /** Aborts when the lease is lost (reason: LeaseLostError) or the caller's signal aborts. */
+  readonly signal: AbortSignal;
+  /** True once the lease is known to be lost. */
+  readonly lost: boolean;
+  /** In your transaction on client, before its writes: skiplock.lease_fence.
+   * Rejects with LeaseLostError (code SK001) unless this token is current
+   * and the lease live; the transaction is then aborted: roll back. */
+  fence(client: Queryable): Promise<void>;
+}
+
+export interface LeaseHolder {
+  owner: string;
+  expiresInMs: number;
+}
+
+export type LeaseResult<T> =
+  | { acquired: true; value: T; fencing: string; lost: boolean }
+  /** holder: null when it could not be read (or expired meanwhile). */
+  | { acquired: false; holder: LeaseHolder | null };
+
+/** Takes the lease on db (a pg.Pool: every call is one autocommit
+ * statement, on any of its connections), runs fn while renewing it, and
+ * releases it when fn settles (fn's error comes out). */
+export function withLease<T>(db: Queryable, name: string, opts: LeaseOptions, fn: (lease: Lease) => Promise<T>): Promise<LeaseResult<T>>;
+
+export interface SingletonOptions extends Omit<LeaseOptions, 'wait'> {
+  /** Asked before each attempt: a replica that cannot do the work now (a
+   * dependency is down) does not take the lease. */
+  ready?: () => boolean | Promise<boolean>;
+  /** fn's (or ready's, or the database's) errors; default a stderr line. */
+  onError?: (err: unknown) => void;
+}
+
+/** fn(lease) on one replica at a time, until opts.signal aborts; the
+ * others take over within about ttl + retryEvery when the holder dies. */
+export function runSingleton(db: Queryable, name: string, fn: (lease: Lease) => Promise<unknown>, opts: SingletonOptions): Promise<void>;
+
+// ---- idempotency keys (docs/idempotency.md) ----
+
+export interface IdempotencyOptions {
+  /** How long a key lives (default "24h"). */
+  ttl?: Duration;
+  /** After this long a claim whose holder vanished is handed to a retry (default "60s"). */
+  recovery?: Duration;
+  /** The largest response body stored, in bytes of JSON (default 65536). */
+  maxResponseBytes?: number;
+}
+
+export interface IdempotentResponse {
+  /** 100 to 599. */
+  status: number;
+  /** A JSON value (undefined is stored as null). */
+  body?: unknown;
+}
+
+export interface StoredResponse {
+  status: number;
+  body: unknown;
+  /** The body as stored and sent: the same bytes on every replay. */
+  bodyText: string;
+}
+
+export interface IdempotentContext {
+  key: string;
+  /** A client of the pool in a transaction begun on the first call (the
+   * same one after): put the effect there; the response is stored in it
+   * and it is committed (or rolled back when the handler throws). */
+  transaction(): Promise<Queryable>;
+}
+
+export type IdemClaim =
+  | { outcome: 'acquired'; holder: string }
+  | ({ outcome: 'replay' } & StoredResponse)
+  | { outcome: 'in_progress' }
+  | { outcome: 'conflict' };
+
+export type IdempotentResult =
+  | ({ outcome: 'completed' | 'replay' } & StoredResponse)
+  | { outcome: 'in_progress' }
+  | { outcome: 'conflict' };
+
+/** Runs handler at most once per key (1 to 255 bytes) and request
+ * fingerprint; a handler that throws rolls back and releases the key. */
+export function idempotent(db: Queryable, key: string, requestHash: string,
+  handler: (ctx: IdempotentContext) => Promise<IdempotentResponse>, opts?: IdempotencyOptions): Promise<IdempotentResult>;
+export function idemClaim(db: Queryable, key: string, requestHash: string, opts?: IdempotencyOptions): Promise<IdemClaim>;
+/** In the effect's transaction: rejects with FencedError (code SK002) when the claim is no longer the holder's. */
+export function idemComplete(db: Queryable, key: string, holder: string, response: IdempotentResponse,
+  opts?: Pick<IdempotencyOptions, 'maxResponseBytes'>): Promise<StoredResponse>;
+export function idemRelease(db: Queryable, key: string, holder: string): Promise<void>;
+/** SHA-256 (hex) of method, NUL, path, NUL, body: the C library's fingerprint. */
+export function fingerprint(method: string, path: string, body?: string | Uint8Array): string;
+
+export interface IdempotentHttpOptions extends IdempotencyOptions {
+  /** A pg.Pool. */
+  db: Queryable;
+  /** Larger request bodies get 413 before any claim (default 65536). */
+  maxBodyBytes?: number;
+  /** Retry-After on 409 and 503, in seconds (default 1). */
+  retryAfter?: number;
+  /** Errors answered with 500 (idempotentHandler); default console.warn. */
+  onError?: (err: unknown) => void;
+}
+
+/** A request listener for http.createServer. */
+export function idempotentHandler(opts: IdempotentHttpOptions,
+  handler: (req: IncomingMessage, ctx: IdempotentContext & { body: Buffer }) => Promise<IdempotentResponse>,
+): (req: IncomingMessage, res: ServerResponse) => void;
+
+/** What the Express middleware adds to the request. */
+export interface IdempotentRequest extends IncomingMessage {
+  idempotency: IdempotentContext;
+  rawBody: Buffer;
+  /** Parsed when the content type is JSON, else rawBody. */
+  body: unknown;
+}
+
+/** Express middleware (express itself is not needed to load it). */
+export function idempotency(opts: IdempotentHttpOptions):
+  (req: IncomingMessage, res: ServerResponse, next: (err?: unknown) => void) => void;

@@ -3,6 +3,7 @@
 // own).  The job commits or rolls back with the caller's transaction.
 import { classify, FencedError } from './errors.js';
 import { toInterval } from './duration.js';
+import { checkDb } from './db.js';
 
 // opts field -> [skiplock.enqueue argument, SQL cast, value conversion]
 const ARGS = {
@@ -16,12 +17,6 @@ const ARGS = {
   backoffBase: ['backoff_base', 'interval', (v) => toInterval(v, 'backoffBase')],
   backoffCap: ['backoff_cap', 'interval', (v) => toInterval(v, 'backoffCap')],
 };
-
-function checkDb(db) {
-  if (db === null || typeof db !== 'object' || typeof db.query !== 'function') {
-    throw new TypeError('expected a pg.Client, pg.PoolClient or pg.Pool');
-  }
-}
 
 /** The statement and its parameters for enqueue(kind, payload, opts). */
 export function enqueueStatement(kind, payload, opts = {}) {

@@ -3,7 +3,8 @@
 // 57P01-57P03, 40001, 40P01, 55P03 and 53300 are transient (a retry of the
 // same call may succeed), as is an error with no SQLSTATE at all (a socket
 // closed under us); everything else is permanent.  SK001 (job_fence or
-// lease_fence on a stale token) is a FencedError.
+// lease_fence on a stale token) and SK002 (idem_complete or idem_release
+// for a claim that is no longer the caller's) are FencedErrors.
 
 const TRANSIENT = new Set(['57P01', '57P02', '57P03', '40001', '40P01', '55P03', '53300']);
 
@@ -44,6 +45,16 @@ export class FencedError extends SkiplockError {
   }
 }
 
+/** A lease (withLease, runSingleton) is no longer this holder's: a
+ * renewal found it expired or taken, no renewal succeeded in time, or
+ * lease.fence found its token stale (code SK001). */
+export class LeaseLostError extends FencedError {
+  constructor(message, options = {}) {
+    super(message, options);
+    this.lease = options.lease;
+  }
+}
+
 /** The job ran longer than its own timeout (enqueue's `timeout`). */
 export class JobTimeoutError extends TransientError {}
 
@@ -56,7 +67,7 @@ export function classify(err) {
   if (err instanceof SkiplockError) return err;
   const code = typeof err?.code === 'string' && /^[0-9A-Z]{5}$/.test(err.code) ? err.code : '';
   const message = err?.message ?? String(err);
-  if (code === 'SK001') return new FencedError(message, { cause: err });
+  if (code === 'SK001' || code === 'SK002') return new FencedError(message, { cause: err, code });
   if (isTransientSqlstate(code)) return new TransientError(message, { cause: err, code });
   return new PermanentError(message, { cause: err, code });
 }

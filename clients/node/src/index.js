@@ -1,9 +1,16 @@
-// skiplock for Node: enqueue in your transaction, and a Worker on the SQL
-// protocol (docs/protocol.md).  Depends only on pg.
+// skiplock for Node: enqueue in your transaction, a Worker on the SQL
+// protocol (docs/protocol.md), leases and singletons (docs/leases.md) and
+// idempotent endpoints (docs/idempotency.md).  Depends only on pg.
 export { enqueue, enqueueStatement, jobComplete, jobFence } from './enqueue.js';
 export { Worker } from './worker.js';
+export { withLease } from './lease.js';
+export { runSingleton } from './singleton.js';
+export { fingerprint, idemClaim, idemComplete, idemRelease } from './idem.js';
+export { idempotent } from './idem-run.js';
+export { idempotentHandler } from './idem-http.js';
+export { idempotency } from './idem-express.js';
 export {
-  SkiplockError, TransientError, PermanentError, FencedError, JobTimeoutError, ShutdownError,
+  SkiplockError, TransientError, PermanentError, FencedError, LeaseLostError, JobTimeoutError, ShutdownError,
   classify, isTransientSqlstate,
 } from './errors.js';
 export { urlPooler } from './pooler.js';

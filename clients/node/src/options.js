@@ -5,6 +5,9 @@ import { randomBytes } from 'node:crypto';
 import { toMs, toInterval } from './duration.js';
 import { checkPoolerMode } from './pooler.js';
 
+/** A lease or claim owner naming this process: host:pid:random. */
+export const defaultOwner = () => `${os.hostname()}:${process.pid}:${randomBytes(3).toString('hex')}`;
+
 function positiveInt(v, what, max) {
   if (!Number.isInteger(v) || v < 1 || v > max) throw new TypeError(`${what}: expected an integer from 1 to ${max}, got ${v}`);
   return v;
@@ -52,7 +55,7 @@ export function workerOptions(o = {}) {
     pollMs: Math.max(toMs(o.poll ?? '1s', 'poll'), 10),
     rescueEveryMs: Math.max(toMs(o.rescueEvery ?? '5s', 'rescueEvery'), 10),
     shutdownTimeoutMs: toMs(o.shutdownTimeout ?? '30s', 'shutdownTimeout'),
-    owner: o.owner ?? `${os.hostname()}:${process.pid}:${randomBytes(3).toString('hex')}`,
+    owner: o.owner ?? defaultOwner(),
     applicationName: o.applicationName ?? 'skiplock-node',
   };
 }

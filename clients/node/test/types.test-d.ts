@@ -2,10 +2,12 @@
 // package type-checks, and what it must not write does not: each expected
 // error below fails the check when the line under it compiles.
 // Checked by `tsc -p tsconfig.json` (scripts/lint node); never run.
+import http from 'node:http';
 import {
   classify, enqueue, enqueueStatement, FencedError, isTransientSqlstate, jobFence, PermanentError,
-  SkiplockError, TransientError, urlPooler, Worker,
-  type Handler, type Job, type Queryable,
+  SkiplockError, TransientError, urlPooler, Worker, withLease, runSingleton, LeaseLostError,
+  idempotent, idemClaim, idemComplete, idemRelease, fingerprint, idempotentHandler, idempotency,
+  type Handler, type Job, type Queryable, type Lease, type IdempotentRequest,
 } from '../index.js';
 
 declare const db: Queryable;
@@ -48,3 +50,58 @@ async function app(): Promise<void> {
   void [id, text, mode, e, t, p];
 }
 void app;
+
+async function coordination(): Promise<void> {
+  const r = await withLease(db, 'nightly-report', { ttl: '1m', owner: 'me', renewEvery: '20s', wait: '5s' },
+    async (lease: Lease) => {
+      await lease.fence(db);
+      const f: string = lease.fencing;
+      if (lease.signal.aborted || lease.lost) return 0;
+      return f.length;
+    });
+  if (r.acquired) {
+    const n: number = r.value;
+    const lost: boolean = r.lost;
+    void [n, lost];
+  } else {
+    const who: string | undefined = r.holder?.owner;
+    void who;
+    // @ts-expect-error no value when the lease was not acquired
+    void r.value;
+  }
+  // @ts-expect-error ttl is required
+  await withLease(db, 'x', {}, async () => 1);
+  const stop = new AbortController();
+  await runSingleton(db, 'scheduler', async (lease) => lease.signal, {
+    ttl: 30000, signal: stop.signal, ready: async () => true, onError: (e) => void e,
+  });
+  const err = new LeaseLostError('lost', { lease: 'x', fencing: '3' });
+  const fe: FencedError = err;
+  void fe;
+
+  const hash: string = fingerprint('POST', '/charges', Buffer.from('{}'));
+  const out = await idempotent(db, 'order-42', hash, async ({ key, transaction }) => {
+    const c = await transaction();
+    await c.query('INSERT INTO charges (key) VALUES ($1)', [key]);
+    return { status: 201, body: { ok: true } };
+  }, { ttl: '24h', recovery: '60s', maxResponseBytes: 1024 });
+  if (out.outcome === 'completed' || out.outcome === 'replay') {
+    const s: number = out.status;
+    const t: string = out.bodyText;
+    void [s, t];
+  }
+  // @ts-expect-error the response needs a status
+  await idempotent(db, 'k', hash, async () => ({ body: 1 }));
+  const claim = await idemClaim(db, 'k', hash);
+  if (claim.outcome === 'acquired') {
+    await idemComplete(db, 'k', claim.holder, { status: 200, body: null });
+    await idemRelease(db, 'k', claim.holder);
+  }
+  const listener = idempotentHandler({ db, maxBodyBytes: 4096 }, async (req, { body }) =>
+    ({ status: 200, body: { method: req.method, size: body.length } }));
+  http.createServer(listener);
+  const mw = idempotency({ db, recovery: '30s', retryAfter: 2 });
+  const route = async (req: IdempotentRequest) => (await req.idempotency.transaction()).query('SELECT 1');
+  void [mw, route];
+}
+void coordination;

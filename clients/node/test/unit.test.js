@@ -24,6 +24,8 @@ test('classify maps pg errors to typed errors, keeping the SQLSTATE and cause', 
   assert.equal(t.cause.message, 'e 40P01');
   assert.ok(classify(mk('23505')) instanceof PermanentError);
   assert.ok(classify(mk('SK001')) instanceof FencedError);
+  assert.equal(classify(mk('SK002')).code, 'SK002', 'idem_complete for a claim taken over');
+  assert.ok(classify(mk('SK002')) instanceof FencedError);
   assert.ok(classify(mk('ECONNREFUSED')) instanceof TransientError, 'no SQLSTATE: transient');
   assert.ok(classify(new Error('Connection terminated unexpectedly')) instanceof TransientError);
 });
