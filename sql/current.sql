@@ -3468,6 +3468,46 @@ $$;
 
 COMMENT ON FUNCTION skiplock.retry_delay_ms(attempt integer, last_delay_ms bigint, job_backoff text, job_base_ms bigint, job_cap_ms bigint, asked_ms bigint, deferred boolean, bs text, bb bigint, bc bigint, r double precision, slot double precision) IS 'the retry decision: delay in ms before the next attempt of a failed job';
 
+CREATE TABLE skiplock.schedules (
+    name text NOT NULL,
+    expression text NOT NULL,
+    zone text DEFAULT 'UTC'::text NOT NULL,
+    kind text NOT NULL,
+    payload jsonb DEFAULT '{}'::jsonb NOT NULL,
+    queue text DEFAULT 'default'::text NOT NULL,
+    priority integer DEFAULT 0 NOT NULL,
+    max_attempts integer DEFAULT 25 NOT NULL,
+    enabled boolean DEFAULT true NOT NULL,
+    catch_up text DEFAULT 'latest'::text NOT NULL,
+    last_fire timestamp with time zone,
+    next_fire timestamp with time zone,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT schedules_attempts_check CHECK ((max_attempts >= 1)),
+    CONSTRAINT schedules_catch_up_check CHECK ((catch_up = ANY (ARRAY['none'::text, 'latest'::text, 'all'::text]))),
+    CONSTRAINT schedules_expression_check CHECK (((length(expression) >= 1) AND (length(expression) <= 256))),
+    CONSTRAINT schedules_kind_check CHECK (((length(kind) >= 1) AND (length(kind) <= 128))),
+    CONSTRAINT schedules_name_check CHECK (((length(name) >= 1) AND (length(name) <= 128))),
+    CONSTRAINT schedules_queue_check CHECK (((length(queue) >= 1) AND (length(queue) <= 128))),
+    CONSTRAINT schedules_times_check CHECK (((created_at >= '1970-01-01 00:00:00+00'::timestamp with time zone) AND (created_at < '2200-01-01 00:00:00+00'::timestamp with time zone) AND (last_fire >= '1970-01-01 00:00:00+00'::timestamp with time zone) AND (last_fire < '2200-01-01 00:00:00+00'::timestamp with time zone) AND (next_fire >= '1970-01-01 00:00:00+00'::timestamp with time zone) AND (next_fire < '2200-01-01 00:00:00+00'::timestamp with time zone))),
+    CONSTRAINT schedules_zone_check CHECK (((length(zone) >= 1) AND (length(zone) <= 128)))
+);
+
+COMMENT ON TABLE skiplock.schedules IS 'Cron schedules: expression, zone, the job each fire enqueues, and the last and next fire times.';
+
+COMMENT ON CONSTRAINT schedules_times_check ON skiplock.schedules IS 'created_at, last_fire and next_fire are finite times from 1970 to 2199, as a job''s run_at';
+
+CREATE FUNCTION skiplock.schedule_definition(s skiplock.schedules) RETURNS jsonb
+    LANGUAGE sql IMMUTABLE
+    AS $$
+  SELECT jsonb_build_object('name', s.name, 'expression', s.expression, 'zone', s.zone,
+                            'kind', s.kind, 'payload', s.payload, 'queue', s.queue,
+                            'priority', s.priority, 'max_attempts', s.max_attempts,
+                            'catch_up', s.catch_up);
+$$;
+
+COMMENT ON FUNCTION skiplock.schedule_definition(s skiplock.schedules) IS 'Internal: a stored schedule''s definition, as schedule_spec_check returns a declared one.';
+
 CREATE FUNCTION skiplock.schedule_fire(p_name text, p_created_at timestamp with time zone, p_expected_last timestamp with time zone, p_new_last timestamp with time zone, p_next timestamp with time zone, p_fires timestamp with time zone[], p_keys text[]) RETURNS bigint[]
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -3596,6 +3636,194 @@ END
 $$;
 
 COMMENT ON FUNCTION skiplock.schedule_set_paused(name text, paused boolean, actor text, role text) IS 'pause or resume a schedule, logged (operators)';
+
+CREATE FUNCTION skiplock.schedule_spec_check(spec jsonb) RETURNS jsonb
+    LANGUAGE plpgsql STABLE
+    AS $$
+DECLARE
+  k text;
+  v_name text;
+  v_kind text;
+  v_queue text;
+  v_zone text;
+  v_catch text;
+  v_payload jsonb;
+BEGIN
+  IF jsonb_typeof(spec) IS DISTINCT FROM 'object' THEN
+    RAISE EXCEPTION 'expected an object' USING ERRCODE = '22023';
+  END IF;
+  FOR k IN SELECT jsonb_object_keys(spec) LOOP
+    IF k NOT IN ('name', 'expression', 'kind', 'zone', 'queue', 'payload', 'priority',
+                 'max_attempts', 'catch_up') THEN
+      RAISE EXCEPTION 'unknown field "%"', k USING ERRCODE = '22023';
+    END IF;
+  END LOOP;
+  IF jsonb_typeof(spec->'name') IS DISTINCT FROM 'string'
+     OR jsonb_typeof(spec->'expression') IS DISTINCT FROM 'string'
+     OR jsonb_typeof(spec->'kind') IS DISTINCT FROM 'string'
+     OR coalesce(jsonb_typeof(spec->'zone'), 'string') <> 'string'
+     OR coalesce(jsonb_typeof(spec->'queue'), 'string') <> 'string'
+     OR coalesce(jsonb_typeof(spec->'catch_up'), 'string') <> 'string' THEN
+    RAISE EXCEPTION '"name", "expression" and "kind" are required strings; "zone", "queue" and "catch_up" are strings'
+      USING ERRCODE = '22023';
+  END IF;
+  IF coalesce(jsonb_typeof(spec->'priority'), 'number') <> 'number'
+     OR coalesce(jsonb_typeof(spec->'max_attempts'), 'number') <> 'number'
+     OR (spec->>'priority')::numeric NOT BETWEEN -1000000 AND 1000000
+     OR (spec->>'max_attempts')::numeric NOT BETWEEN 1 AND 1000000
+     OR (spec->>'priority')::numeric % 1 <> 0 OR (spec->>'max_attempts')::numeric % 1 <> 0 THEN
+    RAISE EXCEPTION '"priority" and "max_attempts" must be integers in range'
+      USING ERRCODE = '22023';
+  END IF;
+  v_name := spec->>'name';
+  v_kind := spec->>'kind';
+  v_queue := coalesce(spec->>'queue', 'default');
+  v_zone := coalesce(spec->>'zone', 'UTC');
+  v_catch := coalesce(spec->>'catch_up', 'latest');
+  v_payload := coalesce(spec->'payload', '{}');
+  IF octet_length(v_name) NOT BETWEEN 1 AND 128 THEN
+    RAISE EXCEPTION 'schedule name must be 1 to 128 bytes (got %)', octet_length(v_name)
+      USING ERRCODE = '22023';
+  END IF;
+  IF v_name ~ '[\x01-\x1f\x7f]' THEN
+    RAISE EXCEPTION 'schedule name must not contain control characters' USING ERRCODE = '22023';
+  END IF;
+  IF octet_length(v_kind) NOT BETWEEN 1 AND 128 THEN
+    RAISE EXCEPTION 'job kind must be 1 to 128 bytes (got %)', octet_length(v_kind)
+      USING ERRCODE = '22023';
+  END IF;
+  IF v_kind ~ '[\x01-\x1f\x7f]' THEN
+    RAISE EXCEPTION 'job kind must not contain control characters' USING ERRCODE = '22023';
+  END IF;
+  IF octet_length(v_queue) NOT BETWEEN 1 AND 128 THEN
+    RAISE EXCEPTION 'queue name must be 1 to 128 bytes (got %)', octet_length(v_queue)
+      USING ERRCODE = '22023';
+  END IF;
+  IF v_queue ~ '[\x01-\x1f\x7f]' THEN
+    RAISE EXCEPTION 'queue name must not contain control characters' USING ERRCODE = '22023';
+  END IF;
+  IF octet_length(v_payload::text) > skiplock.payload_max() THEN
+    RAISE EXCEPTION 'payload is % bytes, over the limit of %', octet_length(v_payload::text),
+      skiplock.payload_max() USING ERRCODE = '22023';
+  END IF;
+  IF v_catch NOT IN ('none', 'latest', 'all') THEN
+    RAISE EXCEPTION 'catch_up: unknown catch-up policy "%" (expected none, latest or all)',
+      v_catch USING ERRCODE = '22023';
+  END IF;
+  PERFORM skiplock.cron_zone_check(v_zone);
+  PERFORM skiplock.cron_parse(spec->>'expression');
+  RETURN jsonb_build_object('name', v_name, 'expression', spec->>'expression', 'zone', v_zone,
+                            'kind', v_kind, 'payload', v_payload, 'queue', v_queue,
+                            'priority', coalesce((spec->>'priority')::int, 0),
+                            'max_attempts', coalesce((spec->>'max_attempts')::int, 25),
+                            'catch_up', v_catch);
+END
+$$;
+
+COMMENT ON FUNCTION skiplock.schedule_spec_check(spec jsonb) IS 'Internal: a declared schedule checked (22023 in the words of cron add and cron apply), defaults filled in.';
+
+CREATE FUNCTION skiplock.schedule_times(expression text, zone text, cursor timestamp with time zone, now timestamp with time zone, OUT last_fire timestamp with time zone, OUT next_fire timestamp with time zone) RETURNS record
+    LANGUAGE plpgsql STABLE
+    AS $$
+DECLARE
+  p skiplock.cron_plan := skiplock.cron_plan(skiplock.cron_parse(expression), zone,
+                                             to_timestamp(floor(extract(epoch FROM least(cursor, now)))),
+                                             to_timestamp(floor(extract(epoch FROM now))),
+                                             'none', 1, -1);
+BEGIN
+  last_fire := CASE WHEN p.any_due THEN p.newest END;
+  next_fire := CASE WHEN p.next < timestamptz '2200-01-01 00:00+00' THEN p.next END;
+END
+$$;
+
+COMMENT ON FUNCTION skiplock.schedule_times(expression text, zone text, cursor timestamp with time zone, now timestamp with time zone, OUT last_fire timestamp with time zone, OUT next_fire timestamp with time zone) IS 'Internal: last_fire and next_fire across a change of expression or zone: what passed is skipped.';
+
+CREATE FUNCTION skiplock.schedules_declare(schedules jsonb, force boolean DEFAULT false) RETURNS TABLE(name text, action text, detail text)
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+  specs jsonb[] := '{}';
+  d jsonb;
+  h text;
+  cur skiplock.schedules;
+  t record;
+  seen timestamptz;
+  i int := 0;
+BEGIN
+  IF jsonb_typeof(schedules) IS DISTINCT FROM 'array' THEN
+    RAISE EXCEPTION 'schedules must be a JSON array of schedules' USING ERRCODE = '22023';
+  END IF;
+  IF jsonb_array_length(schedules) > 1000 THEN
+    RAISE EXCEPTION 'at most 1000 schedules may be declared at once (got %)',
+      jsonb_array_length(schedules) USING ERRCODE = '22023';
+  END IF;
+  FOR d IN SELECT e FROM jsonb_array_elements(schedules) e LOOP
+    i := i + 1;
+    BEGIN
+      d := skiplock.schedule_spec_check(d);
+    EXCEPTION WHEN data_exception THEN
+      RAISE EXCEPTION 'schedule % ("%"): %', i,
+        left(coalesce(CASE WHEN jsonb_typeof(d) = 'object' THEN d->>'name' END, ''), 128),
+        left(SQLERRM, 400) USING ERRCODE = '22023';
+    END;
+    IF d->>'name' IN (SELECT x->>'name' FROM unnest(specs) x) THEN
+      RAISE EXCEPTION 'schedule "%" is given twice', d->>'name' USING ERRCODE = '22023';
+    END IF;
+    specs := specs || d;
+  END LOOP;
+  LOCK TABLE skiplock.schedules IN SHARE ROW EXCLUSIVE MODE;
+  FOREACH d IN ARRAY specs LOOP
+    name := d->>'name';
+    detail := NULL;
+    h := md5(d::text);
+    SELECT * INTO cur FROM skiplock.schedules x WHERE x.name = d->>'name';
+    SELECT x.first_seen INTO seen FROM skiplock.schedule_declarations x
+     WHERE x.name = d->>'name' AND x.definition_hash = h;
+    IF cur.name IS NOT NULL AND skiplock.schedule_definition(cur) = d THEN
+      action := 'unchanged';
+      INSERT INTO skiplock.schedule_declarations AS x (name, definition_hash)
+      VALUES (d->>'name', h) ON CONFLICT DO NOTHING;
+    ELSIF cur.name IS NOT NULL AND seen IS NOT NULL AND NOT force THEN
+      action := 'superseded';
+      detail := format('kept the definition set at %s; this one was first declared at %s and '
+                       'has been replaced since (a newer version of the application?)',
+                       to_char(cur.updated_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"'),
+                       to_char(seen AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"'));
+    ELSIF cur.name IS NULL THEN
+      action := 'created';
+      t := skiplock.schedule_times(d->>'expression', d->>'zone', now(), now());
+      INSERT INTO skiplock.schedules (name, expression, zone, kind, payload, queue, priority,
+                                      max_attempts, catch_up, next_fire)
+      VALUES (d->>'name', d->>'expression', d->>'zone', d->>'kind', d->'payload', d->>'queue',
+              (d->>'priority')::int, (d->>'max_attempts')::int, d->>'catch_up', t.next_fire);
+    ELSE
+      action := 'updated';
+      IF (cur.expression, cur.zone) IS DISTINCT FROM (d->>'expression', d->>'zone') THEN
+        t := skiplock.schedule_times(d->>'expression', d->>'zone',
+                                     coalesce(cur.last_fire, cur.created_at), now());
+      ELSE
+        t := (cur.last_fire, cur.next_fire);
+      END IF;
+      UPDATE skiplock.schedules x
+         SET expression = d->>'expression', zone = d->>'zone', kind = d->>'kind',
+             payload = d->'payload', queue = d->>'queue', priority = (d->>'priority')::int,
+             max_attempts = (d->>'max_attempts')::int, catch_up = d->>'catch_up',
+             last_fire = coalesce(t.last_fire, x.last_fire), next_fire = t.next_fire,
+             updated_at = now()
+       WHERE x.name = d->>'name';
+    END IF;
+    IF action IN ('created', 'updated') THEN
+      INSERT INTO skiplock.schedule_declarations AS x (name, definition_hash)
+      VALUES (d->>'name', h)
+      ON CONFLICT ON CONSTRAINT schedule_declarations_pkey DO UPDATE SET first_seen = now();
+    END IF;
+    RETURN NEXT;
+  END LOOP;
+END
+$$;
+
+COMMENT ON FUNCTION skiplock.schedules_declare(schedules jsonb, force boolean) IS 'Applies schedules declared in an application''s code: created, updated, unchanged, or superseded by a newer definition (force applies it anyway).';
 
 CREATE FUNCTION skiplock.worker_idle(p_owner text, p_kinds text[], p_queues text[]) RETURNS void
     LANGUAGE plpgsql
@@ -3918,34 +4146,13 @@ CREATE TABLE skiplock.retention (
 
 COMMENT ON TABLE skiplock.retention IS 'how long finished jobs are kept, per queue (''*'': default) and state; keep NULL: forever';
 
-CREATE TABLE skiplock.schedules (
+CREATE TABLE skiplock.schedule_declarations (
     name text NOT NULL,
-    expression text NOT NULL,
-    zone text DEFAULT 'UTC'::text NOT NULL,
-    kind text NOT NULL,
-    payload jsonb DEFAULT '{}'::jsonb NOT NULL,
-    queue text DEFAULT 'default'::text NOT NULL,
-    priority integer DEFAULT 0 NOT NULL,
-    max_attempts integer DEFAULT 25 NOT NULL,
-    enabled boolean DEFAULT true NOT NULL,
-    catch_up text DEFAULT 'latest'::text NOT NULL,
-    last_fire timestamp with time zone,
-    next_fire timestamp with time zone,
-    created_at timestamp with time zone DEFAULT now() NOT NULL,
-    updated_at timestamp with time zone DEFAULT now() NOT NULL,
-    CONSTRAINT schedules_attempts_check CHECK ((max_attempts >= 1)),
-    CONSTRAINT schedules_catch_up_check CHECK ((catch_up = ANY (ARRAY['none'::text, 'latest'::text, 'all'::text]))),
-    CONSTRAINT schedules_expression_check CHECK (((length(expression) >= 1) AND (length(expression) <= 256))),
-    CONSTRAINT schedules_kind_check CHECK (((length(kind) >= 1) AND (length(kind) <= 128))),
-    CONSTRAINT schedules_name_check CHECK (((length(name) >= 1) AND (length(name) <= 128))),
-    CONSTRAINT schedules_queue_check CHECK (((length(queue) >= 1) AND (length(queue) <= 128))),
-    CONSTRAINT schedules_times_check CHECK (((created_at >= '1970-01-01 00:00:00+00'::timestamp with time zone) AND (created_at < '2200-01-01 00:00:00+00'::timestamp with time zone) AND (last_fire >= '1970-01-01 00:00:00+00'::timestamp with time zone) AND (last_fire < '2200-01-01 00:00:00+00'::timestamp with time zone) AND (next_fire >= '1970-01-01 00:00:00+00'::timestamp with time zone) AND (next_fire < '2200-01-01 00:00:00+00'::timestamp with time zone))),
-    CONSTRAINT schedules_zone_check CHECK (((length(zone) >= 1) AND (length(zone) <= 128)))
+    definition_hash text NOT NULL,
+    first_seen timestamp with time zone DEFAULT now() NOT NULL
 );
 
-COMMENT ON TABLE skiplock.schedules IS 'Cron schedules: expression, zone, the job each fire enqueues, and the last and next fire times.';
-
-COMMENT ON CONSTRAINT schedules_times_check ON skiplock.schedules IS 'created_at, last_fire and next_fire are finite times from 1970 to 2199, as a job''s run_at';
+COMMENT ON TABLE skiplock.schedule_declarations IS 'Every definition applications declared for a schedule (by hash) and when it was first seen: an older one is not applied again.';
 
 CREATE TABLE skiplock.schema_version (
     version integer NOT NULL,
@@ -4017,6 +4224,9 @@ ALTER TABLE ONLY skiplock.pauses
 
 ALTER TABLE ONLY skiplock.retention
     ADD CONSTRAINT retention_pkey PRIMARY KEY (queue, state);
+
+ALTER TABLE ONLY skiplock.schedule_declarations
+    ADD CONSTRAINT schedule_declarations_pkey PRIMARY KEY (name, definition_hash);
 
 ALTER TABLE ONLY skiplock.schedules
     ADD CONSTRAINT schedules_pkey PRIMARY KEY (name);
