@@ -20,6 +20,8 @@
 --   cron_plan           what one evaluation of a schedule does: the fire
 --                       times due since its cursor, the catch-up policy
 --                       applied, and the next fire time
+--   cron_fire           move planned schedules on and enqueue their fire
+--                       times, all or nothing
 --   cron_tick           fire every due schedule: each row locked SKIP
 --                       LOCKED, moved on and its jobs enqueued in the same
 --                       transaction (the worker role's call)
@@ -610,14 +612,37 @@ $fn$;
 
 -- ---- the tick ----
 
+-- Moves schedules on and enqueues their fire times, all or nothing: the
+-- fire times (with their schedules' job settings) in parallel arrays,
+-- their unique keys cron:NAME:<fire time>.
+CREATE FUNCTION skiplock.cron_fire(names text[], lasts timestamptz[], nexts timestamptz[],
+                                   kinds text[], payloads jsonb[], queues text[],
+                                   fires timestamptz[], priorities int[], keys text[],
+                                   attempts int[])
+RETURNS void
+LANGUAGE plpgsql AS $fn$
+BEGIN
+  UPDATE skiplock.schedules x
+     SET last_fire = coalesce(u.last_fire, x.last_fire), next_fire = u.next_fire,
+         updated_at = now()
+    FROM unnest(names, lasts, nexts) AS u(name, last_fire, next_fire)
+   WHERE x.name = u.name;
+  IF cardinality(fires) > 0 THEN
+    PERFORM skiplock.enqueue_many(NULL, kinds, payloads, queues, fires, NULL, priorities, keys,
+                                  attempts, NULL, NULL, NULL);
+  END IF;
+END
+$fn$;
+
 -- Fires the due schedules at `at`: each due row is locked SKIP LOCKED (a
--- row another tick holds is left to it), planned, moved on and its jobs
--- enqueued under their unique keys cron:NAME:<fire time>, all in the
--- caller's transaction: a fire time is enqueued if and only if last_fire
--- moved past it.  A schedule whose stored values cannot be evaluated or
--- enqueued (a class 22 or 23 error) is counted in `failed`, the first one
--- named in `failure`, and the tick goes on with the others.  next_due is
--- the earliest next_fire left, for an idle worker to sleep until.
+-- row another tick holds is left to it) and planned; then all of them are
+-- moved on and their jobs enqueued under their unique keys in one
+-- statement each (cron_fire), in the caller's transaction: a fire time is
+-- enqueued if and only if last_fire moved past it.  A schedule whose
+-- stored values cannot be planned, moved or enqueued (a class 22 or 23
+-- error) is counted in `failed`, the first one named in `failure`, and the
+-- others still fire: when the batch fails, each schedule is fired alone.
+-- next_due is the earliest next_fire left, for an idle worker.
 CREATE FUNCTION skiplock.cron_tick_at(at timestamptz, max_schedules int DEFAULT 100,
                                       catch_up_bound int DEFAULT 100,
                                       grace interval DEFAULT interval '1 minute')
@@ -630,7 +655,17 @@ DECLARE
   v_grace bigint;
   s record;
   p skiplock.cron_plan;
+  -- per schedule planned
+  names text[] := '{}'; lasts timestamptz[] := '{}'; nexts timestamptz[] := '{}';
+  dues boolean[] := '{}'; behinds boolean[] := '{}'; firsts int[] := '{}'; counts int[] := '{}';
+  -- per fire time
+  kinds text[] := '{}'; payloads jsonb[] := '{}'; queues text[] := '{}';
+  fires timestamptz[] := '{}'; prios int[] := '{}'; keys text[] := '{}'; maxes int[] := '{}';
   n int;
+  lo int;
+  hi int;
+  whole boolean := true;
+  ok boolean;
 BEGIN
   IF at IS NULL OR NOT isfinite(at) OR max_schedules IS NULL OR max_schedules < 1
      OR catch_up_bound IS NULL OR catch_up_bound < 1 OR catch_up_bound > 100000
@@ -641,6 +676,7 @@ BEGIN
   END IF;
   v_grace := floor(extract(epoch FROM grace));
   due := 0; fired := 0; behind := 0; enqueued := 0; failed := 0;
+  -- 1. plan every due schedule (one that cannot be planned fails alone)
   FOR s IN
     SELECT x.name, x.expression, x.zone, x.catch_up, x.kind, x.payload, x.queue, x.priority,
            x.max_attempts,
@@ -656,31 +692,64 @@ BEGIN
     BEGIN
       p := skiplock.cron_plan(skiplock.cron_parse(s.expression), s.zone, s.cursor, v_now,
                               s.catch_up, catch_up_bound, v_grace);
-      UPDATE skiplock.schedules x
-         SET last_fire = CASE WHEN p.any_due THEN p.newest ELSE x.last_fire END,
-             next_fire = CASE WHEN p.next < t_end THEN p.next END, updated_at = now()
-       WHERE x.name = s.name;
-      n := coalesce(cardinality(p.fires), 0);
-      IF n > 0 THEN
-        PERFORM skiplock.enqueue_many(NULL, array_fill(s.kind, ARRAY[n]),
-                  array_fill(s.payload, ARRAY[n]), array_fill(s.queue, ARRAY[n]), p.fires,
-                  NULL, array_fill(s.priority, ARRAY[n]),
-                  ARRAY(SELECT 'cron:' || s.name || ':'
-                               || to_char(f AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"')
-                          FROM unnest(p.fires) f),
-                  array_fill(s.max_attempts, ARRAY[n]), NULL, NULL, NULL);
-      END IF;
-      IF p.any_due THEN
-        fired := fired + 1;
-        behind := behind + p.behind::int;
-        enqueued := enqueued + n;
-      END IF;
     EXCEPTION WHEN data_exception OR integrity_constraint_violation THEN
       failed := failed + 1;
       IF failed = 1 THEN
         failure := format('schedule "%s": %s', left(s.name, 128), left(SQLERRM, 360));
       END IF;
+      CONTINUE;
     END;
+    n := coalesce(cardinality(p.fires), 0);
+    names := names || s.name;
+    lasts := lasts || CASE WHEN p.any_due THEN p.newest END;
+    nexts := nexts || CASE WHEN p.next < t_end THEN p.next END;
+    dues := dues || p.any_due;
+    behinds := behinds || p.behind;
+    firsts := firsts || (cardinality(fires) + 1);
+    counts := counts || n;
+    IF n > 0 THEN
+      kinds := kinds || array_fill(s.kind, ARRAY[n]);
+      payloads := payloads || array_fill(s.payload, ARRAY[n]);
+      queues := queues || array_fill(s.queue, ARRAY[n]);
+      prios := prios || array_fill(s.priority, ARRAY[n]);
+      maxes := maxes || array_fill(s.max_attempts, ARRAY[n]);
+      fires := fires || p.fires;
+      keys := keys || ARRAY(SELECT 'cron:' || s.name || ':'
+                                   || to_char(f AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"')
+                              FROM unnest(p.fires) f);
+    END IF;
+  END LOOP;
+  -- 2. move them on and enqueue, all at once; when that fails, one by one
+  IF cardinality(names) > 0 THEN
+    BEGIN
+      PERFORM skiplock.cron_fire(names, lasts, nexts, kinds, payloads, queues, fires, prios,
+                                 keys, maxes);
+    EXCEPTION WHEN data_exception OR integrity_constraint_violation THEN
+      whole := false;
+    END;
+  END IF;
+  FOR i IN 1..cardinality(names) LOOP
+    ok := whole;
+    IF NOT whole THEN
+      lo := firsts[i];
+      hi := firsts[i] + counts[i] - 1;
+      BEGIN
+        PERFORM skiplock.cron_fire(names[i:i], lasts[i:i], nexts[i:i], kinds[lo:hi],
+                                   payloads[lo:hi], queues[lo:hi], fires[lo:hi], prios[lo:hi],
+                                   keys[lo:hi], maxes[lo:hi]);
+        ok := true;
+      EXCEPTION WHEN data_exception OR integrity_constraint_violation THEN
+        failed := failed + 1;
+        IF failed = 1 THEN
+          failure := format('schedule "%s": %s', left(names[i], 128), left(SQLERRM, 360));
+        END IF;
+      END;
+    END IF;
+    IF ok AND dues[i] THEN
+      fired := fired + 1;
+      behind := behind + behinds[i]::int;
+      enqueued := enqueued + counts[i];
+    END IF;
   END LOOP;
   next_due := (SELECT min(x.next_fire) FROM skiplock.schedules x WHERE x.enabled);
   db_now := at;
@@ -727,6 +796,8 @@ COMMENT ON FUNCTION skiplock.cron_next(text, text, timestamptz) IS
   'The first fire time of a cron expression in an IANA zone after an instant; NULL when it never fires again.';
 COMMENT ON FUNCTION skiplock.cron_plan(skiplock.cron_fields, text, timestamptz, timestamptz, text, int, bigint) IS
   'Internal: one evaluation of a schedule: its due fire times with the catch-up policy applied, and the next.';
+COMMENT ON FUNCTION skiplock.cron_fire(text[], timestamptz[], timestamptz[], text[], jsonb[], text[], timestamptz[], int[], text[], int[]) IS
+  'Internal: moves planned schedules on and enqueues their fire times under cron:NAME:<fire time>, all or nothing.';
 COMMENT ON FUNCTION skiplock.cron_tick_at(timestamptz, int, int, interval) IS
   'Fires the schedules due at an instant (owners and tests): each moved on and its jobs enqueued once for the fleet.';
 COMMENT ON FUNCTION skiplock.cron_tick(int, int, interval) IS

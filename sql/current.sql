@@ -813,6 +813,24 @@ $$;
 
 COMMENT ON FUNCTION skiplock.cron_fields_at(s text, p integer) IS 'Internal: the five fields of a cron expression, checked that some day matches.';
 
+CREATE FUNCTION skiplock.cron_fire(names text[], lasts timestamp with time zone[], nexts timestamp with time zone[], kinds text[], payloads jsonb[], queues text[], fires timestamp with time zone[], priorities integer[], keys text[], attempts integer[]) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+  UPDATE skiplock.schedules x
+     SET last_fire = coalesce(u.last_fire, x.last_fire), next_fire = u.next_fire,
+         updated_at = now()
+    FROM unnest(names, lasts, nexts) AS u(name, last_fire, next_fire)
+   WHERE x.name = u.name;
+  IF cardinality(fires) > 0 THEN
+    PERFORM skiplock.enqueue_many(NULL, kinds, payloads, queues, fires, NULL, priorities, keys,
+                                  attempts, NULL, NULL, NULL);
+  END IF;
+END
+$$;
+
+COMMENT ON FUNCTION skiplock.cron_fire(names text[], lasts timestamp with time zone[], nexts timestamp with time zone[], kinds text[], payloads jsonb[], queues text[], fires timestamp with time zone[], priorities integer[], keys text[], attempts integer[]) IS 'Internal: moves planned schedules on and enqueues their fire times under cron:NAME:<fire time>, all or nothing.';
+
 CREATE FUNCTION skiplock.cron_item(s text, p integer, lim integer, field integer, OUT bits bigint, OUT after integer) RETURNS record
     LANGUAGE plpgsql IMMUTABLE
     AS $$
@@ -1128,7 +1146,17 @@ DECLARE
   v_grace bigint;
   s record;
   p skiplock.cron_plan;
+  -- per schedule planned
+  names text[] := '{}'; lasts timestamptz[] := '{}'; nexts timestamptz[] := '{}';
+  dues boolean[] := '{}'; behinds boolean[] := '{}'; firsts int[] := '{}'; counts int[] := '{}';
+  -- per fire time
+  kinds text[] := '{}'; payloads jsonb[] := '{}'; queues text[] := '{}';
+  fires timestamptz[] := '{}'; prios int[] := '{}'; keys text[] := '{}'; maxes int[] := '{}';
   n int;
+  lo int;
+  hi int;
+  whole boolean := true;
+  ok boolean;
 BEGIN
   IF at IS NULL OR NOT isfinite(at) OR max_schedules IS NULL OR max_schedules < 1
      OR catch_up_bound IS NULL OR catch_up_bound < 1 OR catch_up_bound > 100000
@@ -1139,6 +1167,7 @@ BEGIN
   END IF;
   v_grace := floor(extract(epoch FROM grace));
   due := 0; fired := 0; behind := 0; enqueued := 0; failed := 0;
+  -- 1. plan every due schedule (one that cannot be planned fails alone)
   FOR s IN
     SELECT x.name, x.expression, x.zone, x.catch_up, x.kind, x.payload, x.queue, x.priority,
            x.max_attempts,
@@ -1154,31 +1183,64 @@ BEGIN
     BEGIN
       p := skiplock.cron_plan(skiplock.cron_parse(s.expression), s.zone, s.cursor, v_now,
                               s.catch_up, catch_up_bound, v_grace);
-      UPDATE skiplock.schedules x
-         SET last_fire = CASE WHEN p.any_due THEN p.newest ELSE x.last_fire END,
-             next_fire = CASE WHEN p.next < t_end THEN p.next END, updated_at = now()
-       WHERE x.name = s.name;
-      n := coalesce(cardinality(p.fires), 0);
-      IF n > 0 THEN
-        PERFORM skiplock.enqueue_many(NULL, array_fill(s.kind, ARRAY[n]),
-                  array_fill(s.payload, ARRAY[n]), array_fill(s.queue, ARRAY[n]), p.fires,
-                  NULL, array_fill(s.priority, ARRAY[n]),
-                  ARRAY(SELECT 'cron:' || s.name || ':'
-                               || to_char(f AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"')
-                          FROM unnest(p.fires) f),
-                  array_fill(s.max_attempts, ARRAY[n]), NULL, NULL, NULL);
-      END IF;
-      IF p.any_due THEN
-        fired := fired + 1;
-        behind := behind + p.behind::int;
-        enqueued := enqueued + n;
-      END IF;
     EXCEPTION WHEN data_exception OR integrity_constraint_violation THEN
       failed := failed + 1;
       IF failed = 1 THEN
         failure := format('schedule "%s": %s', left(s.name, 128), left(SQLERRM, 360));
       END IF;
+      CONTINUE;
     END;
+    n := coalesce(cardinality(p.fires), 0);
+    names := names || s.name;
+    lasts := lasts || CASE WHEN p.any_due THEN p.newest END;
+    nexts := nexts || CASE WHEN p.next < t_end THEN p.next END;
+    dues := dues || p.any_due;
+    behinds := behinds || p.behind;
+    firsts := firsts || (cardinality(fires) + 1);
+    counts := counts || n;
+    IF n > 0 THEN
+      kinds := kinds || array_fill(s.kind, ARRAY[n]);
+      payloads := payloads || array_fill(s.payload, ARRAY[n]);
+      queues := queues || array_fill(s.queue, ARRAY[n]);
+      prios := prios || array_fill(s.priority, ARRAY[n]);
+      maxes := maxes || array_fill(s.max_attempts, ARRAY[n]);
+      fires := fires || p.fires;
+      keys := keys || ARRAY(SELECT 'cron:' || s.name || ':'
+                                   || to_char(f AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"')
+                              FROM unnest(p.fires) f);
+    END IF;
+  END LOOP;
+  -- 2. move them on and enqueue, all at once; when that fails, one by one
+  IF cardinality(names) > 0 THEN
+    BEGIN
+      PERFORM skiplock.cron_fire(names, lasts, nexts, kinds, payloads, queues, fires, prios,
+                                 keys, maxes);
+    EXCEPTION WHEN data_exception OR integrity_constraint_violation THEN
+      whole := false;
+    END;
+  END IF;
+  FOR i IN 1..cardinality(names) LOOP
+    ok := whole;
+    IF NOT whole THEN
+      lo := firsts[i];
+      hi := firsts[i] + counts[i] - 1;
+      BEGIN
+        PERFORM skiplock.cron_fire(names[i:i], lasts[i:i], nexts[i:i], kinds[lo:hi],
+                                   payloads[lo:hi], queues[lo:hi], fires[lo:hi], prios[lo:hi],
+                                   keys[lo:hi], maxes[lo:hi]);
+        ok := true;
+      EXCEPTION WHEN data_exception OR integrity_constraint_violation THEN
+        failed := failed + 1;
+        IF failed = 1 THEN
+          failure := format('schedule "%s": %s', left(names[i], 128), left(SQLERRM, 360));
+        END IF;
+      END;
+    END IF;
+    IF ok AND dues[i] THEN
+      fired := fired + 1;
+      behind := behind + behinds[i]::int;
+      enqueued := enqueued + counts[i];
+    END IF;
   END LOOP;
   next_due := (SELECT min(x.next_fire) FROM skiplock.schedules x WHERE x.enabled);
   db_now := at;
