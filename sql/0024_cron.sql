@@ -399,10 +399,11 @@ $fn$;
 -- A zone name the tz database has, in the words of the C library's tz.c,
 -- and not one that PostgreSQL reads as an abbreviation (CET is a fixed +1
 -- to it, a zone with DST to the tz database).  It reads the list of zones
--- (pg_timezone_names, tens of milliseconds): it checks what is written,
--- the tick does not run it.
+-- (pg_timezone_names, tens of milliseconds): it checks what is written
+-- (`cron add` and `cron apply` call it too, so every role may), the tick
+-- does not run it.
 CREATE FUNCTION skiplock.cron_zone_check(zone text) RETURNS void
-LANGUAGE plpgsql STABLE AS $fn$
+LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
 BEGIN
   IF zone IS NULL OR octet_length(zone) > 255
      OR zone !~ '^([A-Za-z0-9_+-][A-Za-z0-9_+.-]*)(/[A-Za-z0-9_+-][A-Za-z0-9_+.-]*)*$' THEN
@@ -785,7 +786,7 @@ COMMENT ON FUNCTION skiplock.cron_every(text, int) IS
 COMMENT ON FUNCTION skiplock.cron_parse(text) IS
   'Internal: a cron expression parsed, or 22023 naming the field and character that are wrong.';
 COMMENT ON FUNCTION skiplock.cron_zone_check(text) IS
-  'Internal: refuses (22023) a zone name the tz database does not have.';
+  'Refuses (22023) a zone name the tz database does not have, or one PostgreSQL reads as a fixed-offset abbreviation.';
 COMMENT ON FUNCTION skiplock.cron_resolve(timestamp, text) IS
   'Internal: a local time in a zone as an instant: a skipped time at the end of its gap, a repeated one at its first occurrence.';
 COMMENT ON FUNCTION skiplock.cron_match_from(skiplock.cron_fields, timestamp, timestamp) IS
@@ -803,9 +804,9 @@ COMMENT ON FUNCTION skiplock.cron_tick_at(timestamptz, int, int, interval) IS
 COMMENT ON FUNCTION skiplock.cron_tick(int, int, interval) IS
   'Fires the due schedules once for the fleet, at now(); the earliest next fire time for an idle worker.';
 
--- New functions are executable by PUBLIC until revoked.  cron_next and
--- cron_tick (SECURITY DEFINER) reach the worker role through grant_role;
--- the others are internal.
+-- New functions are executable by PUBLIC until revoked.  cron_next,
+-- cron_tick and cron_zone_check (SECURITY DEFINER) reach the worker and
+-- operator roles through grant_role; the others are internal.
 REVOKE EXECUTE ON ALL FUNCTIONS IN SCHEMA skiplock FROM PUBLIC;
 SELECT skiplock.grant_role(g.role_name, g.kind) FROM skiplock.granted_roles g
  WHERE EXISTS (SELECT 1 FROM pg_roles x WHERE x.rolname = g.role_name);

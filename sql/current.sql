@@ -1306,7 +1306,8 @@ $$;
 COMMENT ON FUNCTION skiplock.cron_value(s text, p integer, lim integer, field integer, OUT v integer, OUT after integer) IS 'Internal: a number or a month or weekday name in a cron field.';
 
 CREATE FUNCTION skiplock.cron_zone_check(zone text) RETURNS void
-    LANGUAGE plpgsql STABLE
+    LANGUAGE plpgsql STABLE SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
     AS $_$
 BEGIN
   IF zone IS NULL OR octet_length(zone) > 255
@@ -1330,7 +1331,7 @@ BEGIN
 END
 $_$;
 
-COMMENT ON FUNCTION skiplock.cron_zone_check(zone text) IS 'Internal: refuses (22023) a zone name the tz database does not have.';
+COMMENT ON FUNCTION skiplock.cron_zone_check(zone text) IS 'Refuses (22023) a zone name the tz database does not have, or one PostgreSQL reads as a fixed-offset abbreviation.';
 
 CREATE FUNCTION skiplock.enqueue(kind text, payload jsonb DEFAULT '{}'::jsonb, queue text DEFAULT 'default'::text, run_at timestamp with time zone DEFAULT now(), priority integer DEFAULT 0, unique_key text DEFAULT NULL::text, max_attempts integer DEFAULT 25, timeout interval DEFAULT NULL::interval, backoff text DEFAULT NULL::text, backoff_base interval DEFAULT NULL::interval, backoff_cap interval DEFAULT NULL::interval) RETURNS bigint
     LANGUAGE plpgsql SECURITY DEFINER

@@ -36,6 +36,10 @@ void skl__cron_plan_free(skl_cron_plan *p);
  * parsed expression (skl_cron_expr_free). */
 skl_rc skl__schedule_check(const skl_schedule_spec *s, skl_cron_expr **e, skl_error *err);
 
+/* schedule.c: SKL_INVALID (the database's message) unless the database
+ * accepts zone for fire times (skiplock.cron_zone_check). */
+skl_rc skl__schedule_zone_db_check(skl_client *c, const char *zone, skl_error *err);
+
 /* Parses "YYYY-MM-DD[T ]HH:MM[:SS](Z|±HH:MM)"; false when malformed. */
 bool skl__cron_time_parse(const char *s, int64_t *t);
 

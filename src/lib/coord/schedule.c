@@ -93,6 +93,22 @@ skl_rc skl__schedule_check(const skl_schedule_spec *s, skl_cron_expr **e, skl_er
 	return check_spec(s, e, err);
 }
 
+/* The database's word on a zone (skiplock.cron_zone_check): the tick
+ * computes fire times with the server's reading of the tz database, which
+ * takes a few names (CET, EST, …) as fixed-offset abbreviations. */
+skl_rc skl__schedule_zone_db_check(skl_client *c, const char *zone, skl_error *err)
+{
+	const char *params[1] = {zone ? zone : "UTC"};
+	PGresult *r = NULL;
+	skl_rc rc = skl__exec(c, "SELECT skiplock.cron_zone_check($1)", 1, params, &r, err);
+	PQclear(r);
+	if (rc == SKL_DB && err && strcmp(err->sqlstate, "22023") == 0) {
+		rc = err->rc = SKL_INVALID; /* bad input, as the C checks report it */
+		err->sqlstate[0] = '\0';
+	}
+	return rc;
+}
+
 /* ---- statements returning one row ---- */
 
 typedef skl_stmt row_call;
@@ -175,6 +191,8 @@ skl_rc skl_cron_add(skl_client *c, const skl_schedule_spec *s, const char *at,
 	int64_t now = 0, next = 0;
 	if (rc == SKL_OK)
 		rc = db_now(c, at, &now, err);
+	if (rc == SKL_OK)
+		rc = skl__schedule_zone_db_check(c, s->zone, err);
 	if (rc == SKL_OK)
 		rc = skl_cron_next(e, s->zone, now, &next, err);
 	bool fires = rc == SKL_OK;

@@ -224,6 +224,15 @@ static skl_rc apply_fn(skl_client *c, void *ctx, skl_error *err)
 		return rc;
 	a->now = strtoll(PQgetvalue(r, 0, R_NOW), NULL, 10);
 	a->nsteps = 0;
+	for (size_t i = 0; i < a->n; i++)
+		if ((rc = skl__schedule_zone_db_check(c, a->want[i].spec.zone, err)) != SKL_OK) {
+			char msg[sizeof(err->message)];
+			snprintf(msg, sizeof(msg), "%s", err->message);
+			PQclear(r);
+			return rc == SKL_INVALID ? skl__seterr(err, rc, "schedule %zu (\"%.128s\"): %.400s",
+			                                        i + 1, a->want[i].spec.name, msg)
+			                         : rc;
+		}
 	skl_cron_step *grown = realloc(a->steps, (a->n + (size_t)PQntuples(r)) * sizeof(*grown));
 	if (grown == NULL) {
 		PQclear(r);
