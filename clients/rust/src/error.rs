@@ -32,6 +32,11 @@ pub enum Error {
     /// `skiplock.lease_fence`, a renewal that matched no row, or no renewal
     /// in time): roll back, stop the work.
     LeaseLost { name: String, fencing: i64 },
+    /// The idempotency key is not in progress under this holder (SQLSTATE
+    /// SK002): released, expired or taken over after its recovery window.
+    /// Whatever the transaction wrote was rolled back; claim again to learn
+    /// the outcome.
+    IdemNotHeld { key: String },
 }
 
 impl Error {
@@ -47,6 +52,7 @@ impl Error {
                 sqlstate.as_deref()
             }
             Error::Fenced { .. } | Error::LeaseLost { .. } => Some("SK001"),
+            Error::IdemNotHeld { .. } => Some("SK002"),
             Error::Invalid(_) => None,
         }
     }
@@ -88,6 +94,9 @@ impl fmt::Display for Error {
             Error::Invalid(m) => write!(f, "invalid input: {}", m),
             Error::LeaseLost { name, fencing } => {
                 write!(f, "lease \"{}\" is no longer held under fencing token {}", name, fencing)
+            }
+            Error::IdemNotHeld { key } => {
+                write!(f, "idempotency key \"{}\" is not in progress under this holder", key)
             }
         }
     }
