@@ -28,6 +28,15 @@ pub enum Error {
     Permanent { sqlstate: Option<String>, message: String },
     /// The caller's input was refused before anything was sent.
     Invalid(String),
+    /// The lease is no longer this holder's (SQLSTATE SK001 from
+    /// `skiplock.lease_fence`, a renewal that matched no row, or no renewal
+    /// in time): roll back, stop the work.
+    LeaseLost { name: String, fencing: i64 },
+    /// The idempotency key is not in progress under this holder (SQLSTATE
+    /// SK002): released, expired or taken over after its recovery window.
+    /// Whatever the transaction wrote was rolled back; claim again to learn
+    /// the outcome.
+    IdemNotHeld { key: String },
 }
 
 impl Error {
@@ -42,7 +51,8 @@ impl Error {
             Error::Transient { sqlstate, .. } | Error::Permanent { sqlstate, .. } => {
                 sqlstate.as_deref()
             }
-            Error::Fenced { .. } => Some("SK001"),
+            Error::Fenced { .. } | Error::LeaseLost { .. } => Some("SK001"),
+            Error::IdemNotHeld { .. } => Some("SK002"),
             Error::Invalid(_) => None,
         }
     }
@@ -82,6 +92,12 @@ impl fmt::Display for Error {
             Error::Transient { message, .. } => write!(f, "transient: {}", message),
             Error::Permanent { message, .. } => write!(f, "{}", message),
             Error::Invalid(m) => write!(f, "invalid input: {}", m),
+            Error::LeaseLost { name, fencing } => {
+                write!(f, "lease \"{}\" is no longer held under fencing token {}", name, fencing)
+            }
+            Error::IdemNotHeld { key } => {
+                write!(f, "idempotency key \"{}\" is not in progress under this holder", key)
+            }
         }
     }
 }

@@ -72,3 +72,44 @@ pub fn event_log() -> (Arc<Mutex<Vec<String>>>, impl Fn(&Event) + Send + Sync + 
 pub async fn enqueue_sql(c: &Client, kind: &str, payload: &str) -> i64 {
     one(c, &format!("SELECT skiplock.enqueue('{}', '{}')", kind, payload)).await.parse().unwrap()
 }
+
+/// The path of an example binary built with the tests (`cargo test` builds
+/// the examples next to the test binaries' `deps` directory).
+pub fn example(name: &str) -> std::path::PathBuf {
+    let exe = std::env::current_exe().expect("the test binary's path");
+    let profile = exe.parent().and_then(|deps| deps.parent()).expect("target/<profile>");
+    let path = profile.join("examples").join(name);
+    assert!(path.exists(), "{} is not built: run the tests with test.sh", path.display());
+    path
+}
+
+/// No session of this database idles inside a transaction for long: the
+/// tests that run meanwhile hold theirs for a second at most.
+pub async fn assert_no_idle_in_transaction(check: &Client) {
+    let idle = "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() \
+                AND state LIKE 'idle in transaction%'";
+    assert!(wait_for(check, idle, "0", 5).await, "a session idles in a transaction");
+}
+
+/// Child processes killed (SIGKILL) when dropped, so a failed test leaves
+/// none behind.
+pub struct Children(pub Vec<std::process::Child>);
+
+impl Children {
+    /// SIGKILLs the child with this pid and reaps it.
+    pub fn kill(&mut self, pid: u32) {
+        let i = self.0.iter().position(|c| c.id() == pid).expect("one of ours");
+        let mut c = self.0.remove(i);
+        c.kill().expect("SIGKILL");
+        c.wait().expect("reaped");
+    }
+}
+
+impl Drop for Children {
+    fn drop(&mut self) {
+        for c in &mut self.0 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
