@@ -51,7 +51,7 @@ bad soak "--live-table needs schema.table" --live-table jobs
 bad soak "--interval must not exceed" --minutes 1 --interval 120
 CHECKS=$((CHECKS + 1))
 out=$("$ROOT/bench/run" --help 2>&1)
-if grep -q -- '--soak ARGS' <<<"$out" && grep -q 'fleet, backlog, baseline, soak' <<<"$out"; then pass "bench/run --help names the steps"
-else fail "bench/run --help does not name fleet, backlog and soak"; fi
+if grep -q -- '--soak ARGS' <<<"$out" && grep -q 'fleet, backlog, cron, baseline, soak' <<<"$out"; then pass "bench/run --help names the steps"
+else fail "bench/run --help does not name fleet, backlog, cron and soak"; fi
 echo "$CHECKS checks, $FAILS failed"
 [ $FAILS -eq 0 ]

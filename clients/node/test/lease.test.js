@@ -175,7 +175,7 @@ test('acquire, renewals and release on different connections, one of them termin
   });
   assert.equal((await row(name2)).live, false);
   await p.end();
-  const locks = await q("SELECT count(*)::int AS n FROM pg_locks WHERE locktype = 'advisory'");
+  const locks = await q("SELECT count(*)::int AS n FROM pg_locks WHERE locktype = 'advisory' AND database = (SELECT oid FROM pg_database WHERE datname = current_database())");
   assert.equal(locks[0].n, 0, 'no session lock anywhere');
   const idle = await q(`SELECT count(*)::int AS n FROM pg_stat_activity
                          WHERE datname = current_database() AND state LIKE 'idle in transaction%'`);

@@ -50,7 +50,8 @@ const reset = () => q(`DROP TABLE IF EXISTS daily_report, daily_attempt, lease_t
 const reports = () => q('SELECT day, replica, fencing::int AS fencing FROM daily_report ORDER BY day');
 const live = async (name) => (await q('SELECT expires_at > clock_timestamp() AS live FROM skiplock.leases WHERE name = $1', [name]))[0]?.live;
 const sessionState = async () => (await q(`SELECT
-    (SELECT count(*)::int FROM pg_locks WHERE locktype = 'advisory') AS advisory,
+    (SELECT count(*)::int FROM pg_locks WHERE locktype = 'advisory'
+             AND database = (SELECT oid FROM pg_database WHERE datname = current_database())) AS advisory,
     (SELECT count(*)::int FROM pg_stat_activity WHERE datname = current_database()
         AND state LIKE 'idle in transaction%') AS idle_in_tx`))[0];
 
