@@ -103,9 +103,37 @@ export interface WorkerOptions {
   rescueEvery?: Duration;
   /** How long stop() waits for running handlers (default "30s"). */
   shutdownTimeout?: Duration;
+  /** Fire the due schedules (default true): one skiplock.cron_tick() when
+   * the earliest schedule is due, at least 1 s apart; at most 5 s apart
+   * while jobs are in hand, at most about 5 minutes apart when idle (or
+   * sooner on a notification, where the worker LISTENs). */
+  cron?: boolean;
+  /** Schedules declared in code, applied at start() (skiplock.schedules_declare):
+   * created, updated or left unchanged; one superseded by a newer
+   * definition is not applied (a warning says so).  A bad one makes
+   * start() reject with a PermanentError (code 22023), nothing written. */
+  schedules?: ScheduleSpec[] | null;
+  /** Apply the declared schedules even when superseded (a deliberate rollback). */
+  schedulesForce?: boolean;
   /** Lease owner (default host:pid:random). */
   owner?: string;
   applicationName?: string;
+}
+
+/** One tick's answer: the 'cron' event. */
+export interface CronTick {
+  /** Schedules that were due, that fired, that were behind (a catch-up). */
+  due: number;
+  fired: number;
+  behind: number;
+  /** Jobs enqueued. */
+  enqueued: number;
+  /** Schedules that could not be evaluated, and the first one's error. */
+  failed: number;
+  failure: string | null;
+  /** When the earliest schedule is next due (null: none), and the database's now. */
+  nextDue: Date | null;
+  dbNow: Date;
 }
 
 export class Worker extends EventEmitter {
@@ -124,8 +152,48 @@ export class Worker extends EventEmitter {
   /** A failed attempt (the handler threw, timed out or was stopped): with a
    * listener, this event; without one, a line on stderr with the stack. */
   on(event: 'failed', listener: (err: unknown, job: Job, outcome: 'retry' | 'discard') => void): this;
+  /** Each successful cron tick of this worker. */
+  on(event: 'cron', listener: (tick: CronTick) => void): this;
   on(event: string | symbol, listener: (...args: any[]) => void): this;
 }
+
+// ---- periodic jobs (docs/cron.md) ----
+
+/** A schedule declared in code: each fire time of expression (five cron
+ * fields, a macro such as "@daily", or "@every 30s"), read in zone,
+ * becomes one job of kind with payload, under the unique key
+ * cron:NAME:<fire time>. */
+export interface ScheduleSpec {
+  /** 1 to 128 bytes. */
+  name: string;
+  expression: string;
+  kind: string;
+  /** An IANA zone (default "UTC"). */
+  zone?: string;
+  /** Default "default". */
+  queue?: string;
+  /** A JSON value (default {}). */
+  payload?: unknown;
+  /** Default 0. */
+  priority?: number;
+  /** Default 25. */
+  maxAttempts?: number;
+  /** After an outage: "none", "latest" (default) or "all". */
+  catchUp?: 'none' | 'latest' | 'all';
+}
+
+export interface ScheduleDeclared {
+  name: string;
+  action: 'created' | 'updated' | 'unchanged' | 'superseded';
+  /** Why, when superseded; else null. */
+  detail: string | null;
+}
+
+/** Applies schedules declared in code in one autocommit statement on db,
+ * as the worker's `schedules` option does at start (a superseded one is
+ * also a process warning).  A bad one rejects with a PermanentError (code
+ * 22023, the database's message) and nothing is written. */
+export function declareSchedules(db: Queryable, schedules: ScheduleSpec[], opts?: { force?: boolean }): Promise<ScheduleDeclared[]>;
 
 export interface SkiplockErrorOptions { cause?: unknown; code?: string }
 

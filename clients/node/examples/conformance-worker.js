@@ -42,6 +42,7 @@ const worker = new Worker({
   poll: '200ms',
   rescueEvery: '250ms',
   shutdownTimeout: '20s',
+  cron: false, // as the C adapters (--no-cron): the suite has no schedules
 });
 worker.on('error', (e) => console.error(`worker: ${e.name}: ${e.message}`));
 worker.on('fenced', (e) => console.error(`fenced: ${e.message}`));

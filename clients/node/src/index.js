@@ -1,8 +1,10 @@
 // skiplock for Node: enqueue in your transaction, a Worker on the SQL
-// protocol (docs/protocol.md), leases and singletons (docs/leases.md) and
-// idempotent endpoints (docs/idempotency.md).  Depends only on pg.
+// protocol (docs/protocol.md) that also fires the schedules (docs/cron.md),
+// leases and singletons (docs/leases.md) and idempotent endpoints
+// (docs/idempotency.md).  Depends only on pg.
 export { enqueue, enqueueStatement, jobComplete, jobFence } from './enqueue.js';
 export { Worker } from './worker.js';
+export { declareSchedules } from './schedules.js';
 export { withLease } from './lease.js';
 export { runSingleton } from './singleton.js';
 export { fingerprint, idemClaim, idemComplete, idemRelease } from './idem.js';

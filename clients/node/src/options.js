@@ -4,6 +4,7 @@ import os from 'node:os';
 import { randomBytes } from 'node:crypto';
 import { toMs, toInterval } from './duration.js';
 import { checkPoolerMode } from './pooler.js';
+import { checkSchedules } from './schedules.js';
 
 /** A lease or claim owner naming this process: host:pid:random. */
 export const defaultOwner = () => `${os.hostname()}:${process.pid}:${randomBytes(3).toString('hex')}`;
@@ -25,6 +26,12 @@ function checkHandlers(handlers) {
     if (typeof handlers[k] !== 'function') throw new TypeError(`handlers.${k}: expected a function`);
   }
   return kinds;
+}
+
+function bool(v, what, dflt) {
+  if (v === undefined) return dflt;
+  if (typeof v !== 'boolean') throw new TypeError(`${what}: expected true or false, got ${JSON.stringify(v)}`);
+  return v;
 }
 
 function checkQueues(queues) {
@@ -55,6 +62,9 @@ export function workerOptions(o = {}) {
     pollMs: Math.max(toMs(o.poll ?? '1s', 'poll'), 10),
     rescueEveryMs: Math.max(toMs(o.rescueEvery ?? '5s', 'rescueEvery'), 10),
     shutdownTimeoutMs: toMs(o.shutdownTimeout ?? '30s', 'shutdownTimeout'),
+    cron: bool(o.cron, 'cron', true),
+    schedules: o.schedules === undefined || o.schedules === null ? null : checkSchedules(o.schedules),
+    schedulesForce: bool(o.schedulesForce, 'schedulesForce', false),
     owner: o.owner ?? defaultOwner(),
     applicationName: o.applicationName ?? 'skiplock-node',
   };

@@ -81,10 +81,10 @@ export async function heartbeat(db, jobs, leaseInterval) {
   return rows.map((r) => r.extended);
 }
 
-/** Ends expired leases; resolves to how many jobs were given back. */
-/** The oldest schema step this client works with: job_complete (0019)
- * and the heartbeat's held rows (0020). */
-export const MIN_SCHEMA = 20;
+/** The oldest schema step this client works with: job_complete (0019),
+ * the heartbeat's held rows (0020), cron_tick (0024) and
+ * schedules_declare (0025). */
+export const MIN_SCHEMA = 25;
 const NO_SCHEMA = new Set(['3F000', '42883']); // no schema skiplock; no installed_version()
 
 /** Rejects with a PermanentError naming `skiplock init` unless the schema
@@ -104,6 +104,7 @@ export async function checkSchema(db) {
   }
 }
 
+/** Ends expired leases; resolves to how many jobs were given back. */
 export async function rescue(db) {
   const { rows } = await db.query('SELECT count(*)::int AS n FROM skiplock.rescue(1000)');
   return rows[0].n;

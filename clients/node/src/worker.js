@@ -7,7 +7,10 @@
 //      and heartbeated) and start as handlers end, without a round trip
 //   -> heartbeat every lease/3 -> outcomes batched into the next call
 //   -> rescue every rescueEvery -> when idle, poll with jitter (or wake on
-//      a notification, on a connection known to be direct).
+//      a notification, on a connection known to be direct)
+//   -> fire the due schedules (cron.js) when the earliest is due, on the
+//      same connection; the schedules declared in code are applied at start
+//      (schedules.js).
 //
 // Bound: one database connection for every protocol call, whatever the
 // concurrency (plus, through a pooler, one LISTEN-only connection to a
@@ -16,6 +19,8 @@
 import { EventEmitter } from 'node:events';
 import { classify, FencedError, TransientError } from './errors.js';
 import { Connection } from './connection.js';
+import { Cron } from './cron.js';
+import { declareSchedules } from './schedules.js';
 import { workerOptions } from './options.js';
 import { Run } from './run.js';
 import * as proto from './protocol.js';
@@ -28,6 +33,7 @@ export class Worker extends EventEmitter {
   #o;
   #conn;
   #side = null; // LISTEN-only connection to a direct endpoint
+  #cron = null; // when schedules are fired (null: cron: false)
   #runs = new Set(); // running handlers (a job lost and claimed again may have two)
   #waiting = []; // prefetched claims no handler runs yet, oldest first
   #pending = []; // outcomes not yet recorded
@@ -44,7 +50,11 @@ export class Worker extends EventEmitter {
   constructor(options) {
     super();
     this.#o = workerOptions(options);
-    const notify = () => this.#signal();
+    if (this.#o.cron) this.#cron = new Cron((err) => this.#report(err));
+    const notify = () => {
+      this.#cron?.hint(); // a schedule may have changed
+      this.#signal();
+    };
     const onError = (err) => this.#report(err);
     const base = { applicationName: this.#o.applicationName, onError };
     this.#conn = new Connection(this.#o.url, { ...base, pooler: this.#o.pooler, onNotify: notify });
@@ -69,6 +79,9 @@ export class Worker extends EventEmitter {
       const db = await this.#conn.get();
       await proto.checkSchema(db); // installed, and new enough
       await proto.rescue(db); // and we may call it
+      if (this.#o.schedules !== null) {
+        await declareSchedules(db, this.#o.schedules, { force: this.#o.schedulesForce });
+      }
     } catch (err) {
       await this.#conn.close();
       throw classify(err);
@@ -122,6 +135,7 @@ export class Worker extends EventEmitter {
   // was full (more jobs are probably due).
   async #turn() {
     await this.#maybeRescue();
+    await this.#maybeTick();
     const outs = this.#takeOutcomes();
     const held = this.#runs.size + this.#waiting.length;
     const n = this.#stopping ? 0 : Math.min(this.#o.concurrency + this.#o.prefetch - held, 1000);
@@ -135,6 +149,7 @@ export class Worker extends EventEmitter {
       throw err;
     }
     this.#fencedOut(outs, got.accepted);
+    if (got.jobs.length > 0) this.#cron?.busy();
     for (const job of got.jobs) this.#start(job, sentAt + this.#o.leaseMs);
     return n > 0 && got.jobs.length === n;
   }
@@ -226,6 +241,18 @@ export class Worker extends EventEmitter {
     if (await proto.rescue(await this.#conn.get()) > 0) this.#woken = true;
   }
 
+  // Fires the due schedules when the next tick is due; a failure is
+  // reported by Cron (at most once a minute) and never ends the turn.
+  async #maybeTick() {
+    if (this.#cron === null || this.#stopping || this.#cron.waitMs > 0) return;
+    const busy = this.#runs.size + this.#waiting.length > 0;
+    try {
+      this.emit('cron', await this.#cron.tick(() => this.#conn.get(), busy));
+    } catch (err) {
+      if (classify(err) instanceof TransientError) this.#conn.reset();
+    }
+  }
+
   async #heartbeat() {
     if (this.#beating) return;
     const now = Date.now();
@@ -282,13 +309,14 @@ export class Worker extends EventEmitter {
     return new Promise((r) => { this.#wake = r; });
   }
 
-  // Sleeps until woken, the poll interval (jittered over [poll/2, poll])
-  // or the next rescue, whichever comes first.
+  // Sleeps until woken, the poll interval (jittered over [poll/2, poll]),
+  // the next rescue or the next cron tick, whichever comes first.
   async #idle() {
     this.#ensureListen();
     if (!this.#woken) {
       const poll = this.#o.pollMs * (0.5 + Math.random() / 2);
-      const wait = Math.max(Math.min(poll, this.#nextRescue - Date.now(), this.#drainAt - Date.now()), 0);
+      const tick = this.#cron?.waitMs ?? Infinity;
+      const wait = Math.max(Math.min(poll, tick, this.#nextRescue - Date.now(), this.#drainAt - Date.now()), 0);
       let t;
       await Promise.race([this.#waitWake(), new Promise((r) => { t = setTimeout(r, wait); })]);
       clearTimeout(t);

@@ -1,6 +1,7 @@
 // The examples of docs/clients/node.md run: two replicas of
 // examples/nightly-report.js write one report; examples/charges-express.js
-// charges once for a retried POST and replays the response.
+// charges once for a retried POST and replays the response; two replicas
+// of examples/periodic-jobs.js handle each heartbeat fire time once.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
@@ -10,10 +11,11 @@ import { admin, kind, q, waitFor, URL } from './helpers.js';
 
 const procs = new Set();
 before(() => q(`CREATE TABLE reports (day date PRIMARY KEY, body text NOT NULL, fencing bigint NOT NULL);
-                CREATE TABLE charges (id bigserial PRIMARY KEY, amount int NOT NULL, currency text NOT NULL)`));
+                CREATE TABLE charges (id bigserial PRIMARY KEY, amount int NOT NULL, currency text NOT NULL);
+                CREATE TABLE sessions (id bigserial PRIMARY KEY, expires_at timestamptz NOT NULL)`));
 after(async () => {
   for (const p of procs) p.kill('SIGKILL');
-  await q('DROP TABLE IF EXISTS reports, charges');
+  await q('DROP TABLE IF EXISTS reports, charges, sessions');
   await admin.end();
 });
 
@@ -65,5 +67,26 @@ test('charges-express.js: a retried POST charges once and gets the same response
     assert.equal((await q('SELECT count(*)::int AS n FROM charges'))[0].n, 1);
   } finally {
     assert.equal(await server.stop(), 0);
+  }
+});
+
+test('periodic-jobs.js on two replicas: each heartbeat fire time handled once, 2 s apart', { timeout: 30000 }, async () => {
+  const names = ['sessions-cleanup', 'heartbeat'];
+  const replicas = [example('periodic-jobs.js'), example('periodic-jobs.js')];
+  try {
+    await waitFor('both replicas up', 10000, () => replicas.every((r) => r.lines.some((l) => l.startsWith('up:'))));
+    const beats = () => replicas.flatMap((r) => r.lines).filter((l) => l.startsWith('heartbeat for '));
+    await waitFor('three heartbeats', 15000, () => beats().length >= 3);
+    for (const r of replicas) assert.equal(await r.stop(), 0, 'exits 0 on SIGTERM');
+    const times = beats().map((l) => Date.parse(l.split(' ')[2])).sort((a, b) => a - b);
+    assert.equal(new Set(times).size, times.length, `each fire time once: ${beats()}`);
+    for (const [i, t] of times.entries()) if (i > 0) assert.equal(t - times[i - 1], 2000, 'none missed');
+    const rows = await q(`SELECT name, zone, payload FROM skiplock.schedules WHERE name = ANY ($1) ORDER BY name`, [names]);
+    assert.deepEqual(rows, [{ name: 'heartbeat', zone: 'UTC', payload: {} },
+      { name: 'sessions-cleanup', zone: 'Europe/Berlin', payload: { graceDays: 7 } }]);
+  } finally {
+    await q('DELETE FROM skiplock.schedules WHERE name = ANY ($1)', [names]);
+    await q('DELETE FROM skiplock.schedule_declarations WHERE name = ANY ($1)', [names]);
+    await q("DELETE FROM skiplock.jobs WHERE kind = 'heartbeat'");
   }
 });

@@ -7,7 +7,8 @@ import {
   classify, enqueue, enqueueStatement, FencedError, isTransientSqlstate, jobFence, PermanentError,
   SkiplockError, TransientError, urlPooler, Worker, withLease, runSingleton, LeaseLostError,
   idempotent, idemClaim, idemComplete, idemRelease, fingerprint, idempotentHandler, idempotency,
-  type Handler, type Job, type Queryable, type Lease, type IdempotentRequest,
+  declareSchedules,
+  type Handler, type Job, type Queryable, type Lease, type IdempotentRequest, type ScheduleSpec, type CronTick,
 } from '../index.js';
 
 declare const db: Queryable;
@@ -105,3 +106,31 @@ async function coordination(): Promise<void> {
   void [mw, route];
 }
 void coordination;
+
+async function periodic(): Promise<void> {
+  const nightly: ScheduleSpec = {
+    name: 'nightly-report', expression: '30 2 * * *', zone: 'Europe/Berlin', kind: 'report',
+    payload: { full: true }, queue: 'reports', priority: 5, maxAttempts: 3, catchUp: 'none',
+  };
+  const w = new Worker({
+    connectionString: 'postgresql://localhost/app',
+    handlers: { report: async () => 'ok' },
+    schedules: [nightly, { name: 'ping', expression: '@every 30s', kind: 'report' }],
+    schedulesForce: false,
+    cron: true,
+  });
+  w.on('cron', (t: CronTick) => void [t.fired, t.enqueued, t.nextDue?.getTime(), t.dbNow.getTime(), t.failure]);
+  const declared = await declareSchedules(db, [nightly], { force: true });
+  for (const d of declared) {
+    const a: 'created' | 'updated' | 'unchanged' | 'superseded' = d.action;
+    const why: string | null = d.detail;
+    void [a, why];
+  }
+  // @ts-expect-error a schedule needs an expression
+  await declareSchedules(db, [{ name: 'x', kind: 'k' }]);
+  // @ts-expect-error catch-up is one of three policies
+  new Worker({ connectionString: 'x', handlers: {}, schedules: [{ ...nightly, catchUp: 'some' }] });
+  // @ts-expect-error cron is on or off
+  new Worker({ connectionString: 'x', handlers: {}, cron: 'no' });
+}
+void periodic;

@@ -1,11 +1,13 @@
-// No database: the SQLSTATE table, URL rules, enqueue's statement and
-// option checks.
+// No database: the SQLSTATE table, URL rules, enqueue's statement, option
+// checks, and when the cron tick comes.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import {
-  classify, isTransientSqlstate, urlPooler, enqueueStatement, Worker,
+  classify, isTransientSqlstate, urlPooler, enqueueStatement, Worker, declareSchedules, MIN_SCHEMA,
   TransientError, PermanentError, FencedError,
 } from '../src/index.js';
+import { tickDelay, MIN_MS, BUSY_MAX_MS, IDLE_MAX_MS } from '../src/cron.js';
+import { schedulesJson } from '../src/schedules.js';
 
 test('SQLSTATE table is the C library\'s', () => {
   for (const c of ['08000', '08006', '08P01', '57P01', '57P02', '57P03', '40001', '40P01', '55P03', '53300', '', undefined]) {
@@ -57,4 +59,41 @@ test('Worker options are checked in the constructor', () => {
   assert.throws(() => new Worker({ connectionString: 'postgres://x/y', handlers: h, lease: '50ms' }), /lease/);
   assert.throws(() => new Worker({ connectionString: 'postgres://x/y', handlers: h, pooler: 'yes' }), /pooler/);
   assert.throws(() => new Worker({ connectionString: 'postgres://x/y', handlers: h, queues: [] }), /queues/);
+});
+
+test('Worker cron options are checked in the constructor', async () => {
+  const base = { connectionString: 'postgres://x/y', handlers: { k: async () => {} } };
+  assert.throws(() => new Worker({ ...base, cron: 'no' }), /cron: expected true or false/);
+  assert.throws(() => new Worker({ ...base, schedulesForce: 1 }), /schedulesForce: expected true or false/);
+  assert.throws(() => new Worker({ ...base, schedules: { name: 'x' } }), /schedules: expected an array/);
+  assert.throws(() => new Worker({ ...base, schedules: [null] }), /schedules\[0\]: expected an object/);
+  new Worker({ ...base, cron: false, schedules: [] });
+  await assert.rejects(declareSchedules({}, []), /expected a pg.Client/);
+  await assert.rejects(declareSchedules({ query: async () => assert.fail('sent') }, 'x'), TypeError);
+  await assert.rejects(declareSchedules({ query: async () => assert.fail('sent') }, [], { force: 'yes' }), /force/);
+  await assert.rejects(declareSchedules({ query: async () => assert.fail('sent') }, [{ payload: 1n }]), TypeError);
+});
+
+test('declared schedules: maxAttempts and catchUp in SQL\'s names, other fields as given', () => {
+  assert.deepEqual(JSON.parse(schedulesJson([{ name: 'n', expression: '@daily', kind: 'k', maxAttempts: 3,
+    catchUp: 'all', zone: 'Europe/Berlin', payload: [1], nope: true }])),
+  [{ name: 'n', expression: '@daily', kind: 'k', max_attempts: 3, catch_up: 'all', zone: 'Europe/Berlin',
+    payload: [1], nope: true }]);
+  assert.equal(MIN_SCHEMA, 25, 'cron_tick (step 24) and schedules_declare (step 25)');
+});
+
+test('cron tick timing: by the next fire time, 1 s apart at least, 5 s (busy) or 5 min (idle) at most', () => {
+  for (const rand of [() => 0, () => 0.5, () => 0.999]) {
+    for (const busy of [true, false]) {
+      const cap = busy ? BUSY_MAX_MS : IDLE_MAX_MS;
+      const d = (ms) => tickDelay(ms, busy, rand);
+      assert.ok(d(-3000) >= MIN_MS && d(0) >= MIN_MS && d(0) <= MIN_MS + 250, 'overdue: 1 s after the last tick');
+      assert.ok(d(2500) >= 2500 && d(2500) <= 2750, 'at the fire time, never before, jitter at most 250 ms');
+      assert.ok(d(null) >= cap && d(null) < cap * 1.1, 'nothing due: the cap, never sooner');
+      assert.ok(d(3600000) >= cap && d(3600000) < cap * 1.1);
+    }
+  }
+  assert.equal(tickDelay(4000, true, () => 0), 4000);
+  assert.ok(tickDelay(60000, true, () => 0) === BUSY_MAX_MS, 'busy: a schedule added meanwhile is seen within 5 s');
+  assert.ok(3600000 / tickDelay(null, false, () => 0) <= 12, 'idle: 12 ticks an hour at most');
 });

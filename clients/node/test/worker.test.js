@@ -234,7 +234,7 @@ test('start() rejects with a typed error: unreachable, no schema', async () => {
       /no skiplock schema: install it with `skiplock init`/.test(e.message));
 });
 
-test('start() rejects a schema older than MIN_SCHEMA, within 5 s, naming skiplock init', async () => {
+test('start() rejects a schema older than MIN_SCHEMA (step 24: no schedules_declare), within 5 s, naming skiplock init', async () => {
   const name = `node_scratch_${process.pid}`;
   await admin.query(`DROP DATABASE IF EXISTS ${name}`);
   await admin.query(`CREATE DATABASE ${name}`);
@@ -242,7 +242,7 @@ test('start() rejects a schema older than MIN_SCHEMA, within 5 s, naming skiploc
   const old = new pg.Client({ connectionString: at(DIRECT_URL) });
   await old.connect();
   await old.query(`CREATE SCHEMA skiplock; CREATE TABLE skiplock.schema_version (version int);
-    INSERT INTO skiplock.schema_version VALUES (16);
+    INSERT INTO skiplock.schema_version VALUES (24);
     CREATE FUNCTION skiplock.installed_version() RETURNS int LANGUAGE sql
       AS 'SELECT max(version) FROM skiplock.schema_version'`);
   await old.end();
@@ -251,7 +251,7 @@ test('start() rejects a schema older than MIN_SCHEMA, within 5 s, naming skiploc
     await assert.rejects(
       new Worker({ connectionString: at(URL), handlers: { [kind('old')]: async () => {} } }).start(),
       (e) => e instanceof PermanentError &&
-        e.message.includes(`at step 16; this client needs step ${MIN_SCHEMA}`) &&
+        e.message.includes('at step 24; this client needs step 25 or later') && MIN_SCHEMA === 25 &&
         e.message.includes('skiplock init'));
     assert.ok(Date.now() - t0 < 5000);
   } finally {
