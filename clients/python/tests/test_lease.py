@@ -281,11 +281,13 @@ def test_partition_loses_the_lease_before_it_expires(db, cutproxy):
                 await asyncio.sleep(10)
             except asyncio.CancelledError:
                 seen["live"] = lease_row(db, name)[2]
+                seen["lost"] = lease.lost.is_set()
                 raise
     t0 = time.monotonic()
     with pytest.raises(skiplock.LeaseLostError) as e:
         asyncio.run(main())
     assert time.monotonic() - t0 < 1.5
     assert seen["live"] is True, "the body ran on after the lease could have expired"
+    assert seen["lost"] is True
     assert "no renewal succeeded" in e.value.reason
     cutproxy.ctl("mode", "pass")
