@@ -40,8 +40,9 @@ from typing import (Any, Awaitable, Callable, Dict, Iterable, List, MutableMappi
 from ._conn import Connector, Source
 from ._keeper import jitter, now
 from .errors import SkiplockError, TransientError
-from .idem import (KEY_MAX, RECOVERY_DEFAULT, RESPONSE_MAX, TTL_DEFAULT, IdemClaim, Seconds,
-                   fingerprint, idempotent, positive_ms, response_json)
+from ._durations import Seconds
+from .idem import (KEY_MAX, RECOVERY_DEFAULT, RESPONSE_MAX, TTL_DEFAULT, IdemClaim, fingerprint,
+                   idempotent, positive_ms, response_json)
 
 log = logging.getLogger("skiplock")
 

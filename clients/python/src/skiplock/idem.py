@@ -24,15 +24,15 @@ TypeError before anything is sent.
 from __future__ import annotations
 
 import contextlib
-import datetime as dt
 import hashlib
 import json
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, List, Optional, Union, overload
+from typing import Any, Awaitable, List, Optional, overload
 
 import psycopg
 from psycopg.pq import TransactionStatus
 
+from ._durations import Seconds, seconds
 from .errors import PermanentError, classify
 from .protocol import _then
 
@@ -47,7 +47,6 @@ _CLAIM = (f"SELECT outcome, response_code, response_body, holder "
           f"FROM skiplock.idem_claim(%s::text, %s::text, {_MS}, {_MS})")
 _COMPLETE = "SELECT skiplock.idem_complete(%s::text, %s::int, %s::jsonb, %s::text)"
 _RELEASE = "SELECT skiplock.idem_release(%s::text, %s::text)"
-Seconds = Union[int, float, dt.timedelta]
 
 
 def fingerprint(method: str, path: str, body: bytes) -> str:
@@ -69,13 +68,8 @@ def check_key(value: Any, what: str = "idempotency key") -> str:
 
 
 def positive_ms(value: Any, name: str) -> float:
-    if isinstance(value, dt.timedelta):
-        value = value.total_seconds()
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"{name} must be seconds (int or float) or a timedelta")
-    if not 0 < value <= 10 * 365 * 86400:
-        raise ValueError(f"{name} must be positive (at most 10 years), got {value!r}")
-    return float(value) * 1000.0
+    """A ttl or recovery window (positive, at most 10 years) as milliseconds."""
+    return seconds(value, name, 0, 10 * 365 * 86400.0, positive=True) * 1000.0
 
 
 def response_json(body: Any, limit: int = RESPONSE_MAX) -> str:

@@ -22,7 +22,6 @@ must be fenced: `lease.fence(conn)` first in the transaction that writes.
 from __future__ import annotations
 
 import asyncio
-import datetime as dt
 import os
 import socket
 import threading
@@ -33,6 +32,7 @@ from typing import Any, Awaitable, Dict, Optional, Tuple, Type, Union, overload
 import psycopg
 
 from ._conn import Connector, Source
+from ._durations import Seconds, seconds
 from ._keeper import Keeper
 from ._threads import LoopThread
 from .errors import LeaseLostError
@@ -40,19 +40,6 @@ from .protocol import lease_fence
 
 NAME_MAX = 256  # characters in a lease name or owner
 TTL_MIN, TTL_MAX = 0.3, 365 * 86400.0
-Seconds = Union[int, float, dt.timedelta]
-
-
-def seconds(value: Any, name: str, low: float, high: float) -> float:
-    """Seconds (int, float or timedelta) within [low, high], else ValueError."""
-    if isinstance(value, dt.timedelta):
-        value = value.total_seconds()
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"{name} must be seconds (int or float) or a timedelta, "
-                        f"not {type(value).__name__}")
-    if not low <= value <= high:
-        raise ValueError(f"{name} must be {low:g} to {high:g} seconds, got {value!r}")
-    return float(value)
 
 
 def check_name(value: Any, what: str) -> str:

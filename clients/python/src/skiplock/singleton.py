@@ -21,7 +21,8 @@ from typing import Any, Awaitable, Callable, Dict, Generic, Optional, TypeVar, U
 
 from ._conn import Source
 from .errors import LeaseHeldError
-from .leases import Lease, Seconds, lease, lease_sync
+from ._durations import Seconds
+from .leases import Lease, lease, lease_sync
 
 T = TypeVar("T")
 
