@@ -133,7 +133,7 @@ def test_bad_input_writes_nothing(db):
 
 def test_sync_lease(db, ledger):
     name = fresh()
-    with skiplock.lease_sync(URL, name, ttl=0.9) as lease:
+    with skiplock.lease_sync(URL, name, ttl=1.5) as lease:
         with psycopg.connect(URL, prepare_threshold=None) as conn:
             with conn.transaction():
                 lease.fence(conn)
@@ -151,7 +151,7 @@ def test_sync_lease(db, ledger):
 def test_sync_lease_lost_sets_the_event(db):
     name = fresh()
     with pytest.raises(skiplock.LeaseLostError) as e:
-        with skiplock.lease_sync(URL, name, ttl=0.9) as lease:
+        with skiplock.lease_sync(URL, name, ttl=3) as lease:
             steal(db, name)
             assert lease.lost.wait(3), "the loss was not noticed"
             with pytest.raises(skiplock.LeaseLostError):
@@ -219,14 +219,14 @@ def test_paused_holder_is_fenced_out(db, ledger):
 
 
 def test_terminated_backends_during_renewal_keep_a_live_lease(db):
-    """Every backend but ours is terminated every 0.15 s for 3 s while a
-    lease of ttl 1.2 s is held: renewals fail and reconnect, the lease is
+    """Every backend but ours is terminated every 0.15 s for 5 s while a
+    lease of ttl 3 s is held: renewals fail and reconnect, the lease is
     never counted lost and never changes hands."""
     name = fresh()
 
     async def main():
-        async with skiplock.lease(URL, name, ttl=1.2) as lease:
-            killed, end = 0, time.monotonic() + 3
+        async with skiplock.lease(URL, name, ttl=3) as lease:
+            killed, end = 0, time.monotonic() + 5
             while time.monotonic() < end:
                 killed += await asyncio.to_thread(kill_backends, db)
                 await asyncio.sleep(0.15)
@@ -235,9 +235,9 @@ def test_terminated_backends_during_renewal_keep_a_live_lease(db):
             assert (owner, fencing, live) == (lease.owner, lease.fencing, True)
             renewed = db.execute("SELECT renewed_at - acquired_at FROM skiplock.leases "
                                  "WHERE name = %s", [name]).fetchone()[0]
-            assert renewed.total_seconds() > 2
+            assert renewed.total_seconds() > 3
             return killed
-    assert asyncio.run(main()) > 5
+    assert asyncio.run(main()) >= 3  # the renewal connection, again and again
     assert lease_row(db, name)[2] is False
 
 
@@ -261,7 +261,7 @@ def test_terminated_backends_do_not_keep_a_dead_lease(db):
             await async_wait_until(lease.lost.is_set, 3, "the loss")
             stop.set()
             await task
-            assert time.monotonic() - t0 < 1.2
+            assert time.monotonic() - t0 < 2.0
             assert lease_row(db, name)[0] == "thief"
     with pytest.raises(skiplock.LeaseLostError):
         asyncio.run(main())
@@ -286,7 +286,7 @@ def test_partition_loses_the_lease_before_it_expires(db, cutproxy):
     t0 = time.monotonic()
     with pytest.raises(skiplock.LeaseLostError) as e:
         asyncio.run(main())
-    assert time.monotonic() - t0 < 1.5
+    assert time.monotonic() - t0 < 3
     assert seen["live"] is True, "the body ran on after the lease could have expired"
     assert seen["lost"] is True
     assert "no renewal succeeded" in e.value.reason
