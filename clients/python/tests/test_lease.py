@@ -291,3 +291,28 @@ def test_partition_loses_the_lease_before_it_expires(db, cutproxy):
     assert seen["lost"] is True
     assert "no renewal succeeded" in e.value.reason
     cutproxy.ctl("mode", "pass")
+
+
+def test_a_connection_factory_source(db, ledger):
+    """source= a function returning an async context manager of a
+    connection (the shape of psycopg_pool's pool.connection): each call
+    borrows one, here a connection that is not autocommit."""
+    import contextlib
+    name, borrowed = fresh(), []
+
+    @contextlib.asynccontextmanager
+    async def connection():
+        async with await psycopg.AsyncConnection.connect(URL, prepare_threshold=None) as conn:
+            borrowed.append(conn.autocommit)
+            yield conn
+
+    async def main():
+        async with skiplock.lease(connection, name, ttl=0.9) as lease:
+            await asyncio.sleep(1.2)  # renewed on borrowed connections
+            await fenced_write(lease)
+            return lease
+    lease = asyncio.run(main())
+    assert not lease.lost.is_set() and ledger() == [lease.fencing]
+    assert lease_row(db, name)[2] is False  # released
+    assert len(borrowed) >= 4 and not any(borrowed)  # acquire, renewals, release
+    assert idle_in_transaction(db) == 0
