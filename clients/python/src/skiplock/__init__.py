@@ -8,22 +8,34 @@
     worker = skiplock.Worker(url, {"email.receipt": send_receipt}, concurrency=16)
     worker.run_forever()          # or: await worker.start() ... await worker.stop()
 
+    async with skiplock.lease(url, "nightly-report", ttl=60) as lease:
+        ...                       # lease.fence(conn) in the transaction that writes
+
+    claim = skiplock.idempotent(conn, key, skiplock.fingerprint("POST", "/charges", body))
+
+The idempotency middleware for ASGI apps is skiplock.asgi (it needs nothing
+more than this package; FastAPI and Starlette apps take it as they are).
+
 The schema is installed by `skiplock init`; docs/clients/python.md is the guide.
 """
 
-from .errors import (MIN_SCHEMA, FencedError, PermanentError, SkiplockError, TransientError,
-                     classify, is_transient)
+from .errors import (MIN_SCHEMA, FencedError, LeaseHeldError, LeaseLostError, PermanentError,
+                     SkiplockError, TransientError, classify, is_transient)
+from .idem import IdemClaim, fingerprint, idempotent
 from .job import Discard, Job, JobContext, Retry
+from .leases import Lease, lease, lease_sync
 from .pooler import url_looks_pooled
-from .protocol import complete, enqueue, fail, job_complete, job_fence
+from .protocol import complete, enqueue, fail, job_complete, job_fence, lease_fence
+from .singleton import SingletonResult, run_singleton, run_singleton_sync
 from ._slots import Stats
 from .worker import Worker
 
 __version__ = "0.2.0"
 
 __all__ = [
-    "MIN_SCHEMA", "Discard", "FencedError", "Job", "JobContext", "PermanentError", "Retry",
-    "SkiplockError",
-    "Stats", "TransientError", "Worker", "classify", "complete", "enqueue", "fail",
-    "is_transient", "job_complete", "job_fence", "url_looks_pooled",
+    "MIN_SCHEMA", "Discard", "FencedError", "IdemClaim", "Job", "JobContext", "Lease",
+    "LeaseHeldError", "LeaseLostError", "PermanentError", "Retry", "SingletonResult",
+    "SkiplockError", "Stats", "TransientError", "Worker", "classify", "complete", "enqueue",
+    "fail", "fingerprint", "idempotent", "is_transient", "job_complete", "job_fence", "lease",
+    "lease_fence", "lease_sync", "run_singleton", "run_singleton_sync", "url_looks_pooled",
 ]

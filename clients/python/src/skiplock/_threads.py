@@ -1,4 +1,5 @@
-"""A fixed pool of daemon threads for sync handlers.
+"""Daemon threads: a fixed pool for sync handlers, and an event loop of its
+own for a sync caller's background work (a sync lease's renewals).
 
 concurrent.futures.ThreadPoolExecutor joins its threads at interpreter
 exit, so one handler that ignores its cancellation would keep the process
@@ -11,7 +12,9 @@ from __future__ import annotations
 import asyncio
 import queue
 import threading
-from typing import Any, Callable, List, Optional, Tuple
+from typing import Any, Callable, Coroutine, List, Optional, Tuple, TypeVar
+
+T = TypeVar("T")
 
 _Item = Optional[Tuple[asyncio.AbstractEventLoop, "asyncio.Future[Any]", Callable[[], Any]]]
 
@@ -60,3 +63,21 @@ def _settle(fut: "asyncio.Future[Any]", res: Any, exc: Optional[BaseException]) 
         fut.set_exception(exc)
     else:
         fut.set_result(res)
+
+
+class LoopThread:
+    """An event loop running in a daemon thread until close()."""
+
+    def __init__(self, name: str):
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, name=name, daemon=True)
+        self._thread.start()
+
+    def run(self, coro: Coroutine[Any, Any, T]) -> T:
+        """Runs coro on the loop; blocks for its result (or raises its error)."""
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
+
+    def close(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join()
+        self.loop.close()

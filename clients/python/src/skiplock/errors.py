@@ -15,6 +15,8 @@ import psycopg
 
 TRANSIENT_SQLSTATES = frozenset({"57P01", "57P02", "57P03", "40001", "40P01", "55P03", "53300"})
 FENCED_SQLSTATE = "SK001"
+# An idempotency key not in progress under the holder (idem_complete, idem_release).
+NOT_HOLDER_SQLSTATE = "SK002"
 
 
 def is_transient(sqlstate: Optional[str]) -> bool:
@@ -41,14 +43,44 @@ class PermanentError(SkiplockError):
 
 
 class FencedError(PermanentError):
-    """The claim is no longer current: another owner has the job (SQLSTATE
-    SK001 from job_fence, or a 'fenced_out' outcome)."""
+    """The claim is no longer current: another owner has the job or the
+    lease (SQLSTATE SK001 from job_fence or lease_fence, or a 'fenced_out'
+    outcome), or the idempotency key is no longer in progress under this
+    holder (SK002 from idem_complete or idem_release)."""
 
     def __init__(self, message: str, job_id: Optional[int] = None,
-                 fencing: Optional[int] = None):
-        super().__init__(message, FENCED_SQLSTATE)
+                 fencing: Optional[int] = None, sqlstate: str = FENCED_SQLSTATE):
+        super().__init__(message, sqlstate)
         self.job_id = job_id
         self.fencing = fencing
+
+
+class LeaseHeldError(SkiplockError):
+    """The lease is live and held by another owner (or by this owner under
+    another token): nothing was acquired.  `holder` is its owner and
+    `expires_in` the seconds it has left, when they could be read."""
+
+    def __init__(self, name: str, holder: Optional[str], expires_in: Optional[float]):
+        who = f"by {holder} for another {expires_in:.1f} s" if holder is not None \
+            and expires_in is not None else "by another owner"
+        super().__init__(f"lease {name!r} is held {who}")
+        self.name = name
+        self.holder = holder
+        self.expires_in = expires_in
+
+
+class LeaseLostError(SkiplockError):
+    """The lease ended while its body ran: a renewal matched no row (it
+    expired and was taken, or was released), renewals kept failing until
+    the lease could no longer be counted on, or the process was paused
+    past that point.  Writes fenced with its token are refused from then
+    on; anything unfenced the body did may overlap the next holder's."""
+
+    def __init__(self, name: str, fencing: int, reason: str):
+        super().__init__(f"lease {name!r} (token {fencing}) was lost: {reason}")
+        self.name = name
+        self.fencing = fencing
+        self.reason = reason
 
 
 def classify(exc: BaseException) -> SkiplockError:
@@ -57,8 +89,8 @@ def classify(exc: BaseException) -> SkiplockError:
         return exc
     sqlstate = getattr(exc, "sqlstate", None)
     message = _message(exc, sqlstate)
-    if sqlstate == FENCED_SQLSTATE:
-        err: SkiplockError = FencedError(message)
+    if sqlstate in (FENCED_SQLSTATE, NOT_HOLDER_SQLSTATE):
+        err: SkiplockError = FencedError(message, sqlstate=sqlstate)
     elif isinstance(exc, psycopg.InterfaceError) and not sqlstate:
         err = PermanentError(message)  # misuse: a closed connection, a bad argument
     elif isinstance(exc, psycopg.Error) and is_transient(sqlstate):

@@ -155,6 +155,14 @@ def job_complete(conn: Any, job_id: int, fencing: int, result: Any = None) -> An
                 [job_id, fencing, None if result is None else Jsonb(result)])
 
 
+def lease_fence(conn: Any, name: str, fencing: int) -> Any:
+    """In the caller's transaction, before the effect a lease guards:
+    skiplock.lease_fence locks the lease row FOR SHARE and raises
+    FencedError (SQLSTATE SK001) unless `fencing` is the current token of
+    the live lease `name` (docs/leases.md, "Fenced writes")."""
+    return _one(conn, "SELECT skiplock.lease_fence(%s::text, %s::bigint)", [name, fencing])
+
+
 def _then(value: Any, fn: Any) -> Any:
     """fn(value), or an awaitable of it when value is one."""
     if hasattr(value, "__await__"):
