@@ -1508,11 +1508,14 @@ CREATE FUNCTION skiplock.errors_append(errors jsonb, attempt integer, err text, 
     AS $$
   SELECT CASE WHEN err IS NULL THEN errors
               ELSE (CASE WHEN jsonb_array_length(errors) >= 20 THEN errors - 0 ELSE errors END)
-                   || jsonb_build_array(jsonb_build_object('attempt', attempt, 'at', at,
-                                                           'error', err)) END
+                   || jsonb_build_array(jsonb_build_object(
+                        'attempt', attempt, 'at', at,
+                        'error', CASE WHEN length(err) <= 8192 THEN err
+                                      ELSE left(err, 8192) || format(E'\n… (%s more characters cut)',
+                                                                     length(err) - 8192) END)) END
 $$;
 
-COMMENT ON FUNCTION skiplock.errors_append(errors jsonb, attempt integer, err text, at timestamp with time zone) IS 'Internal: a job''s error history with one more entry; the newest 20 are kept.';
+COMMENT ON FUNCTION skiplock.errors_append(errors jsonb, attempt integer, err text, at timestamp with time zone) IS 'Internal: a job''s error history with one more entry (its text cut at 8,192 characters); the newest 20 are kept.';
 
 CREATE FUNCTION skiplock.fail(id bigint, fencing bigint, error text, retryable boolean DEFAULT true, retry_after interval DEFAULT NULL::interval) RETURNS text
     LANGUAGE plpgsql SECURITY DEFINER
