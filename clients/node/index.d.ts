@@ -1,4 +1,6 @@
-// Types for skiplock (hand-written; the package is plain ESM).
+// Types for skiplock (hand-written; the package is plain ESM, which
+// require() loads too).  `npm pack` copies this file to index.d.cts, the
+// types of require('skiplock').
 import type { EventEmitter } from 'node:events';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 
@@ -232,6 +234,18 @@ export function urlPooler(url: string): 'transaction' | 'session' | 'none';
  * PermanentError naming `skiplock init` on a database without the schema
  * or with an older one. */
 export const MIN_SCHEMA: number;
+
+/** Installs the schema, or upgrades it to the newest step this package
+ * knows, with the installer it bundles (sql/install.sql: what the C
+ * binary's `skiplock init` does).  Safe to run again, and beside other
+ * installers, direct or through PgBouncer in transaction mode.  db: a
+ * pg.Pool, a pg.Client or pg.PoolClient (not inside a transaction), or a
+ * connection string.  Resolves to the installed step
+ * (skiplock.installed_version()).  Rejects with a PermanentError (code
+ * 55000: a step was installed from a text this package does not know,
+ * named in the message; nothing is applied) or a TransientError (the
+ * connection). */
+export function init(db: Queryable | string): Promise<number>;
 
 // ---- leases and singletons (docs/leases.md) ----
 

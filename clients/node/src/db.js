@@ -3,11 +3,15 @@
 import { setTimeout as delay } from 'node:timers/promises';
 import { TransientError } from './errors.js';
 
-export function checkDb(db) {
+export function checkDb(db, expected = 'a pg.Client, pg.PoolClient or pg.Pool') {
   if (db === null || typeof db !== 'object' || typeof db.query !== 'function') {
-    throw new TypeError('expected a pg.Client, pg.PoolClient or pg.Pool');
+    throw new TypeError(`expected ${expected}`);
   }
 }
+
+/** True for a pg.Pool (its connect() checks a client out), false for a
+ * pg.Client or a checked-out pg.PoolClient. */
+export const isPool = (db) => typeof db.connect === 'function' && typeof db.release !== 'function' && 'idleCount' in db;
 
 /** One statement on db, answered within ms or rejected with a
  * TransientError.  pg's query_timeout goes with it, so a pg.Pool drops a

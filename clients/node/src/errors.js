@@ -61,12 +61,22 @@ export class JobTimeoutError extends TransientError {}
 /** The worker stopped before the handler finished. */
 export class ShutdownError extends TransientError {}
 
+// Never empty: a refused connection to a name with two addresses
+// (localhost: ::1 and 127.0.0.1) is an AggregateError with no message.
+function messageOf(err) {
+  if (err?.message) return err.message;
+  if (Array.isArray(err?.errors) && err.errors.length > 0) {
+    return err.errors.map((e) => e?.message ?? String(e)).join('; ');
+  }
+  return String(err?.code ?? err);
+}
+
 /** An error from pg (or any error) as one of the typed errors above;
  * typed errors are returned as they are. */
 export function classify(err) {
   if (err instanceof SkiplockError) return err;
   const code = typeof err?.code === 'string' && /^[0-9A-Z]{5}$/.test(err.code) ? err.code : '';
-  const message = err?.message ?? String(err);
+  const message = messageOf(err);
   if (code === 'SK001' || code === 'SK002') return new FencedError(message, { cause: err, code });
   if (isTransientSqlstate(code)) return new TransientError(message, { cause: err, code });
   return new PermanentError(message, { cause: err, code });

@@ -3,11 +3,10 @@
 // commit.  A handler that throws rolls its transaction back and releases
 // the claim.  A COMMIT that failed is settled by claiming again.
 import { classify } from './errors.js';
-import { checkDb } from './db.js';
+import { checkDb, isPool } from './db.js';
 import { idemClaim, idemComplete, idemOptions, idemRelease } from './idem.js';
 
 const ignore = () => {}; // a checked-out client's socket error: its query rejects with it too
-const isPool = (db) => typeof db.connect === 'function' && typeof db.release !== 'function' && 'idleCount' in db;
 
 /** The handler's transaction, begun on first use: a client of the pool
  * (db itself when it is a client).  idle_in_transaction_session_timeout

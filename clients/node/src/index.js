@@ -1,7 +1,7 @@
 // skiplock for Node: enqueue in your transaction, a Worker on the SQL
 // protocol (docs/protocol.md) that also fires the schedules (docs/cron.md),
 // leases and singletons (docs/leases.md) and idempotent endpoints
-// (docs/idempotency.md).  Depends only on pg.
+// (docs/idempotency.md); init() installs the schema.  Depends only on pg.
 export { enqueue, enqueueStatement, jobComplete, jobFence } from './enqueue.js';
 export { Worker } from './worker.js';
 export { declareSchedules } from './schedules.js';
@@ -17,3 +17,4 @@ export {
 } from './errors.js';
 export { urlPooler } from './pooler.js';
 export { MIN_SCHEMA } from './protocol.js';
+export { init } from './init.js';

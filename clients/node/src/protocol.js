@@ -87,6 +87,8 @@ export async function heartbeat(db, jobs, leaseInterval) {
 export const MIN_SCHEMA = 25;
 const NO_SCHEMA = new Set(['3F000', '42883']); // no schema skiplock; no installed_version()
 
+const INSTALL = '`skiplock init` (npx skiplock init --url URL, or init() from this package)';
+
 /** Rejects with a PermanentError naming `skiplock init` unless the schema
  * is installed, at MIN_SCHEMA or later. */
 export async function checkSchema(db) {
@@ -95,12 +97,12 @@ export async function checkSchema(db) {
     ({ rows: [{ version }] } = await db.query('SELECT skiplock.installed_version() AS version'));
   } catch (err) {
     if (!NO_SCHEMA.has(err.code)) throw err;
-    throw new PermanentError('the database has no skiplock schema: install it with ' +
-      `\`skiplock init\` (this client needs step ${MIN_SCHEMA} or later)`, { cause: err });
+    throw new PermanentError(`the database has no skiplock schema: install it with ${INSTALL}; ` +
+      `this client needs step ${MIN_SCHEMA} or later`, { cause: err });
   }
   if (version < MIN_SCHEMA) {
     throw new PermanentError(`the skiplock schema is at step ${version}; this client needs ` +
-      `step ${MIN_SCHEMA} or later: upgrade it with \`skiplock init\``);
+      `step ${MIN_SCHEMA} or later: upgrade it with ${INSTALL}`);
   }
 }
 

@@ -7,7 +7,7 @@ import {
   classify, enqueue, enqueueStatement, FencedError, isTransientSqlstate, jobFence, PermanentError,
   SkiplockError, TransientError, urlPooler, Worker, withLease, runSingleton, LeaseLostError,
   idempotent, idemClaim, idemComplete, idemRelease, fingerprint, idempotentHandler, idempotency,
-  declareSchedules,
+  declareSchedules, init,
   type Handler, type Job, type Queryable, type Lease, type IdempotentRequest, type ScheduleSpec, type CronTick,
 } from '../index.js';
 
@@ -134,3 +134,14 @@ async function periodic(): Promise<void> {
   new Worker({ connectionString: 'x', handlers: {}, cron: 'no' });
 }
 void periodic;
+
+async function schema(): Promise<void> {
+  const step: number = await init(db);
+  const again: number = await init('postgresql://localhost/app');
+  void [step, again];
+  // @ts-expect-error a db or a connection string
+  await init(5432);
+  // @ts-expect-error init takes the database only
+  await init(db, { force: true });
+}
+void schema;
