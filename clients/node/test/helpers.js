@@ -1,5 +1,6 @@
 // Test helpers: the harness's database (run.sh passes the URLs), a direct
-// pool for checks, unique kinds per test, and bounded waits.
+// pool for checks, scratch databases, unique kinds per test, and bounded
+// waits.
 import pg from 'pg';
 
 export const URL = process.env.SKL_TEST_URL;
@@ -11,6 +12,19 @@ if (!URL || !DIRECT_URL || !MODE) throw new Error('run under clients/node/test/r
 export const admin = new pg.Pool({ connectionString: DIRECT_URL, max: 2 });
 /** What an application would use: the mode's URL (PgBouncer when pooled). */
 export const appPool = () => new pg.Pool({ connectionString: URL, max: 4 });
+
+/** An empty database of its own (PgBouncer serves any database name):
+ * its URL in the mode (url) and direct (directUrl); drop() removes it. */
+export async function scratchDatabase(tag) {
+  const name = `node_${tag}_${process.pid}`;
+  await admin.query(`DROP DATABASE IF EXISTS ${name}`);
+  await admin.query(`CREATE DATABASE ${name}`);
+  const at = (u) => u.replace(/\/[^/?]+(\?|$)/, `/${name}$1`);
+  return {
+    name, url: at(URL), directUrl: at(DIRECT_URL),
+    drop: () => admin.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`),
+  };
+}
 
 let seq = 0;
 export const kind = (name) => `t.${name}.${process.pid}.${++seq}`;

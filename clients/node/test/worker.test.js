@@ -5,7 +5,7 @@ import pg from 'pg';
 import {
   Worker, enqueue, MIN_SCHEMA, FencedError, JobTimeoutError, PermanentError, TransientError, ShutdownError,
 } from '../src/index.js';
-import { admin, appPool, kind, job, q, sleep, waitFor, fast, MODE, URL, DIRECT_URL } from './helpers.js';
+import { admin, appPool, kind, job, q, scratchDatabase, sleep, waitFor, fast, MODE, URL, DIRECT_URL } from './helpers.js';
 
 const pool = appPool();
 after(() => Promise.all([pool.end(), admin.end()]));
@@ -235,11 +235,8 @@ test('start() rejects with a typed error: unreachable, no schema', async () => {
 });
 
 test('start() rejects a schema older than MIN_SCHEMA (step 24: no schedules_declare), within 5 s, naming skiplock init', async () => {
-  const name = `node_scratch_${process.pid}`;
-  await admin.query(`DROP DATABASE IF EXISTS ${name}`);
-  await admin.query(`CREATE DATABASE ${name}`);
-  const at = (u) => u.replace(/\/[^/?]+(\?|$)/, `/${name}$1`);
-  const old = new pg.Client({ connectionString: at(DIRECT_URL) });
+  const scratch = await scratchDatabase('old');
+  const old = new pg.Client({ connectionString: scratch.directUrl });
   await old.connect();
   await old.query(`CREATE SCHEMA skiplock; CREATE TABLE skiplock.schema_version (version int);
     INSERT INTO skiplock.schema_version VALUES (24);
@@ -249,12 +246,12 @@ test('start() rejects a schema older than MIN_SCHEMA (step 24: no schedules_decl
   try {
     const t0 = Date.now();
     await assert.rejects(
-      new Worker({ connectionString: at(URL), handlers: { [kind('old')]: async () => {} } }).start(),
+      new Worker({ connectionString: scratch.url, handlers: { [kind('old')]: async () => {} } }).start(),
       (e) => e instanceof PermanentError &&
         e.message.includes('at step 24; this client needs step 25 or later') && MIN_SCHEMA === 25 &&
         e.message.includes('skiplock init'));
     assert.ok(Date.now() - t0 < 5000);
   } finally {
-    await admin.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
+    await scratch.drop();
   }
 });
