@@ -1,0 +1,140 @@
+#!/usr/bin/env bash
+# pack.sh — the package as an app installs it (CTest: client.node.pack).
+#
+# `npm pack` in clients/node; the tarball holds src, bin, index.d.ts,
+# index.d.cts and sql/install.sql, and nothing of the tests.  It is
+# installed with pg into an app outside the tree, offline (no registry: pg
+# and its dependencies are packed from this client's node_modules, the
+# npm cache is empty).  Then, with no C binary on PATH, on an empty
+# database directly and another through PgBouncer (transaction mode):
+#   * `npx skiplock init --url …` installs the schema (one row per step);
+#   * examples/quick-start.mjs (import) and examples/quick-start.cjs
+#     (require; it runs init() itself) each complete a job with its result
+#     and discard a failing one, whose stack is on the app's stderr; both
+#     stop on SIGTERM with exit 0; no idle-in-transaction session is left;
+# require('skiplock') and import('skiplock') are the same module; tsc
+# type-checks a typed app (test/pack/typed-app.*), ESM and CommonJS,
+# against the installed types.
+HERE=$(cd "$(dirname "$0")/.." && pwd)
+bash "$HERE/test/ensure-deps.sh" || exit 1
+set -- direct
+. "${SKL_SOURCE_DIR:?run under CTest}/tests/cli/lib.sh"
+POOLED_DB=${DB}_pooled
+admin -c "CREATE DATABASE \"$POOLED_DB\"" >/dev/null
+trap 'cleanup; admin -c "DROP DATABASE IF EXISTS \"$POOLED_DB\" WITH (FORCE)" >/dev/null 2>&1' EXIT
+SERVER="$SKL_TEST_DBUSER@$SKL_TEST_PGHOST"
+APP=$TMP/app
+export npm_config_cache=$TMP/npm-cache npm_config_offline=true npm_config_audit=false npm_config_fund=false \
+	npm_config_update_notifier=false
+
+# the tarball, and what it holds
+tarball=$(cd "$HERE" && npm pack --silent --pack-destination "$TMP" | tail -n 1)
+listing=$(tar -tzf "$TMP/$tarball")
+for f in src/index.js src/init.js bin/skiplock.js index.d.ts index.d.cts sql/install.sql package.json; do
+	grep -qx "package/$f" <<<"$listing" && pass "the tarball holds $f" || fail "the tarball has no $f"
+done
+check_eq "the tarball holds no tests, examples or node_modules" \
+	"$(grep -cE '^package/(test|examples|node_modules|bench)/' <<<"$listing")" 0
+
+# the app: the tarball and pg, from files only
+mkdir -p "$APP" "$TMP/deps"
+echo '{ "name": "quick-start-app", "private": true }' >"$APP/package.json"
+(cd "$HERE" && npm ls --omit=dev --all --parseable | tail -n +2 |
+	xargs npm pack --silent --pack-destination "$TMP/deps") >/dev/null || fail "packing pg and its dependencies"
+if (cd "$APP" && npm install --silent "$TMP/$tarball" "$TMP"/deps/*.tgz) >"$TMP/install.log" 2>&1; then
+	pass "npm install of the tarball and pg, offline, into $APP"
+else
+	fail "npm install: $(cat "$TMP/install.log")"
+fi
+cmp -s "$APP/node_modules/skiplock/sql/install.sql" "$SKL_SOURCE_DIR/sql/install.sql" &&
+	pass "the installed sql/install.sql is the tree's" || fail "the installed sql/install.sql differs from the tree's"
+cp "$HERE/examples/quick-start.mjs" "$HERE/examples/quick-start.cjs" "$HERE"/test/pack/typed-app.?ts "$APP/"
+
+# PATH: node, npm, npx and sh (npm runs bins through it) only
+mkdir "$TMP/path"
+for t in node npm npx sh; do ln -s "$(command -v "$t")" "$TMP/path/$t"; done
+in_app() { (cd "$APP" && env PATH="$TMP/path" "$@"); }
+check_eq "no skiplock on PATH but the package's" \
+	"$(in_app npx -c 'command -v skiplock')" "$APP/node_modules/.bin/skiplock"
+
+steps=$(grep -E '^-- step [0-9]{4}_[a-z0-9_]+$' "$APP/node_modules/skiplock/sql/install.sql")
+nsteps=$(wc -l <<<"$steps")
+newest=$(tail -n 1 <<<"$steps" | sed 's/^-- step 0*\([0-9]*\)_.*/\1/')
+qdb() { psql -X -q -At -v ON_ERROR_STOP=1 "postgresql://$SERVER:$SKL_TEST_PGPORT/$1" -c "$2"; }
+
+# run_app FILE URL: starts the app; sets APP_PID; its output in $TMP/FILE.{out,err}
+run_app() {
+	(cd "$APP" && exec env PATH="$TMP/path" DATABASE_URL="$2" node "$1") >"$TMP/$1.out" 2>"$TMP/$1.err" &
+	APP_PID=$!
+}
+
+# quick_start FILE DB URL N: the app completes its welcome mail and discards
+# its report (the Nth of each in DB), logs the report's stack, stops on SIGTERM.
+quick_start() {
+	local file=$1 db=$2 url=$3 n=$4 label="$1 [$5]"
+	run_app "$file" "$url"
+	local done="SELECT count(*) FILTER (WHERE kind = 'email.welcome' AND state = 'completed' AND result = '{\"sent\": true}')
+	                 || '/' || count(*) FILTER (WHERE kind = 'report.build' AND state = 'discarded') FROM skiplock.all_jobs"
+	local _
+	for _ in $(seq 1 150); do
+		[ "$(qdb "$db" "$done")" = "$n/$n" ] && break
+		kill -0 "$APP_PID" 2>/dev/null || break
+		sleep 0.1
+	done
+	check_eq "$label: the welcome mail completed with its result, the report discarded" "$(qdb "$db" "$done")" "$n/$n"
+	wait_until "$label: its stack on stderr" 10 grep -q "at .*$file:[0-9]" "$TMP/$file.err" &&
+		pass "$label: the report's stack on stderr"
+	if grep -q "job [0-9]* (report.build) attempt 1 of 1 failed (its last attempt): the report service is down" \
+		"$TMP/$file.err"; then
+		pass "$label: the failure logged"
+	else
+		fail "$label: the failure not logged: $(head -c 600 "$TMP/$file.err")"
+	fi
+	grep -q 'welcome mail to ' "$TMP/$file.out" && pass "$label: the handler ran" || fail "$label: no handler output"
+	kill -TERM "$APP_PID"
+	wait_exit "$APP_PID" 15
+	check_eq "$label: exit status after SIGTERM" "$RC" 0
+}
+
+for mode in direct pooled; do
+	if [ "$mode" = direct ]; then db=$DB port=$SKL_TEST_PGPORT; else db=$POOLED_DB port=$SKL_TEST_BOUNCER_PORT; fi
+	url="postgresql://$SERVER:$port/$db"
+	if in_app npx skiplock init --url "$url" >"$TMP/init.out" 2>&1; then
+		pass "npx skiplock init [$mode]: $(cat "$TMP/init.out")"
+	else
+		fail "npx skiplock init [$mode]: $(cat "$TMP/init.out")"
+	fi
+	check_eq "npx skiplock init [$mode]: one row per step, at the newest" \
+		"$(qdb "$db" "SELECT count(*) || '/' || count(DISTINCT version) || ' ' || skiplock.installed_version() FROM skiplock.schema_version")" \
+		"$nsteps/$nsteps $newest"
+	quick_start quick-start.mjs "$db" "$url" 1 "$mode"
+	quick_start quick-start.cjs "$db" "$url" 2 "$mode"
+	grep -qx "schema at step $newest" "$TMP/quick-start.cjs.out" &&
+		pass "quick-start.cjs [$mode]: init() from require" || fail "quick-start.cjs [$mode]: $(cat "$TMP/quick-start.cjs.out")"
+	check_eq "[$mode] no idle-in-transaction sessions" "$(qdb "$db" "SELECT count(*) FROM pg_stat_activity
+		WHERE datname = current_database() AND state LIKE 'idle in transaction%'")" 0
+done
+
+same="const a = require('skiplock'); import('skiplock').then((b) => { if (a.Worker !== b.Worker || a.init !== b.init) process.exit(1); })"
+in_app node -e "$same" 2>"$TMP/same.err" && pass "require('skiplock') is import('skiplock')" ||
+	fail "require and import give different modules: $(cat "$TMP/same.err")"
+
+# the types, ESM and CommonJS, with the tree's tsc and @types/node
+cat >"$APP/tsconfig.json" <<EOF
+{
+  "compilerOptions": {
+    "target": "ES2022", "module": "NodeNext", "moduleResolution": "NodeNext",
+    "strict": true, "noEmit": true, "allowJs": true, "checkJs": true, "skipLibCheck": false,
+    "typeRoots": ["$HERE/node_modules/@types"], "types": ["node"]
+  },
+  "files": ["typed-app.mts", "typed-app.cts"]
+}
+EOF
+if (cd "$APP" && "$HERE/node_modules/.bin/tsc" -p . --listFiles) >"$TMP/tsc.out" 2>&1 &&
+	grep -q 'node_modules/skiplock/index.d.cts$' "$TMP/tsc.out" && grep -q 'node_modules/skiplock/index.d.ts$' "$TMP/tsc.out"; then
+	pass "tsc: the typed apps check against index.d.ts (import) and index.d.cts (require)"
+else
+	fail "tsc: $(grep -v '^/' "$TMP/tsc.out" | head -20)"
+fi
+MODE="direct and pooled"
+finish
