@@ -3,7 +3,7 @@
  *
  *   skl-bench-drain --url URL --jobs N [--procs P] [--concurrency C] [--prefetch F]
  *                   [--mode noop|cmd|stream [--stream CMD] [--inflight N]]
- *                   [--timeout S] [--worker-url URL [--pooled]]
+ *                   [--timeout S] [--worker-url URL [--pooled]] [--unretained]
  *   skl-bench-drain --url URL --sustain SECONDS [--backlog B] [--hold] ...
  *
  * Drain mode: empties skiplock.jobs, enqueues N jobs, VACUUM ANALYZE and
@@ -16,6 +16,12 @@
  * be direct: it truncates, vacuums and counts); --pooled tells them it is
  * a transaction pooler's.  --mode stream runs the streaming handler CMD
  * in each worker (skl-bench-worker --mode stream), N jobs in flight.
+ * --unretained is for a database whose completed jobs are kept 0 seconds
+ * (skiplock retention set --state completed --retain 0: the outcome deletes
+ * the job), where no finished_at is left to read: the run ends at the first
+ * check (every 10 ms once the handlers started N jobs) that finds no job
+ * available or running, and fails unless the handlers started exactly N
+ * jobs and no job at all is left, live or finished (noop mode only).
  *
  * Sustain mode: the same workers for a fixed time while this program keeps
  * about B jobs waiting (bulk enqueue of up to 5000 at a time).  The rate is
@@ -51,7 +57,7 @@ typedef struct run {
 	double timeout;
 	double sustain;
 	long backlog;
-	bool hold;
+	bool hold, unretained;
 	char counter_path[256];
 	const char *logpath;
 	_Atomic uint64_t *counter;
@@ -142,7 +148,7 @@ static void stop_workers(run *r)
 
 static void drain(run *r, PGconn *ctl)
 {
-	double t0 = bench_wall(), deadline = bench_mono() + r->timeout, next_conn = 0;
+	double t0 = bench_wall(), deadline = bench_mono() + r->timeout, next_conn = 0, t_seen = 0;
 	start_workers(r);
 	for (;;) {
 		double now = bench_mono();
@@ -159,11 +165,24 @@ static void drain(run *r, PGconn *ctl)
 			next_conn = now + 0.25;
 		/* noop handlers count starts; command jobs are only seen in SQL */
 		bool maybe = strcmp(r->mode, "noop") != 0 || atomic_load(&r->counter[0]) >= (uint64_t)r->jobs;
-		if (maybe && drained(ctl))
+		if (maybe && drained(ctl)) {
+			t_seen = bench_wall();
 			break;
+		}
 		bench_sleep(maybe ? 0.01 : 0.05);
 	}
 	stop_workers(r);
+	if (r->unretained) {
+		uint64_t started = atomic_load(&r->counter[0]);
+		int64_t left = bench_int(ctl, "SELECT count(*) FROM skiplock.all_jobs");
+		if (started != (uint64_t)r->jobs || left != 0)
+			bench_die("retention 0: expected %ld handler starts and no job left, found %" PRIu64
+			          " starts and %" PRId64 " jobs", r->jobs, started, left);
+		double secs = t_seen - t0;
+		printf("rate=%.1f seconds=%.3f completed=%ld rss_kb=%ld hwm_kb=%ld anon_kb=%ld conns=%d\n",
+		       (double)r->jobs / secs, secs, r->jobs, r->rss_kb, r->hwm_kb, r->anon_kb, r->conns);
+		return;
+	}
 	PGresult *res = PQexec(ctl,
 		"SELECT count(*) FILTER (WHERE state = 'completed'), count(*),"
 		" extract(epoch FROM max(finished_at))::float8 FROM skiplock.all_jobs");
@@ -269,6 +288,7 @@ int main(int argc, char **argv)
 		.sustain = atof(bench_opt(argc, argv, "--sustain", "0")),
 		.backlog = atol(bench_opt(argc, argv, "--backlog", "20000")),
 		.hold = bench_flag(argc, argv, "--hold"),
+		.unretained = bench_flag(argc, argv, "--unretained"),
 		.logpath = bench_opt(argc, argv, "--log", NULL),
 		.pooled = bench_flag(argc, argv, "--pooled"),
 		.stream = bench_opt(argc, argv, "--stream", NULL),
@@ -278,7 +298,7 @@ int main(int argc, char **argv)
 	if (r.url == NULL || r.jobs < 1 || r.procs < 1 || r.procs > MAX_PROCS || r.conc < 1)
 		bench_die("usage: skl-bench-drain --url URL --jobs N [--procs P] [--concurrency C]"
 		          " [--prefetch F] [--mode noop|cmd|stream [--stream CMD] [--inflight N]]"
-		          " [--worker-url URL [--pooled]]"
+		          " [--worker-url URL [--pooled]] [--unretained]"
 		          " [--sustain S [--backlog B] [--hold]]");
 	if (strcmp(r.mode, "noop") == 0)
 		r.kind = "noop";
@@ -290,6 +310,8 @@ int main(int argc, char **argv)
 		bench_die("unknown --mode %s (stream needs --stream CMD)", r.mode);
 	if (r.sustain > 0 && strcmp(r.mode, "noop") != 0)
 		bench_die("--sustain needs --mode noop");
+	if (r.unretained && (r.sustain > 0 || strcmp(r.mode, "noop") != 0))
+		bench_die("--unretained is for a drain in --mode noop");
 	const char *tmp = getenv("TMPDIR");
 	snprintf(r.counter_path, sizeof(r.counter_path), "%s/skl-bench-counter.%d",
 	         tmp && *tmp ? tmp : "/tmp", (int)getpid());
