@@ -23,9 +23,10 @@ export function toJob(r) {
   };
 }
 
-// Error text without NUL (PostgreSQL text cannot hold it), at most 4 KiB.
+// Error text without NUL (PostgreSQL text cannot hold it), at most 8 KiB
+// (what the job's history keeps of it, schema step 0026).
 function errorText(e) {
-  return e === null || e === undefined ? null : String(e).replaceAll('\u0000', '').slice(0, 4096);
+  return e === null || e === undefined ? null : String(e).replaceAll('\u0000', '').slice(0, 8192);
 }
 
 // Results as JSON text, so that arrays and strings stay JSON values.

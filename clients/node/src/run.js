@@ -8,8 +8,17 @@
 import { jobComplete } from './enqueue.js';
 import { FencedError, JobTimeoutError, PermanentError, ShutdownError } from './errors.js';
 
+// The error a failed attempt stores: the message and, for an Error, its
+// stack (Node's stack starts with "Name: message"), so the job's history
+// shows where the handler failed; the database keeps 8,192 characters.
+function errorOf(err) {
+  if (!(err instanceof Error)) return String(err);
+  const message = err.message || err.name;
+  return typeof err.stack === 'string' && err.stack.includes(message) ? err.stack : message;
+}
+
 function failure(job, err) {
-  const error = err instanceof Error ? err.message || err.name : String(err);
+  const error = errorOf(err);
   const outcome = err instanceof PermanentError ? 'discard' : 'retry';
   return { job, outcome, error, retryAfterMs: err?.retryAfterMs, cause: err };
 }

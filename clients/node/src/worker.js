@@ -196,9 +196,9 @@ export class Worker extends EventEmitter {
     }
     const what = outcome === 'discard' ? 'discarded'
       : job.attempt < job.maxAttempts ? 'retried' : 'its last attempt';
-    const stack = cause instanceof Error && cause.stack ? `\n${cause.stack}` : '';
+    // error is the stack already when the handler threw an Error (run.js)
     console.warn(`skiplock worker: job ${job.id} (${job.kind}) attempt ${job.attempt} of ` +
-      `${job.maxAttempts} failed (${what}): ${error}${stack}`);
+      `${job.maxAttempts} failed (${what}): ${error}`);
   }
 
   #start(job, deadline) {

@@ -130,9 +130,10 @@ test('handler errors: PermanentError discards, others retry (with retryAfterMs)'
     (await q('SELECT count(*)::int AS n FROM skiplock.all_jobs WHERE id = ANY($1) AND attempt = 1 AND state <> $2', [[p, r, t], 'running']))[0].n === 3));
   const [jp, jr, jt] = [await job(p), await job(r), await job(t)];
   assert.equal(jp.state, 'discarded');
-  assert.equal(jp.errors[0].error, 'bad payload');
+  // the stored error is the stack: the message first, then where it was thrown
+  assert.match(jp.errors[0].error, /^PermanentError: bad payload\n\s+at .*worker\.test\.js/);
   assert.equal(jr.state, 'available');
-  assert.equal(jr.errors[0].error, 'flaky');
+  assert.match(jr.errors[0].error, /^Error: flaky\n\s+at /);
   assert.equal(jt.state, 'available');
   const [{ s }] = await q('SELECT extract(epoch FROM run_at - now()) AS s FROM skiplock.all_jobs WHERE id = $1', [t]);
   assert.ok(s > 50 && s < 70, `retried after about 60 s, got ${s}`);
@@ -150,7 +151,7 @@ test('a failed attempt is visible: a stderr line with the stack, or the failed e
   } finally {
     console.warn = warn;
   }
-  assert.match(lines[0], new RegExp(`^skiplock worker: job ${id} \\(${k.replace(/\./g, '\\.')}\\) attempt 1 of 25 failed \\(retried\\): card declined\\n`));
+  assert.match(lines[0], new RegExp(`^skiplock worker: job ${id} \\(${k.replace(/\./g, '\\.')}\\) attempt 1 of 25 failed \\(retried\\): Error: card declined\\n`));
   assert.match(lines[0], /at chargeCard/);
 
   const k2 = kind('event');
