@@ -107,18 +107,20 @@ def _message(exc: BaseException, sqlstate: Optional[str]) -> str:
     return f"{first} (SQLSTATE {sqlstate})" if sqlstate else first
 
 
-# The oldest schema step this package works with: job_complete (step 0019)
-# and the heartbeat's held rows (step 0020).
-MIN_SCHEMA = 20
+# The oldest schema step this package works with: cron_tick (step 0024)
+# and schedules_declare (step 0025); job_complete (0019) and the
+# heartbeat's held rows (0020) before them.
+MIN_SCHEMA = 25
 NO_SCHEMA_SQLSTATES = ("3F000", "42883")  # no schema skiplock; no installed_version()
+INSTALL_HINT = "`skiplock init`"
 
 
 def schema_error(version: Optional[int], sqlstate: Optional[str] = None) -> PermanentError:
     """The error for a database whose skiplock schema is missing (version
     None) or older than MIN_SCHEMA."""
     if version is None:
-        return PermanentError("the database has no skiplock schema: install it with "
-                              f"`skiplock init` (this client needs step {MIN_SCHEMA} or later)",
+        return PermanentError(f"the database has no skiplock schema: install it with "
+                              f"{INSTALL_HINT} (this client needs step {MIN_SCHEMA} or later)",
                               sqlstate)
     return PermanentError(f"the skiplock schema is at step {version}; this client needs step "
-                          f"{MIN_SCHEMA} or later: upgrade it with `skiplock init`")
+                          f"{MIN_SCHEMA} or later: upgrade it with {INSTALL_HINT}")
