@@ -8,6 +8,11 @@
     worker = skiplock.Worker(url, {"email.receipt": send_receipt}, concurrency=16)
     worker.run_forever()          # or: await worker.start() ... await worker.stop()
 
+    # periodic jobs: every worker fires the due schedules (cron=False: not this one)
+    worker = skiplock.Worker(url, {"report.daily": build_report},
+                             schedules=[{"name": "daily-report", "expression": "0 6 * * *",
+                                         "zone": "Europe/Berlin", "kind": "report.daily"}])
+
     async with skiplock.lease(url, "nightly-report", ttl=60) as lease:
         ...                       # lease.fence(conn) in the transaction that writes
 
@@ -27,15 +32,18 @@ from .leases import Lease, lease, lease_sync
 from .pooler import url_looks_pooled
 from .protocol import complete, enqueue, fail, job_complete, job_fence, lease_fence
 from .singleton import SingletonResult, run_singleton, run_singleton_sync
+from ._cron import CronTick
 from ._slots import Stats
+from .schedules import Declared, Schedule, declare_schedules
 from .worker import Worker
 
 __version__ = "0.2.0"
 
 __all__ = [
-    "MIN_SCHEMA", "Discard", "FencedError", "IdemClaim", "Job", "JobContext", "Lease",
-    "LeaseHeldError", "LeaseLostError", "PermanentError", "Retry", "SingletonResult",
-    "SkiplockError", "Stats", "TransientError", "Worker", "classify", "complete", "enqueue",
-    "fail", "fingerprint", "idempotent", "is_transient", "job_complete", "job_fence", "lease",
-    "lease_fence", "lease_sync", "run_singleton", "run_singleton_sync", "url_looks_pooled",
+    "MIN_SCHEMA", "CronTick", "Declared", "Discard", "FencedError", "IdemClaim", "Job",
+    "JobContext", "Lease", "LeaseHeldError", "LeaseLostError", "PermanentError", "Retry",
+    "Schedule", "SingletonResult", "SkiplockError", "Stats", "TransientError", "Worker",
+    "classify", "complete", "declare_schedules", "enqueue", "fail", "fingerprint", "idempotent",
+    "is_transient", "job_complete", "job_fence", "lease", "lease_fence", "lease_sync",
+    "run_singleton", "run_singleton_sync", "url_looks_pooled",
 ]

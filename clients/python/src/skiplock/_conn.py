@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from typing import (Any, AsyncContextManager, AsyncIterator, Callable, Dict, Optional,
+from typing import (Any, AsyncContextManager, AsyncIterator, Callable, Dict, List, Optional,
                     Sequence, Tuple, Union)
 
 import psycopg
@@ -106,11 +106,18 @@ class Connector:
 
 async def one_row(conn: AsyncConn, sql: str,
                   params: Sequence[Any]) -> Optional[Tuple[Any, ...]]:
+    """The first row of all_rows()."""
+    rows = await all_rows(conn, sql, params)
+    return rows[0] if rows else None
+
+
+async def all_rows(conn: AsyncConn, sql: str, params: Sequence[Any]) -> List[Tuple[Any, ...]]:
     """One statement committed on its own: autocommit, or an explicit
-    transaction (BEGIN ... COMMIT) on a connection that is not."""
+    transaction (BEGIN ... COMMIT) on a connection that is not (inside the
+    caller's open transaction, a savepoint: it commits with that one)."""
     if conn.autocommit:
         cur = await conn.execute(sql, params, prepare=False)
-        return await cur.fetchone()
+        return await cur.fetchall()
     async with conn.transaction():
         cur = await conn.execute(sql, params, prepare=False)
-        return await cur.fetchone()
+        return await cur.fetchall()

@@ -4,7 +4,8 @@ A connection of its own carries the LISTEN and nothing else: to the worker's
 URL when that one is known to be direct, else to the direct endpoint
 (`direct_url`, $DIRECT_DATABASE_URL) when one is given and checks out as
 direct too.  Every (re)LISTEN wakes the worker once, since whatever was
-enqueued while it was down sent no notification we saw.  When the listener
+enqueued while it was down sent no notification we saw: wake(False), and
+wake(True) for each notification.  When the listener
 is down the worker polls; it tries again every RETRY_S seconds.  Polling
 always works: notifications only lower the latency.
 """
@@ -25,7 +26,7 @@ RETRY_S = 30.0
 
 class Listener:
     def __init__(self, url: str, pooler: str, connect_kwargs: Dict[str, Any],
-                 wake: Callable[[], None], log: logging.Logger):
+                 wake: Callable[[bool], None], log: logging.Logger):
         self.url = url
         self.pooler = pooler
         self.connect_kwargs = connect_kwargs
@@ -62,9 +63,9 @@ class Listener:
             await conn.execute("LISTEN " + CHANNEL)
             self.listening = True
             self.log.debug("listening on channel %s", CHANNEL)
-            self.wake()
+            self.wake(False)
             async for _ in conn.notifies():
-                self.wake()
+                self.wake(True)
         finally:
             self.listening = False
             await conn.close()

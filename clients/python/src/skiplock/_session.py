@@ -120,7 +120,7 @@ class Session:
     async def check_schema(self) -> None:
         """PermanentError unless the schema is installed, at MIN_SCHEMA or later."""
         try:
-            rows = await self._rows("SELECT skiplock.installed_version()", ())
+            rows = await self.rows("SELECT skiplock.installed_version()", ())
         except SkiplockError as e:
             if e.sqlstate in NO_SCHEMA_SQLSTATES:
                 raise schema_error(None, e.sqlstate) from e
@@ -128,7 +128,8 @@ class Session:
         if rows[0][0] < MIN_SCHEMA:
             raise schema_error(rows[0][0])
 
-    async def _rows(self, sql: str, params: Sequence[Any]) -> List[Tuple[Any, ...]]:
+    async def rows(self, sql: str, params: Sequence[Any]) -> List[Tuple[Any, ...]]:
+        """The rows of one autocommit statement (connecting first if need be)."""
         await self.connect()
         assert self.conn is not None
         try:
@@ -139,7 +140,7 @@ class Session:
 
     async def _exchange(self, sql: str, params: Sequence[Any]) -> Tuple[List[int], List[Job]]:
         """A call answering (recorded ids, claimed jobs) as two JSON texts."""
-        recorded, claimed = (await self._rows(sql, params))[0]
+        recorded, claimed = (await self.rows(sql, params))[0]
         return (json.loads(recorded) if recorded else [],
                 [_job(a) for a in json.loads(claimed)] if claimed else [])
 
@@ -159,8 +160,8 @@ class Session:
 
     async def heartbeat(self, ids: List[int], fencings: List[int],
                         lease_ms: int) -> List[Tuple[int, bool]]:
-        rows = await self._rows(_HEARTBEAT, [int_array(ids), int_array(fencings), lease_ms])
+        rows = await self.rows(_HEARTBEAT, [int_array(ids), int_array(fencings), lease_ms])
         return [(r[0], r[1]) for r in rows]
 
     async def rescue(self, n: int = 1000) -> int:
-        return int((await self._rows(_RESCUE, [n]))[0][0])
+        return int((await self.rows(_RESCUE, [n]))[0][0])

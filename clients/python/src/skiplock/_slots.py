@@ -54,6 +54,9 @@ class Stats:
     fenced: int = 0  # outcomes refused: the claim had been lost
     lost: int = 0  # claims lost while the job was held (heartbeat said so)
     timed_out: int = 0
+    cron_ticks: int = 0  # cron ticks that succeeded
+    cron_enqueued: int = 0  # jobs those ticks enqueued (fire times this worker fired)
+    cron_failures: int = 0  # cron ticks that failed
     errors: List[str] = field(default_factory=list)
 
 

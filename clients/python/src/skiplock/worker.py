@@ -4,8 +4,11 @@ One asyncio task owns the worker's one connection and, turn by turn,
 records finished outcomes and claims up to the free slots in one call
 (skiplock.record_claim), renews the leases of held jobs every lease/3
 (skiplock.heartbeat), and gives back expired leases now and then
-(skiplock.rescue).  Handlers run outside any transaction (_slots.py: the
-held claims, the prefetched jobs waiting for a handler, the handlers).
+(skiplock.rescue), and fires the due schedules when the earliest is due
+(skiplock.cron_tick; _cron.py), after applying those declared in code at
+start (skiplock.schedules_declare; schedules.py).  Handlers run outside any
+transaction (_slots.py: the held claims, the prefetched jobs waiting for a
+handler, the handlers).
 Connections: one for claims, outcomes and heartbeats whatever
 the concurrency, plus one that only LISTENs when the database is known to
 be direct; handlers use their own.
@@ -26,14 +29,16 @@ import socket
 import threading
 import time
 import uuid
-from typing import Any, Dict, Iterable, List, Optional
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence
 
+from ._cron import Cron, CronTick
 from ._listen import Listener
 from ._session import Outcome, Session
 from ._slots import Handler, Slots, Stats
 from .errors import SkiplockError, TransientError
 from .job import Job
 from .pooler import check_mode
+from .schedules import DECLARE_SQL, check_bool, declared, schedules_json
 
 log = logging.getLogger("skiplock")
 
@@ -67,6 +72,12 @@ class Worker:
     LISTEN), 'transaction' or 'session' (never LISTEN on this URL).
     direct_url: a direct endpoint for LISTEN when `conninfo` is a pooler
     (default $DIRECT_DATABASE_URL).  connect_kwargs: passed to psycopg.
+    cron: fire the due schedules (default True; docs/cron.md): each fire
+    time becomes one job for the fleet, whichever worker's tick fires it.
+    schedules: schedules declared in code (a list of mappings {name,
+    expression, kind, zone, queue, payload, priority, max_attempts,
+    catch_up}), applied by start(); schedules_force: apply them even when
+    the database saw a newer definition since (a deliberate rollback).
     """
 
     def __init__(self, conninfo: str, handlers: Dict[str, Handler], *, concurrency: int = 10,
@@ -75,7 +86,9 @@ class Worker:
                  rescue_interval: float = 5.0, shutdown_timeout: float = 30.0,
                  prefetch: int = 0, pooler: str = "auto", direct_url: Optional[str] = None,
                  listen: bool = True,
-                 connect_kwargs: Optional[Dict[str, Any]] = None):
+                 connect_kwargs: Optional[Dict[str, Any]] = None, cron: bool = True,
+                 schedules: Optional[Sequence[Mapping[str, Any]]] = None,
+                 schedules_force: bool = False):
         if not handlers or not all(isinstance(k, str) and k and callable(f)
                                    for k, f in handlers.items()):
             raise ValueError("handlers must map at least one kind (a non-empty str) to a callable")
@@ -97,6 +110,11 @@ class Worker:
         self.direct_url = direct_url or os.environ.get("DIRECT_DATABASE_URL") or None
         self.listen = listen
         self.connect_kwargs = dict(connect_kwargs or {})
+        self._cron = Cron(log) if check_bool(cron, "cron") else None
+        self._schedules = None if schedules is None else schedules_json(schedules)
+        self.schedules_force = check_bool(schedules_force, "schedules_force")
+        self.last_tick: Optional[CronTick] = None  # the last successful cron tick's answer
+        self._listens = 0  # LISTENs that came up
         self.stats = Stats()
         self._session = Session(conninfo, self.pooler, self.connect_kwargs)
         self._slots = Slots(self.handlers, concurrency, prefetch, self.stats, self._poke)
@@ -122,6 +140,9 @@ class Worker:
         await self._session.connect()
         try:
             await self._session.check_schema()
+            if self._schedules is not None:
+                declared(await self._session.rows(DECLARE_SQL,
+                                                  [self._schedules, self.schedules_force]))
         except BaseException:
             await self._session.close()
             raise
@@ -249,6 +270,7 @@ class Worker:
             raise
 
     async def _turn(self) -> None:
+        await self._maybe_tick()
         now = time.monotonic()
         if self._slots.outcomes or self._claim_due(now):
             await self._exchange(now)
@@ -258,6 +280,22 @@ class Worker:
             self._next_rescue = time.monotonic() + self.rescue_interval
             if await self._session.rescue() > 0:
                 self._next_claim = time.monotonic()
+
+    async def _maybe_tick(self) -> None:
+        """Fires the due schedules when the next tick is due; a failed tick
+        is logged by Cron and never ends the turn (the connection, if it
+        broke, is reopened by the next call)."""
+        if self._cron is None or self._stopping or time.monotonic() < self._cron.next_at:
+            return
+        tick = await self._cron.tick(self._session.rows, bool(self._slots.held))
+        if tick is None:
+            self.stats.cron_failures += 1
+            return
+        self.last_tick = tick
+        self.stats.cron_ticks += 1
+        self.stats.cron_enqueued += tick.enqueued
+        if tick.enqueued:
+            self._next_claim = time.monotonic()  # its jobs are due
 
     def _free(self) -> int:
         return self._slots.free()
@@ -301,6 +339,8 @@ class Worker:
 
     def _claimed(self, jobs: List[Job], asked: int, wakes: int) -> None:
         now = time.monotonic()
+        if jobs and self._cron is not None:
+            self._cron.busy()
         if len(jobs) < asked and wakes == self._wakes:  # no NOTIFY came meanwhile
             self._next_claim = now + self.poll_interval * random.uniform(0.5, 1.0)
         else:
@@ -327,7 +367,13 @@ class Worker:
 
     # ---- waiting ----
 
-    def _notified(self) -> None:
+    def _notified(self, notification: bool) -> None:
+        """A notification, or a (re)LISTEN (whatever changed meanwhile sent
+        nothing we saw; the first one at start follows the start's tick)."""
+        if self._cron is not None and (notification or self._listens > 0):
+            self._cron.hint()  # a schedule may have changed
+        if not notification:
+            self._listens += 1
         self._wakes += 1
         self._next_claim = time.monotonic()
         self._wake.set()
@@ -336,6 +382,8 @@ class Worker:
         t = min(self._next_heartbeat, self._next_rescue if not self._stopping else float("inf"))
         if not self._stopping and self._free() > 0:
             t = min(t, self._next_claim)
+        if not self._stopping and self._cron is not None:
+            t = min(t, self._cron.next_at)
         if self._stopping:
             t = min(t, self._stop_deadline)
         return t
