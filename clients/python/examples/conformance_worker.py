@@ -88,7 +88,8 @@ def main():
         concurrency=int(os.environ.get("CONFORMANCE_CONCURRENCY", "4")),
         prefetch=int(os.environ.get("PREFETCH", "0")),
         lease=seconds(os.environ.get("CONFORMANCE_LEASE", "2s")),
-        poll_interval=0.2, rescue_interval=0.25, shutdown_timeout=20)
+        poll_interval=0.2, rescue_interval=0.25, shutdown_timeout=20,
+        cron=False)  # as the C adapters (--no-cron): the suite has no schedules
     worker.run_forever()
     logging.info("stopped: %s", worker.stats)
 
