@@ -4,10 +4,14 @@ URL.  Each test removes its schedules, so the other tests' workers (cron is
 on by default) find nothing due."""
 
 import asyncio
+import datetime as dt
 import itertools
 import logging
 import os
 import re
+import signal
+import subprocess
+import sys
 import time
 
 import psycopg
@@ -15,8 +19,9 @@ import pytest
 
 import skiplock
 from skiplock._cron import BUSY_MAX_S, IDLE_MAX_S, JITTER_S, MIN_S, tick_delay
-from conftest import DIRECT_URL, MODE, URL, idle_in_transaction
+from conftest import DIRECT_URL, MODE, URL, idle_in_transaction, wait_until
 
+HERE = os.path.dirname(os.path.abspath(__file__))
 FAST = dict(poll_interval=0.05, rescue_interval=0.2)
 _seq = itertools.count(1)
 
@@ -362,3 +367,38 @@ def test_an_idle_worker_ticks_once_in_10_s(db, names):
         assert fired >= 2, f"woken by the notification: {fired} fire times"
     else:
         assert (fired, w.stats.cron_ticks) == (0, 1), "no notification, no tick before re-check"
+
+
+def test_the_periodic_jobs_example_on_two_replicas(db, names, tmp_path):
+    """examples/periodic_jobs.py on two replicas: each heartbeat fire time
+    handled once, 2 s apart; both exit 0 on SIGTERM."""
+    names.extend(["sessions-cleanup", "heartbeat"])
+    db.execute("CREATE TABLE sessions (id bigserial PRIMARY KEY, expires_at timestamptz NOT NULL)")
+    env = dict(os.environ, DATABASE_URL=URL, PYTHONPATH=os.path.join(HERE, "..", "src"))
+    logs = [tmp_path / f"replica{i}.log" for i in range(2)]
+    procs = [subprocess.Popen([sys.executable, os.path.join(HERE, "..", "examples",
+                                                            "periodic_jobs.py")],
+                              stdout=open(log, "w"), stderr=subprocess.STDOUT, env=env)
+             for log in logs]
+
+    def lines():
+        return [ln for log in logs for ln in log.read_text().splitlines()]
+    try:
+        wait_until(lambda: sum(ln.startswith("up:") for ln in lines()) == 2, 20, "both up")
+        wait_until(lambda: sum(ln.startswith("heartbeat for ") for ln in lines()) >= 3, 20,
+                   "three heartbeats")
+    finally:
+        for p in procs:
+            p.send_signal(signal.SIGTERM)
+        codes = [p.wait(30) for p in procs]
+        db.execute("DROP TABLE sessions")
+        db.execute("DELETE FROM skiplock.jobs WHERE kind = 'heartbeat'")
+    assert codes == [0, 0], lines()
+    times = sorted(dt.datetime.fromisoformat(ln.split()[2]) for ln in lines()
+                   if ln.startswith("heartbeat for "))
+    assert len(set(times)) == len(times), f"each fire time once: {lines()}"
+    assert all((b - a).total_seconds() == 2 for a, b in zip(times, times[1:])), "none missed"
+    rows = db.execute("SELECT name, zone, payload FROM skiplock.schedules WHERE name = ANY (%s) "
+                      "ORDER BY name", [names]).fetchall()
+    assert rows == [("heartbeat", "UTC", {}),
+                    ("sessions-cleanup", "Europe/Berlin", {"grace_days": 7})]

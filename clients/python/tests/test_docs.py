@@ -1,6 +1,6 @@
-"""The guide's code for leases and idempotent endpoints is the examples'
-code (which test_singleton.py and test_asgi.py run): every line of its
-blocks that names an example is in that example."""
+"""The guide's code for periodic jobs, leases and idempotent endpoints is
+the examples' code (which test_cron.py, test_singleton.py and test_asgi.py
+run): every line of its blocks that names an example is in that example."""
 
 import os
 import re
@@ -18,6 +18,7 @@ def blocks(section):
 
 def test_guide_blocks_are_the_examples():
     for section, example, marker in [
+            ("Periodic jobs", "periodic_jobs.py", "SCHEDULES"),
             ("Leases and singletons", "nightly_reconcile.py", "async def reconcile"),
             ("Idempotent endpoints", "charges_app.py", "IdempotencyMiddleware, claim_of")]:
         source = open(os.path.join(EXAMPLES, example)).read()
