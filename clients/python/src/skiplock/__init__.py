@@ -21,7 +21,9 @@
 The idempotency middleware for ASGI apps is skiplock.asgi (it needs nothing
 more than this package; FastAPI and Starlette apps take it as they are).
 
-The schema is installed by `skiplock init`; docs/clients/python.md is the guide.
+The schema is installed by the package: skiplock.init(url) (init_sync for
+sync code) or `python -m skiplock init --url URL`.  docs/clients/python.md
+is the guide.
 """
 
 from .errors import (MIN_SCHEMA, FencedError, LeaseHeldError, LeaseLostError, PermanentError,
@@ -33,6 +35,7 @@ from .pooler import url_looks_pooled
 from .protocol import complete, enqueue, fail, job_complete, job_fence, lease_fence
 from .singleton import SingletonResult, run_singleton, run_singleton_sync
 from ._cron import CronTick
+from ._install import init, init_sync
 from ._slots import Stats
 from .schedules import Declared, Schedule, declare_schedules
 from .worker import Worker
@@ -44,6 +47,6 @@ __all__ = [
     "JobContext", "Lease", "LeaseHeldError", "LeaseLostError", "PermanentError", "Retry",
     "Schedule", "SingletonResult", "SkiplockError", "Stats", "TransientError", "Worker",
     "classify", "complete", "declare_schedules", "enqueue", "fail", "fingerprint", "idempotent",
-    "is_transient", "job_complete", "job_fence", "lease", "lease_fence", "lease_sync",
-    "run_singleton", "run_singleton_sync", "url_looks_pooled",
+    "init", "init_sync", "is_transient", "job_complete", "job_fence", "lease", "lease_fence",
+    "lease_sync", "run_singleton", "run_singleton_sync", "url_looks_pooled",
 ]

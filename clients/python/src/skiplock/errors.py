@@ -112,7 +112,7 @@ def _message(exc: BaseException, sqlstate: Optional[str]) -> str:
 # heartbeat's held rows (0020) before them.
 MIN_SCHEMA = 25
 NO_SCHEMA_SQLSTATES = ("3F000", "42883")  # no schema skiplock; no installed_version()
-INSTALL_HINT = "`skiplock init`"
+INSTALL_HINT = "skiplock.init(url) or `python -m skiplock init --url URL`"
 
 
 def schema_error(version: Optional[int], sqlstate: Optional[str] = None) -> PermanentError:
