@@ -25,6 +25,21 @@ def db():
 
 
 @pytest.fixture
+def scratch():
+    """An empty database next to the test's, reached in the test's mode:
+    (its URL, its direct URL)."""
+    from psycopg.conninfo import make_conninfo
+    name = f"py_scratch_{os.getpid()}"
+    with psycopg.connect(make_conninfo(DIRECT_URL, dbname="postgres"), autocommit=True) as admin:
+        admin.execute(f'DROP DATABASE IF EXISTS "{name}"')
+        admin.execute(f'CREATE DATABASE "{name}"')
+        try:
+            yield make_conninfo(URL, dbname=name), make_conninfo(DIRECT_URL, dbname=name)
+        finally:
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture
 def app_conn():
     """What an application holds: the mode's URL, no prepared statements
     (PgBouncer in transaction mode), transactions of its own."""

@@ -1,7 +1,6 @@
 """Typed errors: the SQLSTATE table of src/lib/core/error.c, and fencing."""
 
 import asyncio
-import os
 import time
 
 import psycopg
@@ -81,22 +80,6 @@ def test_job_fence_in_the_callers_transaction(db, app_conn):
     assert isinstance(e.value.__cause__, psycopg.Error) and e.value.sqlstate == "SK001"
 
 
-@pytest.fixture
-def scratch():
-    """An empty database next to the test's, reached in the test's mode:
-    (its URL, its direct URL)."""
-    from psycopg.conninfo import make_conninfo
-    from conftest import DIRECT_URL, URL
-    name = f"py_scratch_{os.getpid()}"
-    with psycopg.connect(make_conninfo(DIRECT_URL, dbname="postgres"), autocommit=True) as admin:
-        admin.execute(f'DROP DATABASE IF EXISTS "{name}"')
-        admin.execute(f'CREATE DATABASE "{name}"')
-        try:
-            yield make_conninfo(URL, dbname=name), make_conninfo(DIRECT_URL, dbname=name)
-        finally:
-            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-
-
 def start_fails(url):
     """start() on url: the error it raised, within 5 s."""
     w = skiplock.Worker(url, {"k": lambda job, ctx: None})
@@ -109,7 +92,8 @@ def start_fails(url):
 
 def test_start_refuses_a_database_without_the_schema(scratch):
     err = start_fails(scratch[0])
-    assert "no skiplock schema" in str(err) and "skiplock init" in str(err)
+    assert "no skiplock schema" in str(err)
+    assert "skiplock.init(url) or `python -m skiplock init --url URL`" in str(err)
     assert err.sqlstate in ("3F000", "42883")
 
 
@@ -121,5 +105,5 @@ def test_start_refuses_a_schema_older_than_it_needs(scratch):
                   "AS 'SELECT max(version) FROM skiplock.schema_version'")
     err = start_fails(scratch[0])
     assert skiplock.MIN_SCHEMA == 25  # cron_tick (step 24) and schedules_declare (step 25)
-    assert "at step 24; this client needs step 25 or later" in str(err)
-    assert "skiplock init" in str(err)
+    assert "at step 24; this client needs step 25 or later: upgrade it with skiplock.init(url) " \
+        "or `python -m skiplock init --url URL`" in str(err)
