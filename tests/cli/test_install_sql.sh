@@ -4,11 +4,11 @@
 #
 #   * it is what scripts/install-sql generates from sql/ now, and so is
 #     every copy a package bundles;
-#   * on an empty database, five installers at once — two `skiplock init`
-#     and three runs of the script (psql -f, one simple-protocol query
-#     each, as the clients send it) — end with one schema, no error, one
-#     row per step, and the same schema and step rows as `skiplock init`
-#     alone gives;
+#   * on an empty database, seven installers at once — two `skiplock init`,
+#     two runs of the script by psql, `npx skiplock init` (the Node
+#     package's command), `python -m skiplock init` and the Rust crate's
+#     `examples/init` — end with one schema, no error, one row per step,
+#     and the same schema and step rows as `skiplock init` alone gives;
 #   * run again, it changes nothing; `skiplock init` then finds the schema
 #     current;
 #   * a step installed from another text is refused (55000, naming it),
@@ -18,7 +18,8 @@ S=$SKL_BIN
 SRC=$SKL_SOURCE_DIR
 INSTALL=$SRC/sql/install.sql
 
-if python3 "$SRC/scripts/install-sql" --check $(cat "$SRC/sql/install-copies" 2>/dev/null) 2>"$TMP/check"; then
+mapfile -t copies < "$SRC/sql/install-copies"
+if python3 "$SRC/scripts/install-sql" --check "${copies[@]}" 2>"$TMP/check"; then
 	pass "sql/install.sql and the packages' copies are what scripts/install-sql generates"
 else
 	fail "$(cat "$TMP/check")"
@@ -26,17 +27,27 @@ fi
 
 run_script() { psql -X -q -v ON_ERROR_STOP=1 "$URL" -f "$INSTALL" >"$TMP/$1.out" 2>&1; }
 run_init() { "$S" init --url "$URL" >"$TMP/$1.out" 2>&1; }
+run_node() { node "$SRC/clients/node/bin/skiplock.js" init --url "$URL" >"$TMP/node.out" 2>&1; }
+run_python() {
+	PYTHONPATH="$SRC/clients/python/src" PYTHONDONTWRITEBYTECODE=1 \
+		python3 -m skiplock init --url "$URL" >"$TMP/python.out" 2>&1
+}
+run_rust() { "$SRC/clients/rust/target/release/examples/init" --url "$URL" >"$TMP/rust.out" 2>&1; }
+bash "$SRC/clients/node/test/ensure-deps.sh" >/dev/null 2>&1 || fail "the Node client's dependencies"
 pids=()
 run_init c1 & pids+=($!)
+run_node & pids+=($!)
 run_script s1 & pids+=($!)
-run_script s2 & pids+=($!)
+run_python & pids+=($!)
 run_init c2 & pids+=($!)
-run_script s3 & pids+=($!)
+run_rust & pids+=($!)
+run_script s2 & pids+=($!)
 errors=0
 for p in "${pids[@]}"; do wait "$p" || errors=$((errors + 1)); done
-check_eq "five installers at once: none failed" "$errors" 0
+check_eq "seven installers at once (C, psql, Node, Python, Rust): none failed" "$errors" 0
 [ "$errors" = 0 ] || cat "$TMP"/*.out
-nsteps=$(ls "$SRC"/sql/[0-9][0-9][0-9][0-9]_*.sql | wc -l)
+steps=("$SRC"/sql/[0-9][0-9][0-9][0-9]_*.sql)
+nsteps=${#steps[@]}
 check_eq "one row per step" "$(q "SELECT count(*) || '/' || count(DISTINCT version) FROM skiplock.schema_version")" "$nsteps/$nsteps"
 
 # the same as `skiplock init` alone gives, on a database of its own
@@ -57,7 +68,7 @@ rows() { psql -X -q -At "$1" -c "SELECT version, name, checksum FROM skiplock.sc
 check_eq "the step rows equal skiplock init's" "$(rows "$DIRECT_URL")" "$(rows "$REF_URL")"
 
 before=$(q "SELECT max(applied_at) FROM skiplock.schema_version")
-run_script again && pass "run again: no error" || fail "run again: $(cat "$TMP/again.out")"
+if run_script again; then pass "run again: no error"; else fail "run again: $(cat "$TMP/again.out")"; fi
 check_eq "run again: nothing applied" "$(q "SELECT max(applied_at) FROM skiplock.schema_version")" "$before"
 case $("$S" init --url "$URL" 2>&1) in
 	*"schema is current"*) pass "skiplock init finds it current" ;;
