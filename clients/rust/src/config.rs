@@ -6,6 +6,7 @@ use crate::conn::Connector;
 use crate::error::Error;
 use crate::job::{HandlerError, Job};
 use crate::pooler::Pooler;
+use crate::schedule::Schedule;
 use futures_util::future::BoxFuture;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -41,6 +42,9 @@ pub enum Event {
     Listening { side: bool },
     /// A call failed (transient ones are retried after a reconnect).
     Failed(Error),
+    /// `skiplock.cron_tick()` ran: the schedules it fired, the jobs it
+    /// enqueued and the schedules it could not evaluate.
+    CronTicked { fired: i32, enqueued: i64, failed: i32 },
 }
 
 pub(crate) struct Config {
@@ -58,6 +62,11 @@ pub(crate) struct Config {
     pub connector: Connector,
     pub handlers: HashMap<String, Handler>,
     pub on_event: Option<EventHook>,
+    /// Fire the due schedules (cron.rs).
+    pub cron: bool,
+    /// Declared at start (schedule.rs), forced or not.
+    pub schedules: Vec<Schedule>,
+    pub schedules_force: bool,
 }
 
 impl Config {

@@ -26,6 +26,7 @@
 
 mod config;
 mod conn;
+mod cron;
 mod db;
 mod enqueue;
 mod error;
@@ -40,6 +41,7 @@ pub mod protocol;
 mod run_job;
 mod runloop;
 mod runners;
+mod schedule;
 mod singleton;
 mod slot;
 pub mod sql;
@@ -51,6 +53,7 @@ pub use error::{sqlstate_is_transient, Error};
 pub use idem::{idempotent, Fingerprint, IdemOptions, Idempotent, StoredResponse};
 pub use job::{Finished, HandlerError, Job, Outcome, TxCompletion};
 pub use lease::{Lease, LeaseGuard, Leases, LEASE_NAME_MAX, LEASE_TTL_MAX, LEASE_TTL_MIN};
+pub use schedule::{declare_schedules, CatchUp, DeclareAction, Declared, Schedule};
 pub use pooler::{url_looks_pooled, Pooler};
 pub use protocol::{check_schema, job_complete, job_fence, MIN_SCHEMA};
 pub use tokio_util::sync::CancellationToken;

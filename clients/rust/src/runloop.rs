@@ -13,12 +13,14 @@
 //! for the database.  Stopping runs them too; past the shutdown timeout,
 //! the ones never started are given back at once (a retry due in 1 ms).
 
+use crate::cron::Cron;
 use crate::db::Db;
 use crate::error::Error;
 use crate::job::{Finished, Job, Outcome, TxCompletion};
 use crate::jitter::jittered;
 use crate::protocol::{exchange, heartbeat, rescue, ClaimArgs};
 use crate::runners::{self, Queue};
+use crate::schedule::declare_schedules;
 use crate::config::{Config, Event};
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -70,21 +72,28 @@ struct Loop {
     next_poll: Instant,
     next_heartbeat: Instant,
     next_rescue: Instant,
+    cron: Cron,
     stopping_since: Option<Instant>,
 }
 
 pub(crate) async fn start(cfg: Arc<Config>, stop: CancellationToken)
                           -> Result<JoinHandle<Result<(), Error>>, Error> {
     let wake = Arc::new(Notify::new());
-    let db = Db::open(cfg.clone(), wake.clone()).await?;
+    let mut db = Db::open(cfg.clone(), wake.clone()).await?;
+    if !cfg.schedules.is_empty() {
+        let c = db.client().await.ok_or_else(|| Error::Transient {
+            sqlstate: None, message: "the connection closed at start".into() })?;
+        declare_schedules(c, &cfg.schedules, cfg.schedules_force).await?;
+    }
     let (tx, rx) = unbounded_channel();
     let now = Instant::now();
     let mut kinds: Vec<String> = cfg.handlers.keys().cloned().collect();
     kinds.sort();
     let queue = runners::start(cfg.clone(), tx);
+    let cron = Cron::new(cfg.cron);
     let mut l = Loop { cfg, db, wake, stop, kinds, held: HashMap::new(), queue, rx,
                        pending: vec![], in_tx: HashSet::new(), pending_since: None, claim_due: true, next_poll: now,
-                       next_heartbeat: now, next_rescue: now, stopping_since: None };
+                       next_heartbeat: now, next_rescue: now, cron, stopping_since: None };
     Ok(tokio::spawn(async move { l.run().await }))
 }
 
@@ -113,6 +122,10 @@ impl Loop {
             self.exchange().await;
             self.heartbeat().await;
             self.rescue().await;
+            if self.stopping_since.is_none() {
+                let idle = self.idle();
+                self.cron.step(&mut self.db, &self.cfg, idle).await;
+            }
             self.wait().await;
         }
     }
@@ -359,12 +372,22 @@ impl Loop {
         }
     }
 
+    /// For cron's timing: no job held, none finished, the last claim found none.
+    fn idle(&self) -> bool {
+        self.held.is_empty() && self.pending.is_empty() && !self.claim_due
+    }
+
     /// Sleeps until something happens or a timer is due.
     async fn wait(&mut self) {
         if (self.wants_claim() || self.outcomes_due()) && self.db.is_up() {
             return;
         }
         let mut due = self.next_rescue.min(self.next_poll);
+        match self.cron.due_at(self.idle()) {
+            /* while the connection is down, retry_at is the next step */
+            Some(t) if self.stopping_since.is_none() && self.db.is_up() => due = due.min(t),
+            _ => {}
+        }
         if !self.held.is_empty() {
             due = due.min(self.next_heartbeat);
         }
@@ -380,7 +403,10 @@ impl Loop {
         let stopping = self.stopping_since.is_some();
         tokio::select! {
             Some(f) = self.rx.recv() => self.finish(f),
-            _ = self.wake.notified(), if !stopping => self.claim_due = true,
+            _ = self.wake.notified(), if !stopping => {
+                self.claim_due = true;
+                self.cron.poke();
+            }
             _ = self.stop.cancelled(), if !stopping => {}
             _ = sleep_until(due) => {}
         }

@@ -7,6 +7,7 @@ use crate::error::Error;
 use crate::job::Job;
 use crate::pooler::Pooler;
 use crate::runloop;
+use crate::schedule::Schedule;
 use futures_util::FutureExt;
 use std::collections::HashMap;
 use std::future::Future;
@@ -24,7 +25,7 @@ pub struct Worker(Config);
 impl Worker {
     /// A worker on `url` (direct or through a pooler), with the defaults:
     /// concurrency 10, no prefetch, lease 30 s, poll every 1 s (jittered), rescue every
-    /// 5 s, shutdown timeout 30 s, every queue.
+    /// 5 s, shutdown timeout 30 s, every queue, schedules fired.
     pub fn builder(url: impl Into<String>) -> WorkerBuilder {
         WorkerBuilder(Config {
             url: url.into(),
@@ -41,6 +42,9 @@ impl Worker {
             connector: Connector::default(),
             handlers: HashMap::new(),
             on_event: None,
+            cron: true,
+            schedules: Vec::new(),
+            schedules_force: false,
         })
     }
 
@@ -152,6 +156,37 @@ impl WorkerBuilder {
     /// Called for outcomes, fenced outcomes, lost leases and failed calls.
     pub fn on_event(mut self, f: impl Fn(&Event) + Send + Sync + 'static) -> Self {
         self.0.on_event = Some(Arc::new(f));
+        self
+    }
+
+    /// Fires the database's due schedules (default true): every worker
+    /// may, exactly one job results per fire time.  `false` for workers
+    /// that should only run jobs.
+    pub fn cron(mut self, on: bool) -> Self {
+        self.0.cron = on;
+        self
+    }
+
+    /// Declares a schedule, applied at [`Worker::start`] with the others
+    /// (see [`declare_schedules`](crate::declare_schedules)): a bad one
+    /// makes `start()` fail with the database's message (SQLSTATE 22023)
+    /// and nothing is written; one superseded by a newer version of the
+    /// application is left as it is, with a warning.
+    pub fn schedule(mut self, s: Schedule) -> Self {
+        self.0.schedules.push(s);
+        self
+    }
+
+    /// Declares schedules; see [`WorkerBuilder::schedule`].
+    pub fn schedules(mut self, s: impl IntoIterator<Item = Schedule>) -> Self {
+        self.0.schedules.extend(s);
+        self
+    }
+
+    /// Applies the declared schedules even where a newer definition
+    /// superseded them (default false): a deliberate rollback.
+    pub fn schedules_force(mut self, force: bool) -> Self {
+        self.0.schedules_force = force;
         self
     }
 
