@@ -113,3 +113,55 @@ impl Drop for Children {
         }
     }
 }
+
+/// The jobs a schedule fired, by their unique keys `cron:NAME:<fire time>`
+/// over every job, finished or not.
+pub struct Fires {
+    pub jobs: i64,
+    /// Distinct fire times.
+    pub times: i64,
+    pub completed: i64,
+    /// Seconds from the first fire time to the last, plus one.
+    pub span: i64,
+}
+
+pub async fn cron_fires(c: &Client, name: &str) -> Fires {
+    let prefix = format!("cron:{}:", name);
+    let row = one(c, &format!(
+        "SELECT count(*) || '/' || count(DISTINCT unique_key) || '/' \
+                || count(*) FILTER (WHERE state = 'completed') || '/' \
+                || coalesce(extract(epoch FROM max(f) - min(f))::bigint + 1, 0) \
+         FROM (SELECT unique_key, state, substr(unique_key, {})::timestamptz AS f \
+               FROM skiplock.all_jobs WHERE starts_with(unique_key, '{}')) j",
+        prefix.len() + 1, prefix)).await;
+    let v: Vec<i64> = row.split('/').map(|x| x.parse().unwrap()).collect();
+    Fires { jobs: v[0], times: v[1], completed: v[2], span: v[3] }
+}
+
+/// Exactly one job per fire time, every second from the first fire time
+/// to the last (an `@every 1s` schedule), at least `min` of them, all
+/// completed.
+pub async fn assert_once_per_second(c: &Client, name: &str, min: i64) -> Fires {
+    let f = cron_fires(c, name).await;
+    assert!(f.jobs >= min, "{}: {} jobs, want {} or more", name, f.jobs, min);
+    assert_eq!(f.jobs, f.times, "{}: two jobs for one fire time", name);
+    assert_eq!(f.span, f.times, "{}: a fire time was skipped between the first and the last", name);
+    assert_eq!(f.completed, f.jobs, "{}: not every job was completed", name);
+    f
+}
+
+/// `url` with its database replaced by `db`.
+pub fn with_db(url: &str, db: &str) -> String {
+    let (base, rest) = url.rsplit_once('/').expect("a URL with a database");
+    let query = rest.find('?').map(|i| &rest[i..]).unwrap_or("");
+    format!("{}/{}{}", base, db, query)
+}
+
+/// A new empty database `name` (dropped first if it exists); returns the
+/// connection to `postgres` that made it, to drop it with.
+pub async fn scratch_db(name: &str) -> Client {
+    let admin = connect(&with_db(&direct_url(), "postgres")).await;
+    admin.batch_execute(&format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", name)).await.unwrap();
+    admin.batch_execute(&format!("CREATE DATABASE {}", name)).await.unwrap();
+    admin
+}
