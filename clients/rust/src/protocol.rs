@@ -144,10 +144,11 @@ pub async fn rescue<C: GenericClient + Sync>(c: &C, n: u32) -> Result<usize, Err
 }
 
 /// The oldest schema step this client works with: `job_complete` (step
-/// 0019) and the heartbeat's held rows (step 0020).
-pub const MIN_SCHEMA: i32 = 20;
+/// 0019), the heartbeat's held rows (step 0020), `cron_tick` (step 0024)
+/// and `schedules_declare` (step 0025).
+pub const MIN_SCHEMA: i32 = 25;
 
-/// [`Error::Permanent`] naming `skiplock init` unless the database has
+/// [`Error::Permanent`] naming [`crate::init`] unless the database has
 /// skiplock's schema at [`MIN_SCHEMA`] or later; [`crate::Worker::start`]
 /// calls it first.
 pub async fn check_schema<C: GenericClient + Sync>(c: &C) -> Result<(), Error> {
@@ -158,7 +159,8 @@ pub async fn check_schema<C: GenericClient + Sync>(c: &C) -> Result<(), Error> {
             return Err(Error::Permanent {
                 sqlstate: e.sqlstate().map(String::from),
                 message: format!("the database has no skiplock schema: install it with \
-                                  `skiplock init` (this client needs step {} or later)",
+                                  skiplock::init or `skiplock init` (this client needs step {} \
+                                  or later)",
                                  MIN_SCHEMA),
             })
         }
@@ -169,7 +171,8 @@ pub async fn check_schema<C: GenericClient + Sync>(c: &C) -> Result<(), Error> {
         return Err(Error::Permanent {
             sqlstate: None,
             message: format!("the skiplock schema is at step {}; this client needs step {} or \
-                              later: upgrade it with `skiplock init`", version, MIN_SCHEMA),
+                              later: upgrade it with skiplock::init or `skiplock init`", version,
+                             MIN_SCHEMA),
         });
     }
     Ok(())

@@ -62,13 +62,6 @@ async fn stale_tokens_are_fenced() {
     complete(&app, id, 1, &json!({"done": true})).await.expect("complete is idempotent");
 }
 
-/// `url` with its database replaced by `db`.
-fn with_db(url: &str, db: &str) -> String {
-    let (base, rest) = url.rsplit_once('/').expect("a URL with a database");
-    let query = rest.find('?').map(|i| &rest[i..]).unwrap_or("");
-    format!("{}/{}{}", base, db, query)
-}
-
 /// start() on `url`: the error it returned, within 5 s.
 async fn start_fails(url: String) -> Error {
     let t0 = std::time::Instant::now();
@@ -86,21 +79,22 @@ async fn start_refuses_a_missing_or_old_schema_naming_init() {
     let e = start_fails(with_db(&url(), "postgres")).await;
     assert!(matches!(e, Error::Permanent { .. }), "{:?}", e);
     assert!(matches!(e.sqlstate(), Some("3F000") | Some("42883")), "{:?}", e);
-    assert!(e.to_string().contains("no skiplock schema: install it with `skiplock init`"), "{}", e);
+    assert!(e.to_string().contains("no skiplock schema: install it with skiplock::init or \
+                                     `skiplock init`"), "{}", e);
 
     let name = format!("rust_scratch_{}", std::process::id());
-    let admin = connect(&with_db(&direct_url(), "postgres")).await;
-    admin.batch_execute(&format!("DROP DATABASE IF EXISTS {}", name)).await.unwrap();
-    admin.batch_execute(&format!("CREATE DATABASE {}", name)).await.unwrap();
+    let admin = scratch_db(&name).await;
     let old = connect(&with_db(&direct_url(), &name)).await;
     old.batch_execute("CREATE SCHEMA skiplock; CREATE TABLE skiplock.schema_version (version int);
-        INSERT INTO skiplock.schema_version VALUES (16);
+        INSERT INTO skiplock.schema_version VALUES (24);
         CREATE FUNCTION skiplock.installed_version() RETURNS int LANGUAGE sql
           AS 'SELECT max(version) FROM skiplock.schema_version'").await.unwrap();
     drop(old);
     let e = start_fails(with_db(&url(), &name)).await;
     admin.batch_execute(&format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", name)).await.unwrap();
     assert!(matches!(e, Error::Permanent { .. }), "{:?}", e);
-    let want = format!("at step 16; this client needs step {}", skiplock::MIN_SCHEMA);
-    assert!(e.to_string().contains(&want) && e.to_string().contains("skiplock init"), "{}", e);
+    assert_eq!(skiplock::MIN_SCHEMA, 25, "cron_tick and schedules_declare");
+    let want = format!("at step 24; this client needs step {} or later: upgrade it with \
+                        skiplock::init or `skiplock init`", skiplock::MIN_SCHEMA);
+    assert!(e.to_string().contains(&want), "{}", e);
 }
