@@ -106,6 +106,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .poll_interval(Duration::from_millis(200))
         .rescue_every(Duration::from_millis(250))
         .shutdown_timeout(Duration::from_secs(20))
+        .cron(false) /* the suite has no schedules; as the C adapters, no cron */
         .on_event(|e| log::info!("{:?}", e));
     if let Ok(d) = std::env::var("DIRECT_DATABASE_URL") {
         b = b.direct_url(d);
