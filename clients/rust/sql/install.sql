@@ -44,7 +44,8 @@ BEGIN
     (22, '0022_comments', 'bb02fb1eb57f932d83092afcbf1a312ef7f664a90c229bec87bd132aabfe790b'),
     (23, '0023_hot_path', '503799d739caab6504d5532e7545cf50f5bd43a6e0014b83294cc9ac4051a2c4'),
     (24, '0024_cron', '86053b4d6be28086ca078ca0b50d0edee95808fdcdda380ef29be2f29c71e4a1'),
-    (25, '0025_declare', 'bd78fbc6c501a194bfcef6a6ddcba6d02df5915c91f86b9d02375553ef143e38')) AS k(version, name, checksum)
+    (25, '0025_declare', 'bd78fbc6c501a194bfcef6a6ddcba6d02df5915c91f86b9d02375553ef143e38'),
+    (26, '0026_error_text', '51d41e457a3019e0715683fc926b59f84141526b86fbfb04545d68046312fb1d')) AS k(version, name, checksum)
       ON k.version = v.version
    WHERE v.checksum <> k.checksum ORDER BY v.version LIMIT 1;
   IF FOUND THEN
@@ -7937,6 +7938,54 @@ SELECT skiplock.grant_role(g.role_name, g.kind) FROM skiplock.granted_roles g
 $skiplock_step$;
     INSERT INTO skiplock.schema_version (version, name, checksum)
     VALUES (25, '0025_declare', 'bd78fbc6c501a194bfcef6a6ddcba6d02df5915c91f86b9d02375553ef143e38');
+  END IF;
+END
+$skiplock_install$;
+COMMIT;
+
+-- step 0026_error_text
+BEGIN;
+SELECT pg_advisory_xact_lock(8316001898373562369);
+SET LOCAL client_min_messages = warning;
+CREATE SCHEMA IF NOT EXISTS skiplock;
+CREATE TABLE IF NOT EXISTS skiplock.schema_version (
+  version int PRIMARY KEY,
+  name text NOT NULL,
+  checksum text NOT NULL,
+  applied_at timestamptz NOT NULL DEFAULT now());
+DO $skiplock_install$
+BEGIN
+  IF NOT EXISTS (SELECT 1 FROM skiplock.schema_version WHERE version = 26) THEN
+    EXECUTE $skiplock_step$-- skiplock schema step 0026: an attempt's error text is bounded where it
+-- is stored.
+--
+-- The clients now store a failed attempt's error with its stack or
+-- traceback, not the message alone, so the text a job keeps per attempt
+-- is bounded by the database itself: errors_append keeps the first 8,192
+-- characters of an error (the message and the innermost frames come
+-- first in every language's rendering) and says how much was cut.  With
+-- the 20 entries a job keeps, no caller — a client, the C worker, a
+-- psql user calling skiplock.fail — can make one job's history larger
+-- than about 160,000 characters.  The signature is unchanged.
+
+CREATE OR REPLACE FUNCTION skiplock.errors_append(errors jsonb, attempt integer, err text,
+                                                  at timestamptz)
+RETURNS jsonb
+LANGUAGE sql STABLE AS $fn$
+  SELECT CASE WHEN err IS NULL THEN errors
+              ELSE (CASE WHEN jsonb_array_length(errors) >= 20 THEN errors - 0 ELSE errors END)
+                   || jsonb_build_array(jsonb_build_object(
+                        'attempt', attempt, 'at', at,
+                        'error', CASE WHEN length(err) <= 8192 THEN err
+                                      ELSE left(err, 8192) || format(E'\n… (%s more characters cut)',
+                                                                     length(err) - 8192) END)) END
+$fn$;
+
+COMMENT ON FUNCTION skiplock.errors_append(jsonb, integer, text, timestamptz) IS
+  'Internal: a job''s error history with one more entry (its text cut at 8,192 characters); the newest 20 are kept.';
+$skiplock_step$;
+    INSERT INTO skiplock.schema_version (version, name, checksum)
+    VALUES (26, '0026_error_text', '51d41e457a3019e0715683fc926b59f84141526b86fbfb04545d68046312fb1d');
   END IF;
 END
 $skiplock_install$;
