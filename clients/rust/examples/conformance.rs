@@ -1,7 +1,8 @@
 //! The conformance suite's worker (tests/conformance/README.md): handlers
 //! for the six conf.* kinds, configured from the suite's environment; stops
 //! gracefully on SIGTERM and exits 0.  PREFETCH (default 0) sets the
-//! worker's prefetch, to run the suite with prefetched jobs.
+//! worker's prefetch, to run the suite with prefetched jobs;
+//! CONFORMANCE_CRON=1 makes it fire schedules (cron_languages.sh).
 
 use serde_json::{json, Value};
 use skiplock::{CancellationToken, HandlerError, HandlerResult, Job, Worker};
@@ -106,7 +107,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .poll_interval(Duration::from_millis(200))
         .rescue_every(Duration::from_millis(250))
         .shutdown_timeout(Duration::from_secs(20))
-        .cron(false) /* the suite has no schedules; as the C adapters, no cron */
+        // as the C adapters: no cron unless cron_languages.sh asks
+        .cron(env("CONFORMANCE_CRON", "0") == "1")
         .on_event(|e| log::info!("{:?}", e));
     if let Ok(d) = std::env::var("DIRECT_DATABASE_URL") {
         b = b.direct_url(d);
