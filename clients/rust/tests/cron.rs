@@ -219,6 +219,37 @@ async fn a_bad_schedule_fails_start_with_the_database_message_and_writes_nothing
     assert_eq!(ticks.ticks(), 0, "no worker ran");
 }
 
+/// The ticks that reported schedules they could not evaluate.
+fn failed_ticks(failed: &Arc<AtomicI64>) -> impl Fn(&Event) + Send + Sync + 'static {
+    let f = failed.clone();
+    move |e| {
+        if let Event::CronTicked { failed: n, .. } = e {
+            f.fetch_add(i64::from(*n > 0), Ordering::SeqCst);
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_schedule_the_tick_cannot_evaluate_is_logged_once_and_the_others_fire() {
+    let (_turn, check) = serial().await;
+    /* written past the checks, as a stored value the tick cannot read */
+    one(&check, "INSERT INTO skiplock.schedules (name, expression, zone, kind, next_fire) VALUES \
+                 ('t.cron.broken', '* * * * *', 'Mars/Base', 't.cron.broken', now())").await;
+    let name = "t.cron.fine";
+    let failed = Arc::new(AtomicI64::new(0));
+    let what = "cron: 1 schedule(s) failed: schedule \"t.cron.broken\": time zone \"Mars/Base\"";
+    let warned = warnings(what);
+    let w = worker("t-cron-broken", name, &Ticks::default()).on_event(failed_ticks(&failed))
+        .schedule(every_second(name)).build().unwrap().start().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(3500)).await;
+    disable_and_drain(&check, name).await;
+    w.shutdown().await.unwrap();
+    assert!(failed.load(Ordering::SeqCst) >= 3, "ticks that met it: {}", failed.load(Ordering::SeqCst));
+    assert_eq!(warnings(what) - warned, 1, "one warning a minute");
+    assert_once_per_second(&check, name, 3).await;
+    one(&check, "DELETE FROM skiplock.schedules WHERE name IN ('t.cron.broken', 't.cron.fine')").await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn terminated_backends_while_ticking_cost_no_fire_time() {
     let (_turn, check) = serial().await;
