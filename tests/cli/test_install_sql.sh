@@ -30,7 +30,7 @@ run_init() { "$S" init --url "$URL" >"$TMP/$1.out" 2>&1; }
 run_node() { node "$SRC/clients/node/bin/skiplock.js" init --url "$URL" >"$TMP/node.out" 2>&1; }
 run_python() {
 	PYTHONPATH="$SRC/clients/python/src" PYTHONDONTWRITEBYTECODE=1 \
-		python3 -m skiplock init --url "$URL" >"$TMP/python.out" 2>&1
+		"${SKL_PYTHON:-/usr/bin/python3}" -m skiplock init --url "$URL" >"$TMP/python.out" 2>&1
 }
 run_rust() { "$SRC/clients/rust/target/release/examples/init" --url "$URL" >"$TMP/rust.out" 2>&1; }
 bash "$SRC/clients/node/test/ensure-deps.sh" >/dev/null 2>&1 || fail "the Node client's dependencies"
