@@ -84,7 +84,7 @@ quick_start() {
 	check_eq "$label: the welcome mail completed with its result, the report discarded" "$(qdb "$db" "$done")" "$n/$n"
 	wait_until "$label: its stack on stderr" 10 grep -q "at .*$file:[0-9]" "$TMP/$file.err" &&
 		pass "$label: the report's stack on stderr"
-	if grep -q "job [0-9]* (report.build) attempt 1 of 1 failed (its last attempt): the report service is down" \
+	if grep -q "job [0-9]* (report.build) attempt 1 of 1 failed (its last attempt): Error: the report service is down" \
 		"$TMP/$file.err"; then
 		pass "$label: the failure logged"
 	else
