@@ -4,6 +4,7 @@ lost leases, fenced outcomes, timeouts, graceful stop, connections."""
 import asyncio
 import json
 import logging
+import re
 import threading
 import time
 
@@ -70,7 +71,15 @@ def test_sync_and_async_handlers_bounded_by_concurrency(db):
     assert w.stats.completed == 40 and w.stats.fenced == 0
 
 
+def frame(error, function, line):
+    """The traceback entry of `function` in this file, raising `line`."""
+    return re.search(r'\n  File "[^"]*test_worker\.py", line \d+, in ' + function +
+                     r"\n +" + re.escape(line) + "(\n|$)", error)
+
+
 def test_outcomes(db):
+    """The stored error is the type and message, then the traceback: the
+    handler's frame, with its file, function and line."""
     def fails(job, ctx):
         raise ValueError("no stock")
 
@@ -80,17 +89,36 @@ def test_outcomes(db):
     def later(job, ctx):
         raise skiplock.Retry("rate limited", after=120)
 
+    def huge(job, ctx):
+        raise ValueError("a\0b" + "x" * 10000)
+
     # t.fails waits 10 minutes before its retry: one failed attempt each
-    ids = [enqueue_direct(db, "t.fails", backoff="fixed", backoff_base="10 minutes")[0]]
+    ids = [enqueue_direct(db, k, backoff="fixed", backoff_base="10 minutes")[0]
+           for k in ("t.fails", "t.huge")]
     ids += [enqueue_direct(db, k)[0] for k in ("t.discards", "t.later")]
-    w = worker({"t.fails": fails, "t.discards": discards, "t.later": later})
+    w = worker({"t.fails": fails, "t.huge": huge, "t.discards": discards, "t.later": later})
     w.start_thread()
-    wait_until(lambda: w.stats.failed >= 3, 60, "three failed attempts")
+    wait_until(lambda: w.stats.failed >= 4, 60, "four failed attempts")
     w.stop_thread()
     cols = "state, attempt, errors->0->>'error', run_at > now() + interval '100 s'"
-    assert job(db, ids[0], cols)[:3] == ("available", 1, "ValueError: no stock")
-    assert job(db, ids[1], cols)[:3] == ("discarded", 1, "Discard: bad payload")
-    assert job(db, ids[2], cols) == ("available", 1, "Retry: rate limited", True)
+    state, attempt, error, _ = job(db, ids[0], cols)
+    assert (state, attempt) == ("available", 1)
+    assert error.startswith("ValueError: no stock\nTraceback (most recent call last):\n"), error
+    assert frame(error, "fails", 'raise ValueError("no stock")'), error
+    assert error.count("no stock") == 2, error  # the message once, and the raising line
+    # NUL removed, cut at 8,192 characters by the client (the database's
+    # cut would add a note of what it cut)
+    state, attempt, error, _ = job(db, ids[1], cols)
+    assert (state, attempt, len(error)) == ("available", 1, 8192)
+    assert error.startswith("ValueError: abxxx") and "\0" not in error
+    state, attempt, error, _ = job(db, ids[2], cols)
+    assert (state, attempt) == ("discarded", 1)
+    assert error.startswith("Discard: bad payload\nTraceback"), error
+    assert frame(error, "discards", 'raise skiplock.Discard("bad payload")'), error
+    state, attempt, error, later_due = job(db, ids[3], cols)
+    assert (state, attempt, later_due) == ("available", 1, True)
+    assert error.startswith("Retry: rate limited\nTraceback"), error
+    assert frame(error, "later", 'raise skiplock.Retry("rate limited", after=120)'), error
 
 
 def test_a_failed_attempt_is_logged_with_its_traceback(db, caplog):
@@ -111,6 +139,9 @@ def test_a_failed_attempt_is_logged_with_its_traceback(db, caplog):
         in rec.getMessage()
     assert rec.exc_info and rec.exc_info[0] is ValueError
     assert "in fails" in caplog.text  # the traceback names the handler
+    # printed once: the stored error's traceback is not in the message too
+    assert "Traceback" not in rec.getMessage()
+    assert caplog.text.count("Traceback (most recent call last)") == 1, caplog.text
 
 
 # Array literals' special characters: quotes, backslashes, braces, commas,
@@ -144,8 +175,9 @@ def test_job_fields_and_texts_round_trip(db):
     assert (j.queue, j.kind, j.payload, j.max_attempts, j.run_at, j.timeout_ms,
             j.priority) == row
     assert j.run_at.tzinfo is not None and j.lease_expires_at > j.run_at
-    assert job(db, job_id, "errors->0->>'error', result") == (
-        "Retry: " + AWKWARD, {"s": AWKWARD, "list": [1, None, "x"]})
+    error, result = job(db, job_id, "errors->0->>'error', result")
+    assert error.startswith("Retry: " + AWKWARD + "\nTraceback (most recent call last):\n"), error
+    assert result == {"s": AWKWARD, "list": [1, None, "x"]}
 
 
 def test_unknown_kinds_are_never_claimed(db):

@@ -17,6 +17,7 @@ import asyncio
 import functools
 import inspect
 import logging
+import traceback
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Callable, Deque, Dict, List, Optional
@@ -65,9 +66,37 @@ def _is_async_handler(fn: Any) -> bool:
         getattr(fn, "__call__", None))
 
 
+# What a failed attempt's error keeps: PostgreSQL text cannot hold NUL, and
+# the job's history keeps 8,192 characters of it (schema step 0026).
+ERROR_MAX = 8192
+
+
+def _clean(text: str) -> str:
+    return text.replace("\x00", "")[:ERROR_MAX]
+
+
+def _summary(exc: BaseException) -> str:
+    """The exception's type and message: "ValueError: no stock"."""
+    try:
+        message = str(exc)
+    except Exception:
+        message = "<exception str() failed>"
+    return f"{type(exc).__name__}: {message}" if message else type(exc).__name__
+
+
 def _error_text(exc: BaseException) -> str:
-    text = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-    return text.replace("\x00", "\\0")[:2000]
+    """What a failed attempt stores of the exception its handler raised: the
+    type and message first, then the traceback as Python prints it (with
+    any chained exceptions), so the job's history shows where the handler
+    failed.  Python's last line, the type and message again, is left out
+    when it is only that (it stays when it adds notes or a SyntaxError's
+    location)."""
+    te = traceback.TracebackException.from_exception(exc)
+    lines = list(te.format())
+    only = list(te.format_exception_only())
+    if len(only) == 1 and lines[-1:] == only:
+        lines.pop()
+    return _clean((_summary(exc) + "\n" + "".join(lines)).rstrip("\n"))
 
 
 def outcome_of(job: Job, fut: "asyncio.Future[Any]") -> Outcome:
@@ -91,11 +120,13 @@ def outcome_of(job: Job, fut: "asyncio.Future[Any]") -> Outcome:
 
 def log_failure(job: Job, out: Outcome, exc: Optional[BaseException]) -> None:
     """A failed attempt on the `skiplock` logger at WARNING, with the
-    handler's traceback when it raised: visible unless the app silences it."""
+    handler's traceback when it raised: visible unless the app silences it.
+    The line has the exception's type and message (the traceback that
+    out.error holds too is the record's exc_info, printed once)."""
     log.warning("skiplock worker: job %d (%s) attempt %d of %d failed (%s): %s", job.id, job.kind,
                 job.attempt, job.max_attempts, "discarded" if out.outcome == "discard" else
                 "retried" if job.attempt < job.max_attempts else "its last attempt",
-                out.error, exc_info=exc)
+                out.error if exc is None else _clean(_summary(exc)), exc_info=exc)
 
 
 class Slots:
