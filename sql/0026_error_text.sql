@@ -4,8 +4,8 @@
 -- The clients now store a failed attempt's error with its stack or
 -- traceback, not the message alone, so the text a job keeps per attempt
 -- is bounded by the database itself: errors_append keeps the first 8,192
--- characters of an error (the message and the innermost frames come
--- first in every language's rendering) and says how much was cut.  With
+-- characters of an error (every client writes the message on the first
+-- line) and says how much was cut.  With
 -- the 20 entries a job keeps, no caller — a client, the C worker, a
 -- psql user calling skiplock.fail — can make one job's history larger
 -- than about 160,000 characters.  The signature is unchanged.

@@ -45,7 +45,7 @@ BEGIN
     (23, '0023_hot_path', '503799d739caab6504d5532e7545cf50f5bd43a6e0014b83294cc9ac4051a2c4'),
     (24, '0024_cron', '86053b4d6be28086ca078ca0b50d0edee95808fdcdda380ef29be2f29c71e4a1'),
     (25, '0025_declare', 'bd78fbc6c501a194bfcef6a6ddcba6d02df5915c91f86b9d02375553ef143e38'),
-    (26, '0026_error_text', '51d41e457a3019e0715683fc926b59f84141526b86fbfb04545d68046312fb1d')) AS k(version, name, checksum)
+    (26, '0026_error_text', '45325c66277657a4b00afd65a566920d24280814f65a79bb40f0ec4d5b6bf369')) AS k(version, name, checksum)
       ON k.version = v.version
    WHERE v.checksum <> k.checksum ORDER BY v.version LIMIT 1;
   IF FOUND THEN
@@ -7962,8 +7962,8 @@ BEGIN
 -- The clients now store a failed attempt's error with its stack or
 -- traceback, not the message alone, so the text a job keeps per attempt
 -- is bounded by the database itself: errors_append keeps the first 8,192
--- characters of an error (the message and the innermost frames come
--- first in every language's rendering) and says how much was cut.  With
+-- characters of an error (every client writes the message on the first
+-- line) and says how much was cut.  With
 -- the 20 entries a job keeps, no caller — a client, the C worker, a
 -- psql user calling skiplock.fail — can make one job's history larger
 -- than about 160,000 characters.  The signature is unchanged.
@@ -7985,7 +7985,7 @@ COMMENT ON FUNCTION skiplock.errors_append(jsonb, integer, text, timestamptz) IS
   'Internal: a job''s error history with one more entry (its text cut at 8,192 characters); the newest 20 are kept.';
 $skiplock_step$;
     INSERT INTO skiplock.schema_version (version, name, checksum)
-    VALUES (26, '0026_error_text', '51d41e457a3019e0715683fc926b59f84141526b86fbfb04545d68046312fb1d');
+    VALUES (26, '0026_error_text', '45325c66277657a4b00afd65a566920d24280814f65a79bb40f0ec4d5b6bf369');
   END IF;
 END
 $skiplock_install$;
