@@ -45,10 +45,13 @@ impl TxCompletion {
     }
 }
 
-/// A failed attempt.  `?` turns any error into a retryable one.
+/// A failed attempt.  `?` turns any error into a retryable one, and keeps
+/// its causes (its `source()` chain) for the job's error history.
 #[derive(Debug)]
 pub struct HandlerError {
     pub(crate) message: String,
+    /// The Display of each error in the source chain, outermost first.
+    pub(crate) causes: Vec<String>,
     pub(crate) discard: bool,
     pub(crate) retry_after: Option<Duration>,
 }
@@ -57,12 +60,12 @@ impl HandlerError {
     /// A failed attempt, retried after the retry decision (or discarded
     /// after the last attempt).
     pub fn retry(message: impl Into<String>) -> HandlerError {
-        HandlerError { message: message.into(), discard: false, retry_after: None }
+        HandlerError { message: message.into(), causes: vec![], discard: false, retry_after: None }
     }
 
     /// A failure retrying cannot fix: the job is discarded now.
     pub fn discard(message: impl Into<String>) -> HandlerError {
-        HandlerError { message: message.into(), discard: true, retry_after: None }
+        HandlerError { message: message.into(), causes: vec![], discard: true, retry_after: None }
     }
 
     /// The handler's own delay before the retry (an HTTP Retry-After).
@@ -71,14 +74,32 @@ impl HandlerError {
         self
     }
 
+    /// The error's message (its Display), without its causes.
     pub fn message(&self) -> &str {
         &self.message
+    }
+
+    /// The text the job's error history keeps for this attempt: the
+    /// message, then one `caused by: ...` line for each cause.
+    pub(crate) fn text(&self) -> String {
+        let mut text = self.message.clone();
+        for c in &self.causes {
+            text.push_str("\ncaused by: ");
+            text.push_str(c);
+        }
+        text
     }
 }
 
 impl<E: std::error::Error + Send + Sync + 'static> From<E> for HandlerError {
     fn from(e: E) -> HandlerError {
-        HandlerError::retry(e.to_string())
+        let mut h = HandlerError::retry(e.to_string());
+        let mut source = e.source();
+        while let Some(s) = source {
+            h.causes.push(s.to_string());
+            source = s.source();
+        }
+        h
     }
 }
 
@@ -100,8 +121,8 @@ impl Outcome {
     pub(crate) fn from_result(r: Result<serde_json::Value, HandlerError>) -> Outcome {
         match r {
             Ok(v) => Outcome::Ok(v),
-            Err(e) if e.discard => Outcome::Discard { error: e.message },
-            Err(e) => Outcome::Retry { error: e.message, after: e.retry_after },
+            Err(e) if e.discard => Outcome::Discard { error: e.text() },
+            Err(e) => Outcome::Retry { error: e.text(), after: e.retry_after },
         }
     }
 
@@ -116,4 +137,34 @@ pub struct Finished {
     pub id: i64,
     pub fencing: i64,
     pub outcome: Outcome,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::HandlerError;
+    use std::fmt;
+
+    #[derive(Debug)]
+    struct Chain(&'static str, Option<Box<Chain>>);
+
+    impl fmt::Display for Chain {
+        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str(self.0)
+        }
+    }
+
+    impl std::error::Error for Chain {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            self.1.as_deref().map(|e| e as _)
+        }
+    }
+
+    #[test]
+    fn the_text_is_the_message_then_each_cause() {
+        let e = HandlerError::from(Chain("a", Some(Box::new(Chain("b", Some(Box::new(Chain("c", None))))))));
+        assert_eq!((e.message(), e.text().as_str()), ("a", "a\ncaused by: b\ncaused by: c"));
+        let e = HandlerError::from(Chain("alone", None));
+        assert_eq!(e.text(), "alone");
+        assert_eq!(HandlerError::discard("gone").after(std::time::Duration::ZERO).text(), "gone");
+    }
 }

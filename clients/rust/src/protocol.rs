@@ -39,6 +39,20 @@ fn claim_args(c: &ClaimArgs<'_>) -> Result<String, Error> {
                c.n, sql::interval(c.lease)))
 }
 
+/// The most characters of an attempt's error the job's history keeps
+/// (`skiplock.errors_append`, schema step 26).
+const ERROR_CHARS: usize = 8192;
+
+/// An attempt's error as it is recorded: without NUL characters (no
+/// PostgreSQL text holds one) and cut at [`ERROR_CHARS`] characters.
+fn error_text(error: &str) -> String {
+    let mut text = error.replace('\0', "");
+    if let Some((end, _)) = text.char_indices().nth(ERROR_CHARS) {
+        text.truncate(end);
+    }
+    text
+}
+
 fn outcome_arrays(done: &[Finished]) -> Result<String, Error> {
     let (mut ids, mut fencings, mut outcomes) = (vec![], vec![], vec![]);
     let (mut results, mut errors, mut after) = (vec![], vec![], vec![]);
@@ -48,9 +62,9 @@ fn outcome_arrays(done: &[Finished]) -> Result<String, Error> {
         let (o, res, err, ms) = match &f.outcome {
             Outcome::Ok(v) => ("ok", Some(v.to_string()), None, 0),
             Outcome::Retry { error, after } => {
-                ("retry", None, Some(error.as_str()), after.map_or(0, |d| d.as_millis()))
+                ("retry", None, Some(error_text(error)), after.map_or(0, |d| d.as_millis()))
             }
-            Outcome::Discard { error } => ("discard", None, Some(error.as_str()), 0),
+            Outcome::Discard { error } => ("discard", None, Some(error_text(error)), 0),
         };
         outcomes.push(Some(o));
         results.push(res);
@@ -267,5 +281,20 @@ pub fn fenced<T>(r: Result<T, Error>, job: &Job) -> Result<T, Error> {
             Err(Error::Fenced { id: job.id, fencing: job.fencing })
         }
         other => other,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{error_text, ERROR_CHARS};
+
+    #[test]
+    fn an_error_is_recorded_without_nul_and_cut_on_a_character() {
+        assert_eq!(error_text("a\0b\ncaused by: c\0"), "ab\ncaused by: c");
+        let long = "é".repeat(ERROR_CHARS + 5);
+        let cut = error_text(&long);
+        assert_eq!((cut.chars().count(), cut.len()), (ERROR_CHARS, 2 * ERROR_CHARS));
+        let short = "x".repeat(ERROR_CHARS);
+        assert_eq!(error_text(&short), short);
     }
 }

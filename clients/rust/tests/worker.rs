@@ -203,6 +203,48 @@ async fn a_job_timeout_cancels_and_retries() {
     assert_eq!(err, "timed out after 300 ms");
 }
 
+/// An error with a cause, and that cause's own cause.
+#[derive(Debug)]
+struct Layered(&'static str, Option<Box<Layered>>);
+
+impl std::fmt::Display for Layered {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.0)
+    }
+}
+
+impl std::error::Error for Layered {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.1.as_deref().map(|e| e as _)
+    }
+}
+
+fn charge() -> Result<serde_json::Value, Layered> {
+    let root = Layered("connection refused", None);
+    Err(Layered("charge failed", Some(Box::new(Layered("payment gateway unreachable",
+                                                       Some(Box::new(root)))))))
+}
+
+/// `?` on an error with causes: the history keeps its message first, then
+/// each cause on its own line; `message()` is still the message alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_attempt_keeps_the_error_and_its_causes() {
+    let e: HandlerError = charge().unwrap_err().into();
+    assert_eq!(e.message(), "charge failed");
+    let check = connect(&direct_url()).await;
+    let kind = "t.w.causes";
+    let id: i64 = one(&check, &format!("SELECT skiplock.enqueue('{}', max_attempts => 1)", kind))
+        .await.parse().unwrap();
+    let w = builder("t-causes")
+        .handler(kind, |_, _| async { Ok(charge()?) })
+        .build().unwrap().start().await.unwrap();
+    assert!(wait_for(&check, &format!("SELECT state FROM skiplock.all_jobs WHERE id = {}", id),
+                     "discarded", 5).await);
+    w.shutdown().await.unwrap();
+    let err = one(&check, &format!("SELECT errors->0->>'error' FROM skiplock.all_jobs WHERE id = {}", id)).await;
+    assert_eq!(err, "charge failed\ncaused by: payment gateway unreachable\ncaused by: connection refused");
+}
+
 /// Direct: LISTEN on the worker's connection, a job starts at once though
 /// the poll interval is long.  Pooled: never LISTEN through the pooler (the
 /// job waits for the poll); with the direct endpoint given, a side
