@@ -27,6 +27,8 @@ URL=$DIRECT_URL
 admin() { psql -X -q -At -v ON_ERROR_STOP=1 "$base:$SKL_TEST_PGPORT/postgres" -c "$1" >/dev/null; }
 trap 'admin "DROP DATABASE IF EXISTS \"$DB\" WITH (FORCE)"' EXIT
 admin "CREATE DATABASE \"$DB\"" || exit 1
+# the schema installer the package ships, made from the tree's steps
+python3 "$HERE/../../scripts/install-sql" clients/python/src/skiplock/install.sql || exit 1
 export PYTHONPATH="$HERE/src" PYTHONDONTWRITEBYTECODE=1
 init_log=$("$PY" -m skiplock init --url "$URL" 2>&1) || { echo "run-tests.sh: $init_log" >&2; exit 1; }
 cd "$HERE" || exit 1

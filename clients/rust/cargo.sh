@@ -14,4 +14,6 @@ done
 export CARGO=/usr/bin/cargo RUSTC=/usr/bin/rustc RUSTDOC=/usr/bin/rustdoc
 export CARGO_HOME="$here/target/cargo-home" CARGO_TARGET_DIR="$here/target"
 cd "$here"
+# the schema installer the crate embeds (include_str!), made from the tree's steps
+python3 "$here/../../scripts/install-sql" clients/rust/sql/install.sql || exit 1
 exec /usr/bin/cargo "$@"

@@ -19,6 +19,9 @@ SRC=$SKL_SOURCE_DIR
 INSTALL=$SRC/sql/install.sql
 
 mapfile -t copies < "$SRC/sql/install-copies"
+# the packages' copies are made from the steps where a package is built or
+# tested (not committed); made here too, for the clients' installers below
+python3 "$SRC/scripts/install-sql" "${copies[@]}" || fail "scripts/install-sql"
 if python3 "$SRC/scripts/install-sql" --check "${copies[@]}" 2>"$TMP/check"; then
 	pass "sql/install.sql and the packages' copies are what scripts/install-sql generates"
 else
