@@ -412,7 +412,7 @@ $$;
 
 COMMENT ON FUNCTION skiplock.check_job_times(p_run_at timestamp with time zone, p_delay_ms bigint) IS 'Internal: refuses a run_at outside 1970-2199 or a negative delay (22023), before any enqueue writes.';
 
-CREATE FUNCTION skiplock.check_record_args(ids bigint[], fencings bigint[], outcomes text[], results jsonb[], errors text[], retry_after_ms bigint[], deferred boolean[], backoffs text[], backoff_bases_ms bigint[], backoff_caps_ms bigint[]) RETURNS void
+CREATE FUNCTION skiplock.check_record_args(ids bigint[], fencings bigint[], outcomes text[], results jsonb[], errors text[], retry_after_ms bigint[], deferred boolean[], backoffs text[], backoff_bases_ms bigint[], backoff_caps_ms bigint[], job_queues text[]) RETURNS void
     LANGUAGE plpgsql IMMUTABLE
     AS $$
 DECLARE
@@ -424,7 +424,7 @@ BEGIN
   IF EXISTS (SELECT 1 FROM unnest(ARRAY[cardinality(fencings), cardinality(outcomes),
                 cardinality(results), cardinality(errors), cardinality(retry_after_ms),
                 cardinality(deferred), cardinality(backoffs), cardinality(backoff_bases_ms),
-                cardinality(backoff_caps_ms)]) c
+                cardinality(backoff_caps_ms), cardinality(job_queues)]) c
               WHERE c <> v_n) THEN
     RAISE EXCEPTION 'record: every array must have one element per outcome (% ids)', v_n
       USING ERRCODE = '2202E';
@@ -443,7 +443,7 @@ BEGIN
 END
 $$;
 
-COMMENT ON FUNCTION skiplock.check_record_args(ids bigint[], fencings bigint[], outcomes text[], results jsonb[], errors text[], retry_after_ms bigint[], deferred boolean[], backoffs text[], backoff_bases_ms bigint[], backoff_caps_ms bigint[]) IS 'Internal: the checks of record''s outcome arrays (22004, 2202E, 22023).';
+COMMENT ON FUNCTION skiplock.check_record_args(ids bigint[], fencings bigint[], outcomes text[], results jsonb[], errors text[], retry_after_ms bigint[], deferred boolean[], backoffs text[], backoff_bases_ms bigint[], backoff_caps_ms bigint[], job_queues text[]) IS 'Internal: refuses a batch of outcomes whose arrays disagree in length or hold an unknown outcome or backoff.';
 
 CREATE FUNCTION skiplock.claim(owner text, kinds text[], queues text[] DEFAULT NULL::text[], n integer DEFAULT 1, lease interval DEFAULT '00:00:30'::interval, after_priority integer DEFAULT NULL::integer, after_run_at_us bigint DEFAULT NULL::bigint, after_id bigint DEFAULT NULL::bigint) RETURNS SETOF skiplock.claimed_job
     LANGUAGE plpgsql SECURITY DEFINER
@@ -581,7 +581,7 @@ $$;
 
 COMMENT ON FUNCTION skiplock.claim_probes(p_kinds text[], p_queues text[], p_n integer, p_skip text[]) IS 'Internal: the half-open breakers'' probe jobs a claim may take, skipping paused queues and kinds.';
 
-CREATE FUNCTION skiplock.complete(id bigint, fencing bigint, result jsonb DEFAULT NULL::jsonb) RETURNS text
+CREATE FUNCTION skiplock.complete(id bigint, fencing bigint, result jsonb DEFAULT NULL::jsonb, queue text DEFAULT NULL::text) RETURNS text
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
@@ -594,19 +594,20 @@ BEGIN
   END IF;
   SELECT r.state INTO v_state
     FROM skiplock.record(ARRAY[complete.id], ARRAY[complete.fencing], ARRAY['ok'],
-                         ARRAY[complete.result]) r;
+                         ARRAY[complete.result], job_queues => ARRAY[complete.queue]) r;
   IF v_state IS NOT NULL THEN
     RETURN v_state;
   END IF;
   IF EXISTS (SELECT 1 FROM skiplock.all_jobs j WHERE j.id = complete.id
-                AND j.fencing = complete.fencing AND j.state = 'completed') THEN
+                AND j.fencing = complete.fencing AND j.state = 'completed'
+                AND (complete.queue IS NULL OR j.queue = complete.queue)) THEN
     RETURN 'completed';
   END IF;
   RETURN 'fenced_out';
 END
 $$;
 
-COMMENT ON FUNCTION skiplock.complete(id bigint, fencing bigint, result jsonb) IS 'fenced completion: completed (also on a repeat by the same claim) or fenced_out';
+COMMENT ON FUNCTION skiplock.complete(id bigint, fencing bigint, result jsonb, queue text) IS 'Completes a running job under its claim (id, fencing, and queue in protocol 2): completed or fenced_out.';
 
 CREATE FUNCTION skiplock.count_for_breakers(kinds text[], outcomes text[]) RETURNS void
     LANGUAGE plpgsql
@@ -1517,7 +1518,7 @@ $$;
 
 COMMENT ON FUNCTION skiplock.errors_append(errors jsonb, attempt integer, err text, at timestamp with time zone) IS 'Internal: a job''s error history with one more entry (its text cut at 8,192 characters); the newest 20 are kept.';
 
-CREATE FUNCTION skiplock.fail(id bigint, fencing bigint, error text, retryable boolean DEFAULT true, retry_after interval DEFAULT NULL::interval) RETURNS text
+CREATE FUNCTION skiplock.fail(id bigint, fencing bigint, error text, retryable boolean DEFAULT true, retry_after interval DEFAULT NULL::interval, queue text DEFAULT NULL::text) RETURNS text
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
@@ -1532,12 +1533,13 @@ BEGIN
     FROM skiplock.record(ARRAY[fail.id], ARRAY[fail.fencing],
                          ARRAY[CASE WHEN fail.retryable THEN 'retry' ELSE 'discard' END],
                          NULL, ARRAY[fail.error],
-                         ARRAY[skiplock.interval_ms(fail.retry_after, 'retry_after')]) r;
+                         ARRAY[skiplock.interval_ms(fail.retry_after, 'retry_after')],
+                         job_queues => ARRAY[fail.queue]) r;
   RETURN coalesce(v_state, 'fenced_out');
 END
 $$;
 
-COMMENT ON FUNCTION skiplock.fail(id bigint, fencing bigint, error text, retryable boolean, retry_after interval) IS 'fenced failed attempt: available (retry at run_at), discarded, or fenced_out';
+COMMENT ON FUNCTION skiplock.fail(id bigint, fencing bigint, error text, retryable boolean, retry_after interval, queue text) IS 'Records a failed attempt under its claim (and queue, protocol 2): available (retried), discarded or fenced_out.';
 
 CREATE FUNCTION skiplock.finished_act(p_action text, p_batch integer) RETURNS bigint
     LANGUAGE plpgsql
@@ -2132,7 +2134,7 @@ $$;
 
 COMMENT ON FUNCTION skiplock.grant_roles(p_owner text, p_worker text, p_operator text, p_reader text) IS 'Makes owner the owner of everything in skiplock and gives the worker, operator and reader roles their privileges.';
 
-CREATE FUNCTION skiplock.heartbeat(ids bigint[], fencings bigint[], lease interval DEFAULT '00:00:30'::interval) RETURNS SETOF skiplock.heartbeat_result
+CREATE FUNCTION skiplock.heartbeat(ids bigint[], fencings bigint[], lease interval DEFAULT '00:00:30'::interval, job_queues text[] DEFAULT NULL::text[]) RETURNS SETOF skiplock.heartbeat_result
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
@@ -2143,25 +2145,30 @@ BEGIN
   IF heartbeat.ids IS NULL OR heartbeat.fencings IS NULL OR heartbeat.lease IS NULL THEN
     RAISE EXCEPTION 'heartbeat: ids, fencings and lease must not be NULL' USING ERRCODE = '22004';
   END IF;
-  IF cardinality(heartbeat.ids) <> cardinality(heartbeat.fencings) THEN
-    RAISE EXCEPTION 'heartbeat: % ids but % fencings', cardinality(heartbeat.ids),
-      cardinality(heartbeat.fencings) USING ERRCODE = '2202E';
+  IF cardinality(heartbeat.ids) <> cardinality(heartbeat.fencings)
+     OR cardinality(heartbeat.ids) <> coalesce(cardinality(heartbeat.job_queues),
+                                               cardinality(heartbeat.ids)) THEN
+    RAISE EXCEPTION 'heartbeat: % ids but % fencings and % queues', cardinality(heartbeat.ids),
+      cardinality(heartbeat.fencings), coalesce(cardinality(heartbeat.job_queues)::text, 'no')
+      USING ERRCODE = '2202E';
   END IF;
   IF heartbeat.lease < interval '100 milliseconds' OR heartbeat.lease > interval '1 day' THEN
     RAISE EXCEPTION 'heartbeat: lease must be 100 ms to 1 day, got %', heartbeat.lease
       USING ERRCODE = '22023';
   END IF;
   -- Never waits: a row another transaction holds is skipped here.
-  WITH v AS (SELECT * FROM unnest(heartbeat.ids, heartbeat.fencings) WITH ORDINALITY
-                             AS v(id, fencing, ord)),
-  l AS (SELECT j.id FROM skiplock.jobs j, (SELECT DISTINCT v.id, v.fencing FROM v) d
+  WITH v AS (SELECT * FROM unnest(heartbeat.ids, heartbeat.fencings, heartbeat.job_queues)
+                           WITH ORDINALITY AS v(id, fencing, queue, ord)),
+  l AS (SELECT j.id FROM skiplock.jobs j, (SELECT DISTINCT v.id, v.fencing, v.queue FROM v) d
          WHERE j.id = d.id AND j.fencing = d.fencing AND j.state = 'running' COLLATE "C"
+           AND (d.queue IS NULL OR j.queue = d.queue)
            FOR NO KEY UPDATE OF j SKIP LOCKED),
   u AS (UPDATE skiplock.jobs j SET lease_expires_at = now() + heartbeat.lease
           FROM l WHERE j.id = l.id
-        RETURNING j.id, j.fencing)
+        RETURNING j.id, j.fencing, j.queue)
   SELECT array_agg(u.id IS NOT NULL ORDER BY v.ord) INTO v_extended
-    FROM v LEFT JOIN u ON u.id = v.id AND u.fencing = v.fencing;
+    FROM v LEFT JOIN u ON u.id = v.id AND u.fencing = v.fencing
+                      AND (v.queue IS NULL OR u.queue = v.queue);
   IF false <> ALL (v_extended) THEN
     RETURN QUERY SELECT v.id, true, false FROM unnest(heartbeat.ids) WITH ORDINALITY AS v(id, ord)
                   ORDER BY v.ord;
@@ -2174,14 +2181,15 @@ BEGIN
     FROM (SELECT v.id, v.ord, v.ok,
                  CASE WHEN v.ok THEN false ELSE EXISTS (
                    SELECT 1 FROM skiplock.jobs j WHERE j.id = v.id AND j.fencing = v.fencing
-                      AND j.state = 'running' COLLATE "C") END AS held
-            FROM unnest(heartbeat.ids, heartbeat.fencings, v_extended) WITH ORDINALITY
-                   AS v(id, fencing, ok, ord) OFFSET 0) x
+                      AND j.state = 'running' COLLATE "C"
+                      AND (v.queue IS NULL OR j.queue = v.queue)) END AS held
+            FROM unnest(heartbeat.ids, heartbeat.fencings, v_extended, heartbeat.job_queues)
+                   WITH ORDINALITY AS v(id, fencing, ok, queue, ord) OFFSET 0) x
    ORDER BY x.ord;
 END
 $$;
 
-COMMENT ON FUNCTION skiplock.heartbeat(ids bigint[], fencings bigint[], lease interval) IS 'extend running claims without waiting for row locks: extended = false when lost, locked = true when a transaction holds the row (not extended, still yours)';
+COMMENT ON FUNCTION skiplock.heartbeat(ids bigint[], fencings bigint[], lease interval, job_queues text[]) IS 'Extends running claims (found under their queues in protocol 2) without waiting; one row per claim: extended, locked.';
 
 CREATE FUNCTION skiplock.idem_claim(key text, request_hash text, ttl interval DEFAULT '24:00:00'::interval, recovery interval DEFAULT '00:01:00'::interval) RETURNS TABLE(outcome text, response_code integer, response_body jsonb, holder text)
     LANGUAGE plpgsql SECURITY DEFINER
@@ -2463,7 +2471,7 @@ $$;
 
 COMMENT ON FUNCTION skiplock.job_cancel(id bigint) IS 'cancel an unfinished job (operators)';
 
-CREATE FUNCTION skiplock.job_complete(id bigint, fencing bigint, result jsonb DEFAULT NULL::jsonb) RETURNS void
+CREATE FUNCTION skiplock.job_complete(id bigint, fencing bigint, result jsonb DEFAULT NULL::jsonb, queue text DEFAULT NULL::text) RETURNS void
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
@@ -2476,10 +2484,14 @@ BEGIN
     RAISE EXCEPTION 'job_complete: id and fencing must not be NULL' USING ERRCODE = '22004';
   END IF;
   SELECT j.fencing, j.state INTO v_fencing, v_state
-    FROM skiplock.jobs j WHERE j.id = job_complete.id FOR UPDATE;
+    FROM skiplock.jobs j
+   WHERE j.id = job_complete.id
+     AND (job_complete.queue IS NULL OR j.queue = job_complete.queue)
+     FOR UPDATE;
   IF NOT FOUND THEN
     IF EXISTS (SELECT 1 FROM skiplock.finished_jobs f
                 WHERE f.id = job_complete.id AND f.fencing = job_complete.fencing
+                  AND (job_complete.queue IS NULL OR f.queue = job_complete.queue)
                   AND f.state = 'completed') THEN
       RAISE EXCEPTION 'job % was already completed under token %', job_complete.id,
                       job_complete.fencing
@@ -2487,7 +2499,9 @@ BEGIN
               DETAIL = 'An earlier transaction of this claim committed its completion; this '
                        'one is aborted so that its effect is not applied twice.';
     END IF;
-    RAISE EXCEPTION 'job % does not exist', job_complete.id USING ERRCODE = 'SK001';
+    RAISE EXCEPTION 'job % does not exist%', job_complete.id,
+                    coalesce(format(' in queue %L', job_complete.queue), '')
+      USING ERRCODE = 'SK001';
   END IF;
   IF v_fencing <> job_complete.fencing OR v_state <> 'running' THEN
     RAISE EXCEPTION 'stale claim of job % (token %)', job_complete.id, job_complete.fencing
@@ -2497,11 +2511,12 @@ BEGIN
                             v_state, v_fencing);
   END IF;
   PERFORM 1 FROM skiplock.record(ARRAY[job_complete.id], ARRAY[job_complete.fencing],
-                                 ARRAY['ok'], ARRAY[job_complete.result]);
+                                 ARRAY['ok'], ARRAY[job_complete.result],
+                                 job_queues => ARRAY[job_complete.queue]);
 END
 $$;
 
-COMMENT ON FUNCTION skiplock.job_complete(id bigint, fencing bigint, result jsonb) IS 'in the caller''s transaction: raise SK001 unless the claim is current, then complete the job';
+COMMENT ON FUNCTION skiplock.job_complete(id bigint, fencing bigint, result jsonb, queue text) IS 'In an effect''s transaction: raises SK001 unless the claim (and queue) is current, then completes the job there.';
 
 CREATE FUNCTION skiplock.job_discard(id bigint) RETURNS skiplock.job_action_result
     LANGUAGE plpgsql SECURITY DEFINER
@@ -2528,7 +2543,7 @@ $$;
 
 COMMENT ON FUNCTION skiplock.job_discard(id bigint) IS 'discard an available or running job, fencing its claim out (operators)';
 
-CREATE FUNCTION skiplock.job_fence(id bigint, fencing bigint) RETURNS void
+CREATE FUNCTION skiplock.job_fence(id bigint, fencing bigint, queue text DEFAULT NULL::text) RETURNS void
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
@@ -2538,9 +2553,13 @@ DECLARE
   v_state text;
 BEGIN
   SELECT j.fencing, j.state INTO v_fencing, v_state
-    FROM skiplock.jobs j WHERE j.id = job_fence.id FOR SHARE;
+    FROM skiplock.jobs j
+   WHERE j.id = job_fence.id AND (job_fence.queue IS NULL OR j.queue = job_fence.queue)
+     FOR SHARE;
   IF NOT FOUND THEN
-    RAISE EXCEPTION 'job % does not exist', job_fence.id USING ERRCODE = 'SK001';
+    RAISE EXCEPTION 'job % does not exist%', job_fence.id,
+                    coalesce(format(' in queue %L', job_fence.queue), '')
+      USING ERRCODE = 'SK001';
   END IF;
   IF v_fencing IS DISTINCT FROM job_fence.fencing OR v_state <> 'running' THEN
     RAISE EXCEPTION 'stale claim of job % (token %)', job_fence.id,
@@ -2553,7 +2572,7 @@ BEGIN
 END
 $$;
 
-COMMENT ON FUNCTION skiplock.job_fence(id bigint, fencing bigint) IS 'in the caller''s transaction: lock the job FOR SHARE, raise SK001 unless the claim is current';
+COMMENT ON FUNCTION skiplock.job_fence(id bigint, fencing bigint, queue text) IS 'In an effect''s transaction: holds the job''s row and raises SK001 unless the claim (and queue) is current.';
 
 CREATE FUNCTION skiplock.job_retry(id bigint, attempts integer DEFAULT NULL::integer) RETURNS skiplock.job_action_result
     LANGUAGE plpgsql SECURITY DEFINER
@@ -3255,7 +3274,14 @@ CREATE FUNCTION skiplock.payload_max() RETURNS integer
 
 COMMENT ON FUNCTION skiplock.payload_max() IS 'the largest job payload in bytes of JSON text (1 MiB), the one definition of the limit';
 
-CREATE FUNCTION skiplock.record(ids bigint[], fencings bigint[], outcomes text[], results jsonb[] DEFAULT NULL::jsonb[], errors text[] DEFAULT NULL::text[], retry_after_ms bigint[] DEFAULT NULL::bigint[], deferred boolean[] DEFAULT NULL::boolean[], backoffs text[] DEFAULT NULL::text[], backoff_bases_ms bigint[] DEFAULT NULL::bigint[], backoff_caps_ms bigint[] DEFAULT NULL::bigint[]) RETURNS SETOF skiplock.recorded_outcome
+CREATE FUNCTION skiplock.protocol_version() RETURNS integer
+    LANGUAGE sql IMMUTABLE SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$ SELECT 2 $$;
+
+COMMENT ON FUNCTION skiplock.protocol_version() IS 'The worker protocol the schema speaks: 2, the job handle is (queue, id, fencing).';
+
+CREATE FUNCTION skiplock.record(ids bigint[], fencings bigint[], outcomes text[], results jsonb[] DEFAULT NULL::jsonb[], errors text[] DEFAULT NULL::text[], retry_after_ms bigint[] DEFAULT NULL::bigint[], deferred boolean[] DEFAULT NULL::boolean[], backoffs text[] DEFAULT NULL::text[], backoff_bases_ms bigint[] DEFAULT NULL::bigint[], backoff_caps_ms bigint[] DEFAULT NULL::bigint[], job_queues text[] DEFAULT NULL::text[]) RETURNS SETOF skiplock.recorded_outcome
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
@@ -3264,13 +3290,13 @@ BEGIN
     SELECT x.id, x.state, x.run_at, x.delay_ms
       FROM skiplock.record_claim(ids, fencings, outcomes, results, errors, retry_after_ms,
                                  deferred, backoffs, backoff_bases_ms, backoff_caps_ms,
-                                 NULL, NULL, NULL, 0, NULL) x;
+                                 NULL, NULL, NULL, 0, NULL, NULL, NULL, NULL, job_queues) x;
 END
 $$;
 
-COMMENT ON FUNCTION skiplock.record(ids bigint[], fencings bigint[], outcomes text[], results jsonb[], errors text[], retry_after_ms bigint[], deferred boolean[], backoffs text[], backoff_bases_ms bigint[], backoff_caps_ms bigint[]) IS 'fenced outcomes, batched: one row per accepted outcome; the retry decision is made here';
+COMMENT ON FUNCTION skiplock.record(ids bigint[], fencings bigint[], outcomes text[], results jsonb[], errors text[], retry_after_ms bigint[], deferred boolean[], backoffs text[], backoff_bases_ms bigint[], backoff_caps_ms bigint[], job_queues text[]) IS 'Records a batch of outcomes, each fenced by its token (and queue, protocol 2); one row per outcome accepted.';
 
-CREATE FUNCTION skiplock.record_claim(ids bigint[], fencings bigint[], outcomes text[], results jsonb[], errors text[], retry_after_ms bigint[], deferred boolean[], backoffs text[], backoff_bases_ms bigint[], backoff_caps_ms bigint[], owner text, kinds text[], queues text[], n integer, lease interval, after_priority integer DEFAULT NULL::integer, after_run_at_us bigint DEFAULT NULL::bigint, after_id bigint DEFAULT NULL::bigint) RETURNS SETOF skiplock.exchange_row
+CREATE FUNCTION skiplock.record_claim(ids bigint[], fencings bigint[], outcomes text[], results jsonb[], errors text[], retry_after_ms bigint[], deferred boolean[], backoffs text[], backoff_bases_ms bigint[], backoff_caps_ms bigint[], owner text, kinds text[], queues text[], n integer, lease interval, after_priority integer DEFAULT NULL::integer, after_run_at_us bigint DEFAULT NULL::bigint, after_id bigint DEFAULT NULL::bigint, job_queues text[] DEFAULT NULL::text[]) RETURNS SETOF skiplock.exchange_row
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
@@ -3284,7 +3310,8 @@ DECLARE
   v_delays bigint[];
 BEGIN
   PERFORM skiplock.check_record_args(ids, fencings, outcomes, results, errors, retry_after_ms,
-                                     deferred, backoffs, backoff_bases_ms, backoff_caps_ms);
+                                     deferred, backoffs, backoff_bases_ms, backoff_caps_ms,
+                                     job_queues);
   -- 1. the outcomes, each recorded once
   IF cardinality(record_claim.ids) > 0 AND NOT EXISTS (SELECT 1 FROM skiplock.breakers) THEN
     -- no breaker anywhere: nothing to count, the rows go straight out
@@ -3293,13 +3320,15 @@ BEGIN
            NULL::jsonb, NULL::int, NULL::int, NULL::bigint, NULL::timestamptz, NULL::int,
            NULL::int, NULL::bigint
       FROM skiplock.record_outcomes(ids, fencings, outcomes, results, errors, retry_after_ms,
-                                    deferred, backoffs, backoff_bases_ms, backoff_caps_ms) o;
+                                    deferred, backoffs, backoff_bases_ms, backoff_caps_ms,
+                                    job_queues) o;
   ELSIF cardinality(record_claim.ids) > 0 THEN
     SELECT array_agg(o.id), array_agg(o.kind), array_agg(o.state), array_agg(o.run_at),
            array_agg(o.outcome), array_agg(o.delay_ms)
       INTO v_ids, v_kinds, v_states, v_run_at, v_outcomes, v_delays
       FROM skiplock.record_outcomes(ids, fencings, outcomes, results, errors, retry_after_ms,
-                                    deferred, backoffs, backoff_bases_ms, backoff_caps_ms) o;
+                                    deferred, backoffs, backoff_bases_ms, backoff_caps_ms,
+                                    job_queues) o;
     -- 2. what they say about each kind's downstream, for its breaker
     PERFORM skiplock.count_for_breakers(v_kinds, v_outcomes);
     RETURN QUERY
@@ -3327,9 +3356,9 @@ BEGIN
 END
 $$;
 
-COMMENT ON FUNCTION skiplock.record_claim(ids bigint[], fencings bigint[], outcomes text[], results jsonb[], errors text[], retry_after_ms bigint[], deferred boolean[], backoffs text[], backoff_bases_ms bigint[], backoff_caps_ms bigint[], owner text, kinds text[], queues text[], n integer, lease interval, after_priority integer, after_run_at_us bigint, after_id bigint) IS 'record outcomes, then claim, in one call: rows tagged recorded / claimed; n = 0 records only';
+COMMENT ON FUNCTION skiplock.record_claim(ids bigint[], fencings bigint[], outcomes text[], results jsonb[], errors text[], retry_after_ms bigint[], deferred boolean[], backoffs text[], backoff_bases_ms bigint[], backoff_caps_ms bigint[], owner text, kinds text[], queues text[], n integer, lease interval, after_priority integer, after_run_at_us bigint, after_id bigint, job_queues text[]) IS 'record outcomes, then claim, in one call: rows tagged recorded / claimed; n = 0 records only; job_queues: the handles'' queues (protocol 2)';
 
-CREATE FUNCTION skiplock.record_outcomes(ids bigint[], fencings bigint[], outcomes text[], results jsonb[], errors text[], retry_after_ms bigint[], deferred boolean[], backoffs text[], backoff_bases_ms bigint[], backoff_caps_ms bigint[]) RETURNS TABLE(id bigint, kind text, state text, run_at timestamp with time zone, outcome text, delay_ms bigint)
+CREATE FUNCTION skiplock.record_outcomes(ids bigint[], fencings bigint[], outcomes text[], results jsonb[], errors text[], retry_after_ms bigint[], deferred boolean[], backoffs text[], backoff_bases_ms bigint[], backoff_caps_ms bigint[], job_queues text[]) RETURNS TABLE(id bigint, kind text, state text, run_at timestamp with time zone, outcome text, delay_ms bigint)
     LANGUAGE plpgsql
     AS $$
 #variable_conflict use_column
@@ -3344,12 +3373,13 @@ BEGIN
                   record_outcomes.results, record_outcomes.errors,
                   record_outcomes.retry_after_ms, record_outcomes.deferred,
                   record_outcomes.backoffs, record_outcomes.backoff_bases_ms,
-                  record_outcomes.backoff_caps_ms)
+                  record_outcomes.backoff_caps_ms, record_outcomes.job_queues)
            WITH ORDINALITY AS t(id, fencing, outcome, result, error, asked_ms, deferred,
-                                backoff, base_ms, cap_ms, ord)),
+                                backoff, base_ms, cap_ms, queue, ord)),
   ended AS (
     DELETE FROM skiplock.jobs j USING reported v
      WHERE j.id = v.id AND j.fencing = v.fencing AND j.state = 'running' COLLATE "C"
+       AND (v.queue IS NULL OR j.queue = v.queue)
        AND (v.outcome IN ('ok', 'discard') OR j.attempt >= j.max_attempts)
     RETURNING j.id, j.queue, j.kind, j.payload, j.priority, j.run_at, j.attempt,
               j.max_attempts, j.fencing, j.unique_key, j.timeout_ms, j.backoff_base_ms,
@@ -3384,6 +3414,7 @@ BEGIN
              AS delay_ms, v.outcome
       FROM skiplock.jobs j JOIN reported v ON j.id = v.id AND j.fencing = v.fencing
      WHERE j.state = 'running' COLLATE "C" AND v.outcome IN ('retry', 'fail')
+       AND (v.queue IS NULL OR j.queue = v.queue)
        AND j.attempt < j.max_attempts),
   retried AS (
     UPDATE skiplock.jobs j SET
@@ -3401,7 +3432,7 @@ BEGIN
 END
 $$;
 
-COMMENT ON FUNCTION skiplock.record_outcomes(ids bigint[], fencings bigint[], outcomes text[], results jsonb[], errors text[], retry_after_ms bigint[], deferred boolean[], backoffs text[], backoff_bases_ms bigint[], backoff_caps_ms bigint[]) IS 'Internal: record a batch of outcomes (ended, kept, decided, retried), each guarded by its fencing token; one row per outcome recorded.';
+COMMENT ON FUNCTION skiplock.record_outcomes(ids bigint[], fencings bigint[], outcomes text[], results jsonb[], errors text[], retry_after_ms bigint[], deferred boolean[], backoffs text[], backoff_bases_ms bigint[], backoff_caps_ms bigint[], job_queues text[]) IS 'Internal: record a batch of outcomes (ended, kept, decided, retried), each guarded by its fencing token and queue; one row per outcome recorded.';
 
 CREATE FUNCTION skiplock.rescue(n integer DEFAULT 1000) RETURNS SETOF skiplock.rescued_job
     LANGUAGE plpgsql SECURITY DEFINER

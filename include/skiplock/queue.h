@@ -167,6 +167,10 @@ typedef struct skl_outcome {
 	skl_backoff backoff;       /* the caller's policy for the job's kind, used */
 	int64_t backoff_base_ms;   /* where the job sets none of its own; */
 	int64_t backoff_cap_ms;    /* DEFAULT / 0: full jitter from 1 s to 1 h */
+	/* The job's queue, as claimed: the handle's third part (protocol 2), so
+	 * that the outcome finds the job where it lives (one shard on Citus).
+	 * NULL: the job is found by id alone (protocol 1). */
+	const char *queue;
 } skl_outcome;
 
 /* Records n outcomes in one fenced statement.  accepted[i] (caller-owned,
@@ -207,6 +211,13 @@ typedef enum skl_hb_state {
 SKL_API skl_rc skl_heartbeat_states(skl_client *c, const int64_t *ids, const int64_t *fencings,
                                     size_t n, int64_t lease_ms, skl_hb_state *states,
                                     skl_error *err);
+
+/* skl_heartbeat_states for claims whose queues are known (protocol 2):
+ * queues[i] is the queue of job ids[i] as claimed (NULL: by id alone, as
+ * skl_heartbeat_states does), so each claim is found where it lives. */
+SKL_API skl_rc skl_heartbeat_queued(skl_client *c, const char *const *queues,
+                                    const int64_t *ids, const int64_t *fencings, size_t n,
+                                    int64_t lease_ms, skl_hb_state *states, skl_error *err);
 
 /* skl_heartbeat_states, with alive[i] false only for a claim that was
  * lost (true when extended or locked). */

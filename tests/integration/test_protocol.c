@@ -6,6 +6,9 @@
  *   fenced_calls              stale owners change nothing and are told so;
  *                             complete is idempotent for its own claim
  *   heartbeat_after_rescue    a heartbeat after expiry and rescue is refused
+ *   queue_in_handle           protocol 2: every call that takes a handle
+ *                             takes the job's queue too; a wrong queue is a
+ *                             stale handle; the protocol-1 forms still work
  *   retry_strategies          1,000 draws per backoff strategy stay in range
  *                             with the expected mean
  *   deferred_retries_spread   200 failures with the budget spent: no two in
@@ -104,6 +107,69 @@ static void heartbeat_after_rescue(itest_ctx *t)
 	          "false,true");
 	CHECK_STR(itest_text(db, "SELECT skiplock.complete(%lld, %lld)", id, f), "fenced_out");
 	CHECK_STR(itest_text(db, "SELECT skiplock.complete(%lld, %lld)", id, f2), "completed");
+	PQfinish(db);
+}
+
+/* Claims one job of kind k in queue qa as w1: its id and fencing token. */
+static void claim_one(PGconn *db, long long *id, long long *f)
+{
+	PGresult *r = itest_sql(db, "SELECT id, fencing FROM skiplock.claim('w1', '{k}', '{qa}')");
+	CHECK_EQ(PQntuples(r), 1);
+	*id = atoll(PQgetvalue(r, 0, 0));
+	*f = atoll(PQgetvalue(r, 0, 1));
+	PQclear(r);
+}
+
+static void queue_in_handle(itest_ctx *t)
+{
+	PGconn *db = open_db(t);
+	long long id, f;
+	CHECK_EQ(itest_int(db, "SELECT skiplock.protocol_version()"), 2);
+	enqueue_n(db, "k", 1, ", queue => 'qa'");
+	claim_one(db, &id, &f);
+	/* a wrong queue: a stale handle for every call */
+	CHECK_STR(itest_text(db, "SELECT string_agg(extended::text, ',') FROM skiplock.heartbeat("
+	                         "'{%lld,%lld}', '{%lld,%lld}', '1 s', '{qb,qa}')", id, id, f, f),
+	          "false,true");
+	CHECK_STR(itest_text(db, "SELECT skiplock.complete(%lld, %lld, NULL, 'qb')", id, f),
+	          "fenced_out");
+	CHECK_STR(itest_text(db, "SELECT skiplock.fail(%lld, %lld, 'x', queue => 'qb')", id, f),
+	          "fenced_out");
+	CHECK_EQ(itest_int(db, "SELECT count(*) FROM skiplock.record('{%lld}', '{%lld}', '{ok}', "
+	                       "job_queues => '{qb}')", id, f), 0);
+	char sql[256];
+	snprintf(sql, sizeof(sql), "SELECT skiplock.job_fence(%lld, %lld, 'qb')", id, f);
+	expect_state(db, "SK001", sql);
+	snprintf(sql, sizeof(sql), "SELECT skiplock.job_complete(%lld, %lld, NULL, 'qb')", id, f);
+	expect_state(db, "SK001", sql);
+	snprintf(sql, sizeof(sql), "SELECT skiplock.heartbeat('{%lld}', '{%lld}', '1 s', '{qa,qb}')",
+	         id, f);
+	expect_state(db, "2202E", sql);
+	snprintf(sql, sizeof(sql), "SELECT skiplock.record('{%lld}', '{%lld}', '{ok}', "
+	                           "job_queues => '{qa,qa}')", id, f);
+	expect_state(db, "2202E", sql);
+	CHECK_STR(itest_text(t->admin, "SELECT state FROM skiplock.jobs WHERE id = %lld", id),
+	          "running");
+	/* the right queue: protocol 2 */
+	CHECK_STR(itest_text(db, "SELECT skiplock.job_fence(%lld, %lld, 'qa')", id, f), "");
+	CHECK_STR(itest_text(db, "SELECT skiplock.fail(%lld, %lld, 'x', queue => 'qa')", id, f),
+	          "available");
+	PQclear(itest_sql(t->admin, "UPDATE skiplock.jobs SET run_at = now() WHERE id = %lld", id));
+	claim_one(db, &id, &f);
+	CHECK_STR(itest_text(db, "SELECT skiplock.complete(%lld, %lld, '1', 'qa')", id, f),
+	          "completed");
+	CHECK_STR(itest_text(db, "SELECT skiplock.complete(%lld, %lld, '1', 'qa')", id, f),
+	          "completed");
+	CHECK_STR(itest_text(db, "SELECT skiplock.complete(%lld, %lld, '1', 'qb')", id, f),
+	          "fenced_out");
+	/* the same calls in protocol 1, side by side: found by id alone */
+	enqueue_n(db, "k", 1, ", queue => 'qa'");
+	claim_one(db, &id, &f);
+	CHECK_STR(itest_text(db, "SELECT extended FROM skiplock.heartbeat('{%lld}', '{%lld}')",
+	                     id, f), "t");
+	CHECK_STR(itest_text(db, "SELECT skiplock.complete(%lld, %lld)", id, f), "completed");
+	CHECK_EQ(itest_int(t->admin, "SELECT count(*) FROM skiplock.finished_jobs "
+	                             "WHERE state = 'completed' AND queue = 'qa'"), 2);
 	PQfinish(db);
 }
 
@@ -370,6 +436,7 @@ int main(int argc, char **argv)
 	static const itest_case cases[] = {
 		{"fenced_calls", fenced_calls, 0},
 		{"heartbeat_after_rescue", heartbeat_after_rescue, 0},
+		{"queue_in_handle", queue_in_handle, 0},
 		{"retry_strategies", retry_strategies, 0},
 		{"deferred_retries_spread", deferred_retries_spread, 0},
 		{"breakers_open_and_probe", breakers_open_and_probe, 0},

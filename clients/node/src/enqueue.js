@@ -64,7 +64,7 @@ function fencedFor(err, job) {
 export async function jobFence(db, job) {
   checkDb(db);
   try {
-    await db.query('SELECT skiplock.job_fence($1, $2)', [job.id, job.fencing]);
+    await db.query('SELECT skiplock.job_fence($1, $2, $3::text)', [job.id, job.fencing, job.queue ?? null]);
   } catch (err) {
     throw fencedFor(err, job);
   }
@@ -81,7 +81,8 @@ export async function jobComplete(db, job, result) {
   checkDb(db);
   const text = result === undefined ? null : JSON.stringify(result) ?? null;
   try {
-    await db.query('SELECT skiplock.job_complete($1, $2, $3::jsonb)', [job.id, job.fencing, text]);
+    await db.query('SELECT skiplock.job_complete($1, $2, $3::jsonb, $4::text)',
+      [job.id, job.fencing, text, job.queue ?? null]);
   } catch (err) {
     throw fencedFor(err, job);
   }

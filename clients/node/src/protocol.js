@@ -42,10 +42,15 @@ function outcomeArrays(outs) {
     outs.map((o) => (o.outcome === 'ok' ? resultText(o.result) : null)),
     outs.map((o) => errorText(o.error)),
     outs.map((o) => (o.retryAfterMs > 0 ? Math.round(o.retryAfterMs) : null)),
+    outs.map((o) => o.job.queue ?? null),
   ];
 }
 
+// The handle is (queue, id, fencing) since protocol 2 (schema step 0027):
+// the jobs' queues go by name, last, so that each outcome finds its job
+// where it lives.
 const RECORD_ARGS = '$1::bigint[], $2::bigint[], $3::text[], $4::text[]::jsonb[], $5::text[], $6::bigint[]';
+const RECORD_QUEUES = 'job_queues => $7::text[]';
 
 export async function claim(db, c, n) {
   const { rows } = await db.query(
@@ -57,7 +62,7 @@ export async function claim(db, c, n) {
 /** Records outs; resolves to the set of ids whose outcome was accepted. */
 export async function record(db, outs) {
   const { rows } = await db.query(
-    `SELECT id FROM skiplock.record(${RECORD_ARGS})`, outcomeArrays(outs));
+    `SELECT id FROM skiplock.record(${RECORD_ARGS}, ${RECORD_QUEUES})`, outcomeArrays(outs));
   return new Set(rows.map((r) => r.id));
 }
 
@@ -65,7 +70,7 @@ export async function record(db, outs) {
 export async function recordClaim(db, outs, c, n) {
   const { rows } = await db.query(
     `SELECT row_type, ${CLAIM_COLS} FROM skiplock.record_claim(${RECORD_ARGS},
-       NULL, NULL, NULL, NULL, $7, $8::text[], $9::text[], $10, $11::interval)`,
+       NULL, NULL, NULL, NULL, $8, $9::text[], $10::text[], $11, $12::interval, ${RECORD_QUEUES})`,
     [...outcomeArrays(outs), c.owner, c.kinds, c.queues, n, c.leaseInterval]);
   const accepted = new Set(rows.filter((r) => r.row_type === 'recorded').map((r) => r.id));
   const jobs = rows.filter((r) => r.row_type === 'claimed').map(toJob);
@@ -76,16 +81,16 @@ export async function recordClaim(db, outs, c, n) {
  * (false: that claim was lost). */
 export async function heartbeat(db, jobs, leaseInterval) {
   const { rows } = await db.query(
-    'SELECT extended FROM skiplock.heartbeat($1::bigint[], $2::bigint[], $3::interval)',
-    [jobs.map((j) => j.id), jobs.map((j) => j.fencing), leaseInterval]);
+    'SELECT extended FROM skiplock.heartbeat($1::bigint[], $2::bigint[], $3::interval, $4::text[])',
+    [jobs.map((j) => j.id), jobs.map((j) => j.fencing), leaseInterval, jobs.map((j) => j.queue ?? null)]);
   if (rows.length !== jobs.length) throw new Error(`heartbeat: ${rows.length} rows for ${jobs.length} jobs`);
   return rows.map((r) => r.extended);
 }
 
 /** The oldest schema step this client works with: job_complete (0019),
- * the heartbeat's held rows (0020), cron_tick (0024) and
- * schedules_declare (0025). */
-export const MIN_SCHEMA = 25;
+ * the heartbeat's held rows (0020), cron_tick (0024), schedules_declare
+ * (0025) and the queue in the job handle (0027, protocol 2). */
+export const MIN_SCHEMA = 27;
 const NO_SCHEMA = new Set(['3F000', '42883']); // no schema skiplock; no installed_version()
 
 const INSTALL = '`skiplock init` (npx skiplock init --url URL, or init() from this package)';

@@ -235,12 +235,12 @@ test('start() rejects with a typed error: unreachable, no schema', async () => {
       /no skiplock schema: install it with `skiplock init`/.test(e.message));
 });
 
-test('start() rejects a schema older than MIN_SCHEMA (step 24: no schedules_declare), within 5 s, naming skiplock init', async () => {
+test('start() rejects a schema older than MIN_SCHEMA (step 26: no queue in the job handle), within 5 s, naming skiplock init', async () => {
   const scratch = await scratchDatabase('old');
   const old = new pg.Client({ connectionString: scratch.directUrl });
   await old.connect();
   await old.query(`CREATE SCHEMA skiplock; CREATE TABLE skiplock.schema_version (version int);
-    INSERT INTO skiplock.schema_version VALUES (24);
+    INSERT INTO skiplock.schema_version VALUES (26);
     CREATE FUNCTION skiplock.installed_version() RETURNS int LANGUAGE sql
       AS 'SELECT max(version) FROM skiplock.schema_version'`);
   await old.end();
@@ -249,7 +249,7 @@ test('start() rejects a schema older than MIN_SCHEMA (step 24: no schedules_decl
     await assert.rejects(
       new Worker({ connectionString: scratch.url, handlers: { [kind('old')]: async () => {} } }).start(),
       (e) => e instanceof PermanentError &&
-        e.message.includes('at step 24; this client needs step 25 or later') && MIN_SCHEMA === 25 &&
+        e.message.includes('at step 26; this client needs step 27 or later') && MIN_SCHEMA === 27 &&
         e.message.includes('skiplock init'));
     assert.ok(Date.now() - t0 < 5000);
   } finally {

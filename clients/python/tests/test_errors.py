@@ -100,10 +100,10 @@ def test_start_refuses_a_database_without_the_schema(scratch):
 def test_start_refuses_a_schema_older_than_it_needs(scratch):
     with psycopg.connect(scratch[1], autocommit=True) as c:
         c.execute("CREATE SCHEMA skiplock; CREATE TABLE skiplock.schema_version (version int); "
-                  "INSERT INTO skiplock.schema_version VALUES (24); "
+                  "INSERT INTO skiplock.schema_version VALUES (26); "
                   "CREATE FUNCTION skiplock.installed_version() RETURNS int LANGUAGE sql "
                   "AS 'SELECT max(version) FROM skiplock.schema_version'")
     err = start_fails(scratch[0])
-    assert skiplock.MIN_SCHEMA == 25  # cron_tick (step 24) and schedules_declare (step 25)
-    assert "at step 24; this client needs step 25 or later: upgrade it with skiplock.init(url) " \
+    assert skiplock.MIN_SCHEMA == 27  # the queue in the job handle (step 27, protocol 2)
+    assert "at step 26; this client needs step 27 or later: upgrade it with skiplock.init(url) " \
         "or `python -m skiplock init --url URL`" in str(err)

@@ -131,11 +131,14 @@ impl Outcome {
     }
 }
 
-/// An outcome for one claim.
+/// An outcome for one claim, addressed by its handle (queue, id, fencing):
+/// the queue is the handle's third part since protocol 2 (schema step
+/// 0027), so that the outcome finds its job where it lives.
 #[derive(Clone, Debug)]
 pub struct Finished {
     pub id: i64,
     pub fencing: i64,
+    pub queue: String,
     pub outcome: Outcome,
 }
 

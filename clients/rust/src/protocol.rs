@@ -55,10 +55,11 @@ fn error_text(error: &str) -> String {
 
 fn outcome_arrays(done: &[Finished]) -> Result<String, Error> {
     let (mut ids, mut fencings, mut outcomes) = (vec![], vec![], vec![]);
-    let (mut results, mut errors, mut after) = (vec![], vec![], vec![]);
+    let (mut results, mut errors, mut after, mut queues) = (vec![], vec![], vec![], vec![]);
     for f in done {
         ids.push(f.id);
         fencings.push(f.fencing);
+        queues.push(Some(f.queue.clone()));
         let (o, res, err, ms) = match &f.outcome {
             Outcome::Ok(v) => ("ok", Some(v.to_string()), None, 0),
             Outcome::Retry { error, after } => {
@@ -75,6 +76,12 @@ fn outcome_arrays(done: &[Finished]) -> Result<String, Error> {
                sql::bigint_array(&fencings), sql::literal_array(&outcomes, "text")?,
                sql::literal_array(&results, "jsonb")?, sql::literal_array(&errors, "text")?,
                sql::bigint_array(&after)))
+}
+
+/// The handles' queues (protocol 2, schema step 0027), passed by name last.
+fn outcome_queues(done: &[Finished]) -> Result<String, Error> {
+    let queues: Vec<Option<String>> = done.iter().map(|f| Some(f.queue.clone())).collect();
+    Ok(format!("job_queues => {}", sql::literal_array(&queues, "text")?))
 }
 
 fn int<T: std::str::FromStr>(r: &SimpleQueryRow, i: usize) -> Result<T, Error> {
@@ -117,10 +124,11 @@ pub async fn exchange<C: GenericClient + Sync>(
         (true, Some(a)) => format!("SELECT 'claimed', id, 'running', queue, kind, payload::text, \
                                     attempt, max_attempts, fencing, timeout_ms, priority \
                                     FROM skiplock.claim({})", claim_args(a)?),
-        (false, None) => format!("SELECT 'recorded', id, state FROM skiplock.record({})",
-                                 outcome_arrays(done)?),
-        (false, Some(a)) => format!("SELECT {} FROM skiplock.record_claim({}, {})", COLUMNS,
-                                    outcome_arrays(done)?, claim_args(a)?),
+        (false, None) => format!("SELECT 'recorded', id, state FROM skiplock.record({}, {})",
+                                 outcome_arrays(done)?, outcome_queues(done)?),
+        (false, Some(a)) => format!("SELECT {} FROM skiplock.record_claim({}, {}, {})", COLUMNS,
+                                    outcome_arrays(done)?, claim_args(a)?,
+                                    outcome_queues(done)?),
     };
     let (mut recorded, mut jobs) = (vec![], vec![]);
     for r in select(c.client(), &q).await? {
@@ -138,16 +146,19 @@ pub async fn claim<C: GenericClient + Sync>(c: &C, a: &ClaimArgs<'_>) -> Result<
     Ok(exchange(c, &[], Some(a)).await?.1)
 }
 
-/// Extends the leases of running claims; one `(id, extended)` per input.
+/// Extends the leases of running claims `(id, fencing, queue)`; one
+/// `(id, extended)` per input.
 pub async fn heartbeat<C: GenericClient + Sync>(
     c: &C,
-    claims: &[(i64, i64)],
+    claims: &[(i64, i64, String)],
     lease: Duration,
 ) -> Result<Vec<(i64, bool)>, Error> {
     let ids: Vec<i64> = claims.iter().map(|x| x.0).collect();
     let fencings: Vec<i64> = claims.iter().map(|x| x.1).collect();
-    let q = format!("SELECT id, extended FROM skiplock.heartbeat({}, {}, {})",
-                    sql::bigint_array(&ids), sql::bigint_array(&fencings), sql::interval(lease));
+    let queues: Vec<Option<String>> = claims.iter().map(|x| Some(x.2.clone())).collect();
+    let q = format!("SELECT id, extended FROM skiplock.heartbeat({}, {}, {}, {})",
+                    sql::bigint_array(&ids), sql::bigint_array(&fencings), sql::interval(lease),
+                    sql::literal_array(&queues, "text")?);
     let rows = select(c.client(), &q).await?;
     rows.iter().map(|r| Ok((int(r, 0)?, r.get(1) == Some("t")))).collect()
 }
@@ -158,9 +169,10 @@ pub async fn rescue<C: GenericClient + Sync>(c: &C, n: u32) -> Result<usize, Err
 }
 
 /// The oldest schema step this client works with: `job_complete` (step
-/// 0019), the heartbeat's held rows (step 0020), `cron_tick` (step 0024)
-/// and `schedules_declare` (step 0025).
-pub const MIN_SCHEMA: i32 = 25;
+/// 0019), the heartbeat's held rows (step 0020), `cron_tick` (step 0024),
+/// `schedules_declare` (step 0025) and the queue in the job handle (step
+/// 0027, protocol 2).
+pub const MIN_SCHEMA: i32 = 27;
 
 /// [`Error::Permanent`] naming [`crate::init`] unless the database has
 /// skiplock's schema at [`MIN_SCHEMA`] or later; [`crate::Worker::start`]
@@ -228,7 +240,8 @@ pub async fn fail<C: GenericClient + Sync>(
 /// [`Error::Fenced`] (SQLSTATE SK001) unless the claim is current; the
 /// transaction must then roll back.
 pub async fn job_fence<C: GenericClient + Sync>(c: &C, job: &Job) -> Result<(), Error> {
-    let q = format!("SELECT skiplock.job_fence({}, {})", job.id, job.fencing);
+    let q = format!("SELECT skiplock.job_fence({}, {}, {})", job.id, job.fencing,
+                    sql::text(&job.queue)?);
     fenced(select(c.client(), &q).await, job).map(|_| ())
 }
 
@@ -243,8 +256,8 @@ pub async fn job_complete<C: GenericClient + Sync>(
     job: &Job,
     result: &serde_json::Value,
 ) -> Result<(), Error> {
-    let q = format!("SELECT skiplock.job_complete({}, {}, {})", job.id, job.fencing,
-                    sql::jsonb(result)?);
+    let q = format!("SELECT skiplock.job_complete({}, {}, {}, {})", job.id, job.fencing,
+                    sql::jsonb(result)?, sql::text(&job.queue)?);
     fenced(select(c.client(), &q).await, job).map(|_| ())
 }
 

@@ -47,6 +47,8 @@ struct Held {
     lost: bool,
     /// For the log line of a failed attempt.
     kind: String,
+    /// The job's queue: the handle's third part, for the heartbeat.
+    queue: String,
     attempt: i32,
     max_attempts: i32,
     /// The handler completed the job in its own transaction (Job::complete):
@@ -185,7 +187,8 @@ impl Loop {
             if self.held.remove(&(job.id, job.fencing)).is_some() {
                 let outcome = Outcome::Retry { error: NOT_STARTED.into(),
                                                after: Some(Duration::from_millis(1)) };
-                self.push_pending(Finished { id: job.id, fencing: job.fencing, outcome });
+                self.push_pending(Finished { id: job.id, fencing: job.fencing, queue: job.queue,
+                                             outcome });
             }
         }
     }
@@ -303,6 +306,7 @@ impl Loop {
             let in_tx = job.completed_in_tx.clone();
             self.held.insert((job.id, job.fencing), Held { token: token.clone(), lost: false, in_tx,
                                                            kind: job.kind.clone(),
+                                                           queue: job.queue.clone(),
                                                            attempt: job.attempt,
                                                            max_attempts: job.max_attempts });
             queued.push((job, token));
@@ -319,8 +323,8 @@ impl Loop {
             return;
         }
         self.next_heartbeat = now + self.cfg.lease / 3;
-        let claims: Vec<(i64, i64)> =
-            self.held.iter().filter(|(_, h)| !h.lost).map(|(k, _)| *k).collect();
+        let claims: Vec<(i64, i64, String)> = self.held.iter().filter(|(_, h)| !h.lost)
+            .map(|(k, h)| (k.0, k.1, h.queue.clone())).collect();
         if claims.is_empty() {
             return;
         }
@@ -330,7 +334,7 @@ impl Loop {
         };
         match heartbeat(client, &claims, self.cfg.lease).await {
             Ok(rows) => {
-                for ((id, ext), (_, fencing)) in rows.into_iter().zip(claims) {
+                for ((id, ext), (_, fencing, _)) in rows.into_iter().zip(claims) {
                     let in_tx = self.held.get(&(id, fencing)).map_or(false, |h| h.in_tx.is_set());
                     if !ext && !in_tx { /* in_tx: gone because its transaction committed */
                         self.lose(id, fencing);

@@ -67,11 +67,11 @@ async fn runner(cfg: Arc<Config>, q: Arc<Queue>, tx: UnboundedSender<Finished>) 
             Some(x) => x,
             None => continue,
         };
-        let (id, fencing) = (job.id, job.fencing);
+        let (id, fencing, queue) = (job.id, job.fencing, job.queue.clone());
         let outcome = match cfg.handlers.get(&job.kind) {
             Some(h) => run_job::run(h, job, token).await,
             None => Outcome::retry(format!("no handler for kind {}", job.kind)),
         };
-        let _ = tx.send(Finished { id, fencing, outcome });
+        let _ = tx.send(Finished { id, fencing, queue, outcome });
     }
 }

@@ -86,15 +86,15 @@ async fn start_refuses_a_missing_or_old_schema_naming_init() {
     let admin = scratch_db(&name).await;
     let old = connect(&with_db(&direct_url(), &name)).await;
     old.batch_execute("CREATE SCHEMA skiplock; CREATE TABLE skiplock.schema_version (version int);
-        INSERT INTO skiplock.schema_version VALUES (24);
+        INSERT INTO skiplock.schema_version VALUES (26);
         CREATE FUNCTION skiplock.installed_version() RETURNS int LANGUAGE sql
           AS 'SELECT max(version) FROM skiplock.schema_version'").await.unwrap();
     drop(old);
     let e = start_fails(with_db(&url(), &name)).await;
     admin.batch_execute(&format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", name)).await.unwrap();
     assert!(matches!(e, Error::Permanent { .. }), "{:?}", e);
-    assert_eq!(skiplock::MIN_SCHEMA, 25, "cron_tick and schedules_declare");
-    let want = format!("at step 24; this client needs step {} or later: upgrade it with \
+    assert_eq!(skiplock::MIN_SCHEMA, 27, "the queue in the job handle (protocol 2)");
+    let want = format!("at step 26; this client needs step {} or later: upgrade it with \
                         skiplock::init or `skiplock init`", skiplock::MIN_SCHEMA);
     assert!(e.to_string().contains(&want), "{}", e);
 }

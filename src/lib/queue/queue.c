@@ -332,14 +332,15 @@ static const char *const claim_cols[CJ_NCOLS] = {CLAIM_COLUMNS(COL_NAME) "row_ty
 static const char *const claim_sql =
 	"SELECT " CLAIM_COLUMNS(COL_LIST) "'claimed'::text AS row_type"
 	"  FROM skiplock.claim(" SKL_CLAIM_ARGS("$1", "$2", "$3", "$4", "$5", "$6", "$7", "$8") ")";
+/* The handles' queues ($11, protocol 2) go last, after the claim's own. */
 static const char *const record_claim_sql =
 	"SELECT " CLAIM_COLUMNS(COL_LIST) "row_type, state, delay_ms"
 	"  FROM skiplock.record_claim(" SKL_RECORD_ARGS ", "
-	SKL_CLAIM_ARGS("$11", "$12", "$13", "$14", "$15", "$16", "$17", "$18") ")";
+	SKL_CLAIM_ARGS("$12", "$13", "$14", "$15", "$16", "$17", "$18", "$19") ", $11::text[])";
 enum { RC_ID, RC_STATE, RC_DELAY, RC_NCOLS };
 static const char *const record_cols[RC_NCOLS] = {"id", "state", "delay_ms"};
 static const char *const record_sql =
-	"SELECT id, state, delay_ms FROM skiplock.record(" SKL_RECORD_ARGS ")";
+	"SELECT id, state, delay_ms FROM skiplock.record(" SKL_RECORD_ARGS ", $11::text[])";
 
 const char *skl__claim_sql(bool record)
 {
@@ -361,7 +362,7 @@ static skl_rc columns_error(skl_error *err)
 typedef struct claim_call {
 	const char *sql;
 	int nparams;
-	const char *params[18];
+	const char *params[19];
 	skl_job *jobs;
 	size_t n;
 	size_t nouts;            /* with outcomes: what became of each */
@@ -531,9 +532,10 @@ void skl_jobs_free(skl_job *jobs, size_t n)
 
 static const char *const outcome_names[] = {"ok", "retry", "discard"};
 
-/* The ten arrays of skiplock.record, one per column of the outcomes. */
+/* The eleven arrays of skiplock.record, one per column of the outcomes;
+ * the last, the jobs' queues, is the handle's third part (protocol 2). */
 enum { OC_ID, OC_FENCING, OC_KIND, OC_RESULT, OC_ERROR, OC_ASKED, OC_DEFERRED, OC_BACKOFF,
-       OC_BASE, OC_CAP, OC_NCOLS };
+       OC_BASE, OC_CAP, OC_QUEUE, OC_NCOLS };
 
 typedef struct outcome_cols {
 	skl_buf col[OC_NCOLS];
@@ -553,6 +555,7 @@ static void outcome_marks(outcome_cols *oc, const skl_outcome *o)
 	m[OC_BACKOFF] |= skl_backoff_name(o->backoff) != NULL;
 	m[OC_BASE] |= o->backoff_base_ms > 0;
 	m[OC_CAP] |= o->backoff_cap_ms > 0;
+	m[OC_QUEUE] |= o->queue != NULL;
 }
 
 static void outcome_row(outcome_cols *oc, const skl_outcome *o, const char *sep)
@@ -573,6 +576,8 @@ static void outcome_row(outcome_cols *oc, const skl_outcome *o, const char *sep)
 	skl_buf_array_elem(&b[OC_BACKOFF], skl_backoff_name(o->backoff));
 	skl_buf_printf(&b[OC_BASE], "%s%" PRId64, sep, o->backoff_base_ms > 0 ? o->backoff_base_ms : 0);
 	skl_buf_printf(&b[OC_CAP], "%s%" PRId64, sep, o->backoff_cap_ms > 0 ? o->backoff_cap_ms : 0);
+	skl_buf_adds(&b[OC_QUEUE], sep);
+	skl_buf_array_elem(&b[OC_QUEUE], o->queue);
 }
 
 /* The outcomes as array literals in params[0 .. OC_NCOLS). */
@@ -653,7 +658,7 @@ skl_rc skl__record_and_claim(skl_client *c, const skl_outcome *outs, size_t nout
 	*n = 0;
 	if (nouts == 0)
 		return skl_claim(c, o, jobs, n, err);
-	claim_call cc = {.sql = record_claim_sql, .nparams = 18, .outs = outs, .nouts = nouts,
+	claim_call cc = {.sql = record_claim_sql, .nparams = 19, .outs = outs, .nouts = nouts,
 	                 .rec = rec};
 	claim_params p;
 	outcome_cols oc;
@@ -712,7 +717,7 @@ skl_rc skl_record_and_claim(skl_client *c, const skl_outcome *outs, size_t nouts
 /* One row per claim, in the order given (sql/0020_heartbeat_idem.sql). */
 static const char *const heartbeat_sql =
 	"SELECT id, extended, locked FROM skiplock.heartbeat($1::bigint[], $2::bigint[],"
-	"                                   $3::bigint * interval '1 millisecond')";
+	"                                   $3::bigint * interval '1 millisecond', $4::text[])";
 static const char *const heartbeat_cols[] = {"id", "extended", "locked"};
 
 const char *skl__heartbeat_sql(void)
@@ -721,7 +726,7 @@ const char *skl__heartbeat_sql(void)
 }
 
 typedef struct fenced_call {
-	const char *params[3];
+	const char *params[4];
 	const int64_t *ids;
 	size_t n;
 	skl_hb_state *states;
@@ -737,7 +742,7 @@ static skl_rc heartbeat_fn(skl_client *c, void *ctx, skl_error *err)
 {
 	fenced_call *f = ctx;
 	PGresult *res = NULL;
-	skl_rc rc = skl__exec_hot(c, heartbeat_sql, 3, f->params, &res, err);
+	skl_rc rc = skl__exec_hot(c, heartbeat_sql, 4, f->params, &res, err);
 	if (rc == SKL_OK)
 		rc = skl__check_columns(res, heartbeat_cols, 3, err);
 	if (rc == SKL_OK && (size_t)PQntuples(res) != f->n)
@@ -763,27 +768,43 @@ static void int_array(skl_buf *b, const int64_t *v, size_t n)
 	skl_buf_adds(b, "}");
 }
 
-skl_rc skl_heartbeat_states(skl_client *c, const int64_t *ids, const int64_t *fencings,
-                            size_t n, int64_t lease_ms, skl_hb_state *states, skl_error *err)
+skl_rc skl_heartbeat_queued(skl_client *c, const char *const *queues, const int64_t *ids,
+                            const int64_t *fencings, size_t n, int64_t lease_ms,
+                            skl_hb_state *states, skl_error *err)
 {
 	if (n == 0)
 		return SKL_OK;
-	skl_buf a, b;
+	skl_buf a, b, q;
 	skl_buf_init(&a, 0);
 	skl_buf_init(&b, 0);
+	skl_buf_init(&q, 0);
 	int_array(&a, ids, n);
 	int_array(&b, fencings, n);
+	skl_buf_adds(&q, "{");
+	for (size_t i = 0; queues && i < n; i++) {
+		skl_buf_adds(&q, i ? "," : "");
+		skl_buf_array_elem(&q, queues[i]);
+	}
+	skl_buf_adds(&q, "}");
 	char lease[24];
 	snprintf(lease, sizeof(lease), "%" PRId64, lease_ms);
-	fenced_call f = {.params = {skl_buf_str(&a), skl_buf_str(&b), lease},
+	fenced_call f = {.params = {skl_buf_str(&a), skl_buf_str(&b), lease,
+	                            queues ? skl_buf_str(&q) : NULL},
 	                 .ids = ids, .n = n, .states = states};
 	static const skl_txn_opts o = {.idempotent = 1};
-	skl_rc rc = skl_buf_failed(&a) || skl_buf_failed(&b)
+	skl_rc rc = skl_buf_failed(&a) || skl_buf_failed(&b) || skl_buf_failed(&q)
 	                ? skl__seterr(err, SKL_NOMEM, "out of memory")
 	                : skl__run(c, &o, heartbeat_fn, &f, err);
 	skl_buf_free(&a);
 	skl_buf_free(&b);
+	skl_buf_free(&q);
 	return rc;
+}
+
+skl_rc skl_heartbeat_states(skl_client *c, const int64_t *ids, const int64_t *fencings,
+                            size_t n, int64_t lease_ms, skl_hb_state *states, skl_error *err)
+{
+	return skl_heartbeat_queued(c, NULL, ids, fencings, n, lease_ms, states, err);
 }
 
 skl_rc skl_heartbeat(skl_client *c, const int64_t *ids, const int64_t *fencings, size_t n,

@@ -67,12 +67,12 @@ typedef struct complete_call {
 	const char *sql;
 	int nparams;
 	const char *const *params;
-	const char *vals[3];         /* id, fencing, result */
+	const char *vals[4];         /* id, fencing, result, queue */
 	int64_t rows;
 } complete_call;
 
 static const char *const job_complete_sql =
-	"SELECT skiplock.job_complete($1::bigint, $2::bigint, $3::jsonb)";
+	"SELECT skiplock.job_complete($1::bigint, $2::bigint, $3::jsonb, $4::text)";
 
 static skl_rc complete_fn(skl_client *c, void *ctx, skl_error *err)
 {
@@ -89,7 +89,7 @@ static skl_rc complete_fn(skl_client *c, void *ctx, skl_error *err)
 		                                                  : strtoll(PQcmdTuples(res), NULL, 10);
 		PQclear(res);
 	}
-	rc = skl__exec(c, job_complete_sql, 3, cc->vals, &res, err);
+	rc = skl__exec(c, job_complete_sql, 4, cc->vals, &res, err);
 	PQclear(res);
 	if (rc == SKL_OK && cc->s)
 		atomic_store(&cc->s->in_tx, IN_TX_OPEN);
@@ -113,7 +113,7 @@ skl_rc skl_job_complete_with(skl_client *c, const skl_job *job, const char *resu
 	slot *s = handler_slot && &handler_slot->job == job ? handler_slot : NULL;
 	complete_call cc = {.s = s, .before = s ? atomic_load(&s->in_tx) : IN_TX_NONE,
 	                    .sql = sql, .nparams = nparams, .params = params,
-	                    .vals = {id, fencing, result}};
+	                    .vals = {id, fencing, result, job->queue}};
 	/* Not idempotent: after a lost COMMIT answer a retry would find the job
 	 * completed (SK001) and could not tell that from a lost claim. */
 	static const skl_txn_opts o = {.txn = 1};

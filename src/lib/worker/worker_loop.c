@@ -236,7 +236,7 @@ static skl_outcome *outcomes_of(slot *list, size_t n)
 		                        .kind = s->outcome, .result = s->result, .error = s->error,
 		                        .retry_delay_ms = s->retry_delay_ms, .deferred = s->deferred,
 		                        .backoff = s->backoff, .backoff_base_ms = s->backoff_base_ms,
-		                        .backoff_cap_ms = s->backoff_cap_ms};
+		                        .backoff_cap_ms = s->backoff_cap_ms, .queue = s->job.queue};
 	return outs;
 }
 
@@ -419,14 +419,16 @@ static int64_t heartbeat(skl_worker *w)
 	if (n == 0)
 		return every;
 	int64_t *ids = calloc(n, sizeof(int64_t)), *fen = calloc(n, sizeof(int64_t));
+	const char **qs = calloc(n, sizeof(char *));
 	skl_hb_state *st = calloc(n, sizeof(skl_hb_state));
 	skl_error err;
-	for (size_t i = 0; ids && fen && i < n; i++) {
+	for (size_t i = 0; ids && fen && qs && i < n; i++) {
 		ids[i] = w->running[i]->job.id;
 		fen[i] = w->running[i]->job.fencing;
+		qs[i] = w->running[i]->job.queue;
 	}
-	skl_rc rc = ids && fen && st
-	                ? skl_heartbeat_states(w->db, ids, fen, n, w->wo.lease_ms, st, &err)
+	skl_rc rc = ids && fen && qs && st
+	                ? skl_heartbeat_queued(w->db, qs, ids, fen, n, w->wo.lease_ms, st, &err)
 	                : SKL_NOMEM;
 	bool locked = false;
 	if (rc == SKL_OK) {
@@ -441,6 +443,7 @@ static int64_t heartbeat(skl_worker *w)
 	}
 	free(ids);
 	free(fen);
+	free(qs);
 	free(st);
 	soon = soon < HB_LOCKED_MIN_MS ? HB_LOCKED_MIN_MS
 	       : soon > HB_LOCKED_MAX_MS ? HB_LOCKED_MAX_MS : soon;

@@ -33,14 +33,19 @@ _CLAIM_ARGS = f"%s::text, %s::text[], %s::text[], %s::int, {_LEASE}"
 _JOB_JSON = ("json_build_array(id, queue, kind, payload, attempt, max_attempts, fencing, "
              "(extract(epoch FROM lease_expires_at) * 1000000)::bigint, timeout_ms, priority, "
              "run_at_us)")
+# The handle is (queue, id, fencing) since protocol 2 (schema step 0027):
+# the jobs' queues go by name, last, so each outcome finds its job where it
+# lives.
+_QUEUES = "job_queues => %s::text[]"
 _RECORD_CLAIM = (f"SELECT (json_agg(id) FILTER (WHERE row_type = 'recorded'))::text, "
                  f"(json_agg({_JOB_JSON}) FILTER (WHERE row_type = 'claimed'))::text "
                  f"FROM skiplock.record_claim({_OUTCOME_ARRAYS}, NULL, NULL, NULL, NULL, "
-                 f"{_CLAIM_ARGS})")
+                 f"{_CLAIM_ARGS}, {_QUEUES})")
 _CLAIM = f"SELECT NULL::text, json_agg({_JOB_JSON})::text FROM skiplock.claim({_CLAIM_ARGS})"
-_RECORD = f"SELECT json_agg(id)::text, NULL::text FROM skiplock.record({_OUTCOME_ARRAYS})"
+_RECORD = (f"SELECT json_agg(id)::text, NULL::text "
+           f"FROM skiplock.record({_OUTCOME_ARRAYS}, {_QUEUES})")
 _HEARTBEAT = (f"SELECT id, extended FROM skiplock.heartbeat(%s::bigint[], %s::bigint[], "
-              f"{_LEASE})")
+              f"{_LEASE}, %s::text[])")
 _RESCUE = "SELECT count(*) FROM skiplock.rescue(%s::int)"
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
 
@@ -57,12 +62,17 @@ class Outcome:
     retry_after_ms: Optional[int] = None
     resent: bool = False  # sent before without an answer: a missing row is no news
     in_tx: bool = False  # the handler completed the job in its transaction: a refusal is no news
+    queue: Optional[str] = None  # the job's queue, the handle's third part (protocol 2)
 
 
 def outcome_params(outs: Sequence[Outcome]) -> List[Any]:
     return [int_array([o.id for o in outs]), int_array([o.fencing for o in outs]),
             text_array([o.outcome for o in outs]), text_array([o.result for o in outs]),
             text_array([o.error for o in outs]), int_array([o.retry_after_ms for o in outs])]
+
+
+def outcome_queues(outs: Sequence[Outcome]) -> List[Any]:
+    return [text_array([o.queue for o in outs])]
 
 
 def result_json(value: Any) -> Tuple[Optional[str], Optional[str]]:
@@ -153,14 +163,17 @@ class Session:
                  lease_ms]
         if not outs:
             return await self._exchange(_CLAIM, claim)
-        return await self._exchange(_RECORD_CLAIM, [*outcome_params(outs), *claim])
+        return await self._exchange(_RECORD_CLAIM, [*outcome_params(outs), *claim,
+                                                    *outcome_queues(outs)])
 
     async def record(self, outs: Sequence[Outcome]) -> List[int]:
-        return (await self._exchange(_RECORD, outcome_params(outs)))[0]
+        return (await self._exchange(_RECORD, [*outcome_params(outs),
+                                               *outcome_queues(outs)]))[0]
 
-    async def heartbeat(self, ids: List[int], fencings: List[int],
-                        lease_ms: int) -> List[Tuple[int, bool]]:
-        rows = await self.rows(_HEARTBEAT, [int_array(ids), int_array(fencings), lease_ms])
+    async def heartbeat(self, ids: List[int], fencings: List[int], lease_ms: int,
+                        queues: Optional[List[str]] = None) -> List[Tuple[int, bool]]:
+        rows = await self.rows(_HEARTBEAT, [int_array(ids), int_array(fencings), lease_ms,
+                                            None if queues is None else text_array(queues)])
         return [(r[0], r[1]) for r in rows]
 
     async def rescue(self, n: int = 1000) -> int:

@@ -102,20 +102,22 @@ def _error_text(exc: BaseException) -> str:
 def outcome_of(job: Job, fut: "asyncio.Future[Any]") -> Outcome:
     """The outcome of a handler's finished future."""
     if fut.cancelled():
-        return Outcome(job.id, job.fencing, "retry", error="the handler was cancelled")
+        return Outcome(job.id, job.fencing, "retry", queue=job.queue,
+                       error="the handler was cancelled")
     exc = fut.exception()
     if exc is None:
         text, why = result_json(fut.result())
         if why is None:
-            return Outcome(job.id, job.fencing, "ok", result=text)
-        return Outcome(job.id, job.fencing, "retry", error=why)
+            return Outcome(job.id, job.fencing, "ok", queue=job.queue, result=text)
+        return Outcome(job.id, job.fencing, "retry", queue=job.queue, error=why)
     if isinstance(exc, Discard):
-        return Outcome(job.id, job.fencing, "discard", error=_error_text(exc))
+        return Outcome(job.id, job.fencing, "discard", queue=job.queue, error=_error_text(exc))
     after = None
     if isinstance(exc, Retry) and exc.after is not None:
         from .protocol import _ms
         after = max(0, int(_ms(exc.after, "Retry.after")))
-    return Outcome(job.id, job.fencing, "retry", error=_error_text(exc), retry_after_ms=after)
+    return Outcome(job.id, job.fencing, "retry", queue=job.queue, error=_error_text(exc),
+                   retry_after_ms=after)
 
 
 def log_failure(job: Job, out: Outcome, exc: Optional[BaseException]) -> None:
@@ -181,7 +183,7 @@ class Slots:
         job = h.job
         fn = self.handlers.get(job.kind)
         if fn is None:  # never claimed: we ask only for our kinds
-            self._queue(h, Outcome(job.id, job.fencing, "retry",
+            self._queue(h, Outcome(job.id, job.fencing, "retry", queue=job.queue,
                                    error=f"no handler for kind {job.kind!r}"))
             return
         task: "asyncio.Future[Any]"
@@ -201,7 +203,7 @@ class Slots:
             return
         self.stats.timed_out += 1
         self._cancel(h, "timeout")
-        out = Outcome(h.job.id, h.job.fencing, "retry",
+        out = Outcome(h.job.id, h.job.fencing, "retry", queue=h.job.queue,
                       error=f"timeout: the handler ran longer than {h.job.timeout_ms} ms")
         log_failure(h.job, out, None)
         self._queue(h, out)
@@ -280,8 +282,8 @@ class Slots:
         while self.waiting:
             h = self.waiting.popleft()
             h.finished = True
-            self.outcomes.append(Outcome(h.job.id, h.job.fencing, "retry", error=NOT_STARTED,
-                                         retry_after_ms=1))
+            self.outcomes.append(Outcome(h.job.id, h.job.fencing, "retry", queue=h.job.queue,
+                                         error=NOT_STARTED, retry_after_ms=1))
             self._wake()
 
     def abandon(self, reason: str) -> None:
@@ -291,7 +293,7 @@ class Slots:
         for h in list(self.held.values()):
             if not h.finished:
                 self._cancel(h, reason)
-                self._queue(h, Outcome(h.job.id, h.job.fencing, "retry",
+                self._queue(h, Outcome(h.job.id, h.job.fencing, "retry", queue=h.job.queue,
                                        error=f"the worker stopped ({reason}) before the "
                                              "handler finished"))
 

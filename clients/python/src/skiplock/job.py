@@ -74,7 +74,7 @@ class JobContext:
         raises FencedError unless the claim is still current (awaitable
         on an AsyncConnection)."""
         from .protocol import job_fence
-        return job_fence(conn, self.job.id, self.job.fencing)
+        return job_fence(conn, self.job.id, self.job.fencing, queue=self.job.queue)
 
     def complete(self, conn: Any, result: Any = None) -> Any:
         """Completes the job in your transaction on `conn`, the one that
@@ -97,7 +97,8 @@ class JobContext:
         def done(_: Any) -> None:
             self._completed_in_tx = True
 
-        return _then(job_complete(conn, self.job.id, self.job.fencing, result), done)
+        return _then(job_complete(conn, self.job.id, self.job.fencing, result,
+                                  queue=self.job.queue), done)
 
     @property
     def completed_in_tx(self) -> bool:

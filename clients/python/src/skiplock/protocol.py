@@ -119,31 +119,35 @@ def _fenced(state: Optional[str], job_id: int, fencing: int) -> Optional[str]:
     return state
 
 
-def complete(conn: Any, job_id: int, fencing: int, result: Any = None) -> Any:
-    """skiplock.complete: 'completed', or FencedError if the claim was lost."""
-    state = _one(conn, "SELECT skiplock.complete(%s::bigint, %s::bigint, %s::jsonb)",
-                 [job_id, fencing, None if result is None else Jsonb(result)])
+def complete(conn: Any, job_id: int, fencing: int, result: Any = None,
+             queue: Optional[str] = None) -> Any:
+    """skiplock.complete: 'completed', or FencedError if the claim was lost.
+    queue: the job's queue as claimed (the handle's third part, protocol 2)."""
+    state = _one(conn, "SELECT skiplock.complete(%s::bigint, %s::bigint, %s::jsonb, %s::text)",
+                 [job_id, fencing, None if result is None else Jsonb(result), queue])
     return _then(state, lambda s: _fenced(s, job_id, fencing))
 
 
 def fail(conn: Any, job_id: int, fencing: int, error: str, retryable: bool = True,
-         retry_after: Any = None) -> Any:
+         retry_after: Any = None, queue: Optional[str] = None) -> Any:
     """skiplock.fail: 'available' or 'discarded', or FencedError."""
     sql = ("SELECT skiplock.fail(%s::bigint, %s::bigint, %s::text, %s::boolean, "
-           + _MS + ")")
+           + _MS + ", %s::text)")
     ms = None if retry_after is None else _ms(retry_after, "retry_after")
-    state = _one(conn, sql, [job_id, fencing, error, retryable, ms])
+    state = _one(conn, sql, [job_id, fencing, error, retryable, ms, queue])
     return _then(state, lambda s: _fenced(s, job_id, fencing))
 
 
-def job_fence(conn: Any, job_id: int, fencing: int) -> Any:
+def job_fence(conn: Any, job_id: int, fencing: int, queue: Optional[str] = None) -> Any:
     """In the caller's transaction, before a job's effect: locks the job row
     FOR SHARE and raises FencedError unless (job_id, fencing) is the
     current claim (the effect pattern of docs/protocol.md)."""
-    return _one(conn, "SELECT skiplock.job_fence(%s::bigint, %s::bigint)", [job_id, fencing])
+    return _one(conn, "SELECT skiplock.job_fence(%s::bigint, %s::bigint, %s::text)",
+                [job_id, fencing, queue])
 
 
-def job_complete(conn: Any, job_id: int, fencing: int, result: Any = None) -> Any:
+def job_complete(conn: Any, job_id: int, fencing: int, result: Any = None,
+                 queue: Optional[str] = None) -> Any:
     """In the transaction of a job's effect, last before COMMIT: raises
     FencedError unless (job_id, fencing) is the current claim (or if this
     claim completed the job already), then completes the job with `result`
@@ -151,8 +155,8 @@ def job_complete(conn: Any, job_id: int, fencing: int, result: Any = None) -> An
     commit together or not at all, so the effect happens exactly once
     (sql/0019_complete_in_tx.sql).  In a handler, use ctx.complete(conn)
     instead: it also tells the worker to send no outcome of its own."""
-    return _one(conn, "SELECT skiplock.job_complete(%s::bigint, %s::bigint, %s::jsonb)",
-                [job_id, fencing, None if result is None else Jsonb(result)])
+    return _one(conn, "SELECT skiplock.job_complete(%s::bigint, %s::bigint, %s::jsonb, %s::text)",
+                [job_id, fencing, None if result is None else Jsonb(result), queue])
 
 
 def lease_fence(conn: Any, name: str, fencing: int) -> Any:

@@ -355,7 +355,8 @@ class Worker:
         if not held:
             return
         rows = await self._session.heartbeat([h.job.id for h in held],
-                                             [h.job.fencing for h in held], self.lease_ms)
+                                             [h.job.fencing for h in held], self.lease_ms,
+                                             [h.job.queue for h in held])
         for (job_id, extended), h in zip(rows, held):
             # A job its handler completed in its own transaction is gone: not lost.
             if (not extended and self._slots.held.get(job_id) is h
