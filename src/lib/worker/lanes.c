@@ -68,8 +68,6 @@ void skl__lanes_free(skl_worker *w)
 {
 	for (int i = 0; w->lanes && i < w->nlanes; i++) {
 		lane *l = &w->lanes[i];
-		for (size_t j = 0; j < l->nrunning; j++) /* the run ended with its threads */
-			skl__slot_free(l->running[j]);
 		free(l->running);
 		if (i == 0)
 			continue; /* w->db and w->wake are the worker's */

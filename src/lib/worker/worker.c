@@ -137,6 +137,9 @@ void skl_worker_free(skl_worker *w)
 {
 	if (w == NULL)
 		return;
+	for (int i = 0; w->lanes && i < w->nlanes; i++) /* the run ended with its threads */
+		for (size_t j = 0; j < w->lanes[i].nrunning; j++)
+			skl__slot_free(w->lanes[i].running[j]);
 	skl__lanes_free(w);
 	free((void *)w->held);
 	free((void *)w->reserved);

@@ -193,7 +193,7 @@ struct lane {
 /* lanes.c: opens wo.connections lanes (lane 0 takes w->db and w->wake)
  * and shares concurrency and prefetch among them. */
 skl_rc skl__lanes_open(skl_worker *w, skl_error *err);
-/* Frees the lanes, their unrecorded slots and their connections. */
+/* Frees the lanes and their connections (not the slots they hold). */
 void skl__lanes_free(skl_worker *w);
 /* Sets every lane's poked but except's and writes a byte on its pipe
  * (async-signal-safe). */
