@@ -2,6 +2,7 @@
  * drain.c — skl-bench-drain: end-to-end throughput of skiplock workers.
  *
  *   skl-bench-drain --url URL --jobs N [--procs P] [--concurrency C] [--prefetch F]
+ *                   [--connections K]
  *                   [--mode noop|cmd|stream [--stream CMD] [--inflight N]]
  *                   [--timeout S] [--worker-url URL [--pooled]] [--unretained]
  *   skl-bench-drain --url URL --sustain SECONDS [--backlog B] [--hold] ...
@@ -9,7 +10,8 @@
  * Drain mode: empties skiplock.jobs, enqueues N jobs, VACUUM ANALYZE and
  * CHECKPOINT (so every run starts from the same state), then starts P
  * worker processes (skl-bench-worker) of concurrency C and waits until no
- * job is available or running.  The rate is N divided by the time from
+ * job is available or running; --connections K gives each worker K
+ * connections (skl_worker_options.connections).  The rate is N divided by the time from
  * just before the first worker was started to the last finished_at, and
  * the run fails unless exactly N jobs are completed, checked in SQL.
  * --worker-url gives the workers another URL than the driver's (which must
@@ -52,7 +54,7 @@ typedef struct run {
 	const char *url, *worker_url;
 	bool pooled;
 	long jobs;
-	int procs, conc, prefetch;
+	int procs, conc, prefetch, connections;
 	const char *mode, *kind, *stream, *inflight;
 	double timeout;
 	double sustain;
@@ -76,17 +78,22 @@ static void prepare(run *r, PGconn *ctl, skl_client *c, long fill)
 
 static void start_workers(run *r)
 {
-	char conc[16], pre[16], app[64];
+	char conc[16], pre[16], app[64], conns[16];
 	snprintf(conc, sizeof(conc), "%d", r->conc);
+	snprintf(conns, sizeof(conns), "%d", r->connections);
 	snprintf(pre, sizeof(pre), "%d", r->prefetch);
 	for (int i = 0; i < r->procs; i++) {
 		snprintf(app, sizeof(app), "skl-bench-w%d", i);
-		char *args[18] = {"--url", (char *)r->worker_url, "--mode", (char *)r->mode,
+		char *args[20] = {"--url", (char *)r->worker_url, "--mode", (char *)r->mode,
 		                  "--concurrency", conc, "--prefetch", pre, "--counter", r->counter_path,
 		                  "--app", app};
 		int n = 12;
 		if (r->pooled)
 			args[n++] = "--pooled";
+		if (r->connections > 1) {
+			args[n++] = "--connections";
+			args[n++] = conns;
+		}
 		if (r->stream) {
 			args[n++] = "--stream";
 			args[n++] = (char *)r->stream;
@@ -283,6 +290,7 @@ int main(int argc, char **argv)
 		.procs = atoi(bench_opt(argc, argv, "--procs", "1")),
 		.conc = atoi(bench_opt(argc, argv, "--concurrency", "8")),
 		.prefetch = atoi(bench_opt(argc, argv, "--prefetch", "0")),
+		.connections = atoi(bench_opt(argc, argv, "--connections", "1")),
 		.mode = bench_opt(argc, argv, "--mode", "noop"),
 		.timeout = atof(bench_opt(argc, argv, "--timeout", "600")),
 		.sustain = atof(bench_opt(argc, argv, "--sustain", "0")),
@@ -295,9 +303,11 @@ int main(int argc, char **argv)
 		.inflight = bench_opt(argc, argv, "--inflight", "64"),
 	};
 	r.worker_url = bench_opt(argc, argv, "--worker-url", r.url);
-	if (r.url == NULL || r.jobs < 1 || r.procs < 1 || r.procs > MAX_PROCS || r.conc < 1)
+	if (r.url == NULL || r.jobs < 1 || r.procs < 1 || r.procs > MAX_PROCS || r.conc < 1 ||
+	    r.connections < 1)
 		bench_die("usage: skl-bench-drain --url URL --jobs N [--procs P] [--concurrency C]"
-		          " [--prefetch F] [--mode noop|cmd|stream [--stream CMD] [--inflight N]]"
+		          " [--prefetch F] [--connections K]"
+		          " [--mode noop|cmd|stream [--stream CMD] [--inflight N]]"
 		          " [--worker-url URL [--pooled]] [--unretained]"
 		          " [--sustain S [--backlog B] [--hold]]");
 	if (strcmp(r.mode, "noop") == 0)

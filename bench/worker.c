@@ -3,7 +3,7 @@
  * benchmarks, run until SIGTERM.
  *
  *   skl-bench-worker --url URL [--pooled] --mode noop|sleep|cmd|stamp|stream
- *                    [--concurrency N] [--counter FILE] [--app NAME]
+ *                    [--concurrency N] [--connections K] [--counter FILE] [--app NAME]
  *                    [--poll-ms MS] [--stream CMD] [--inflight N] [--sleep-ms MS]
  *
  * Modes (the kinds it claims):
@@ -111,6 +111,9 @@ int main(int argc, char **argv)
 	skl_worker_options_init(&wo);
 	wo.concurrency = atoi(bench_opt(argc, argv, "--concurrency", "8"));
 	wo.prefetch = atoi(bench_opt(argc, argv, "--prefetch", "0"));
+#ifdef SKL_WORKER_CONNECTIONS_MAX /* a library that has it (not the baseline's) */
+	wo.connections = atoi(bench_opt(argc, argv, "--connections", "1"));
+#endif
 	const char *poll = bench_opt(argc, argv, "--poll-ms", NULL);
 	if (poll)
 		wo.poll_ms = atoll(poll);

@@ -5,8 +5,9 @@
  * A worker claims only kinds it has a handler for, runs up to `concurrency`
  * jobs at once on its own threads, and talks to the database through one
  * connection whatever the concurrency (claims, batched fenced outcomes,
- * heartbeats, rescue of expired leases).  No transaction or row lock is
- * held while a handler runs.
+ * heartbeats, rescue of expired leases), or through `connections` of them
+ * when one connection's backend is the bottleneck.  No transaction or row
+ * lock is held while a handler runs.
  *
  * Handlers:
  *  - C: int fn(const skl_job *job, void *ctx), run on a worker thread;
@@ -138,6 +139,10 @@ typedef struct skl_worker_options {
 	                              * although the rule below withholds them
 	                              * (e.g. "DATABASE_URL"); never SKIPLOCK_* */
 	size_t nhandler_env;
+	int connections;             /* database connections for claims, outcomes and
+	                              * heartbeats, each driven by its own thread
+	                              * with an equal share of concurrency and
+	                              * prefetch; default 1 (docs/performance.md) */
 } skl_worker_options;
 
 /* Bounds skl_worker_new checks (0 still means the default where the field
@@ -153,6 +158,8 @@ typedef struct skl_worker_options {
 #define SKL_WORKER_TIMEOUT_MAX_MS 2592000000LL  /* job_timeout_ms, backoff_base_ms,
                                                  * backoff_cap_ms: 30 days */
 #define SKL_WORKER_CONCURRENCY_MAX 4096         /* concurrency, prefetch */
+#define SKL_WORKER_CONNECTIONS_MAX 64           /* connections; also at most
+                                                 * concurrency + prefetch */
 #define SKL_WORKER_QUEUES_MAX 64                /* nqueues */
 /* Queue names: valid UTF-8, 1 to SKL_KIND_MAX bytes (as enqueue takes them);
  * owner: valid UTF-8, 1 to SKL_LEASE_NAME_MAX characters; kinds given to

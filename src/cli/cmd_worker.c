@@ -18,7 +18,8 @@ static const char usage[] =
 	"\n"
 	"Run jobs. The worker claims only the kinds it has a handler for, runs up to\n"
 	"--concurrency of them at once, and uses one database connection whatever\n"
-	"the concurrency: no transaction or lock is held while a handler runs.\n"
+	"the concurrency (or --connections of them): no transaction or lock is held\n"
+	"while a handler runs.\n"
 	"Leases are renewed every lease/3; a job whose worker died or froze is\n"
 	"returned to the queue by any worker when its lease expires, and the late\n"
 	"worker's outcome is refused by the fencing token.\n"
@@ -78,9 +79,19 @@ static const char usage[] =
 	"                          withholds it, e.g. DATABASE_URL (repeatable)\n"
 	"  --queue Q               take jobs from queue Q only (repeatable; default all;\n"
 	"                          UTF-8, 1 to 128 bytes)\n"
-	"  --concurrency N         jobs at once (default 8; at most 4096); connections: 1\n"
+	"  --concurrency N         jobs at once (default 8; at most 4096)\n"
 	"  --prefetch N            claim up to N jobs beyond --concurrency; they wait\n"
 	"                          in the worker, leased, for a free slot (default 0)\n"
+	"  --connections N         database connections for claims, outcomes and\n"
+	"                          heartbeats (default 1; 1 to 64, at most\n"
+	"                          --concurrency + --prefetch). Each has its own thread\n"
+	"                          and an equal share of --concurrency and --prefetch,\n"
+	"                          and records and heartbeats the jobs it claimed. One\n"
+	"                          connection's backend uses one core: when it is the\n"
+	"                          bottleneck (short jobs, a busy worker), 2 drain as\n"
+	"                          fast as two worker processes. Through a session\n"
+	"                          pooler each takes a server connection for good\n"
+	"                          (docs/performance.md)\n"
 	"  --lease DUR             lease per claim, renewed every DUR/3 (default 30s;\n"
 	"                          1s to 24h)\n"
 	"  --poll DUR              first poll interval when idle (default 200ms; 10ms\n"
@@ -153,7 +164,7 @@ enum { O_HANDLER = OPT_COMMON_LAST + 1, O_QUEUE, O_CONC, O_PREFETCH, O_LEASE, O_
        O_TIMEOUT, O_GRACE, O_POLLIDLE, O_SHUTDOWN, O_BACKOFF, O_BBASE, O_BCAP, O_RESCUE, O_OWNER,
        O_NO_CRON, O_WEBHOOK, O_WH_TIMEOUT, O_WH_SECRET, O_BUDGET, O_BREAKER,
        O_METRICS, O_METRICS_EVERY, O_LOG_PAYLOADS, O_HANDLER_ENV, O_STREAM, O_STREAM_PROCS,
-       O_STREAM_INFLIGHT };
+       O_STREAM_INFLIGHT, O_CONNECTIONS };
 
 #define MAX_KIND_OPTS 64
 
@@ -387,6 +398,10 @@ static int own_option(int code, const char *arg, void *ctx)
 		ok = cli_int(a->cc, "--prefetch", arg, 0, 4096, &v);
 		o->prefetch = (int)v;
 		break;
+	case O_CONNECTIONS:
+		ok = cli_int(a->cc, "--connections", arg, 1, 64, &v);
+		o->connections = (int)v;
+		break;
 	case O_LEASE: ok = dur(a, "--lease", arg, &o->lease_ms); break;
 	case O_POLL: ok = dur(a, "--poll", arg, &o->poll_ms); break;
 	case O_POLLMAX: ok = dur(a, "--poll-max", arg, &o->poll_max_ms); break;
@@ -587,6 +602,7 @@ int cmd_worker(int argc, char **argv)
 		{"queue", required_argument, NULL, O_QUEUE},
 		{"concurrency", required_argument, NULL, O_CONC},
 		{"prefetch", required_argument, NULL, O_PREFETCH},
+		{"connections", required_argument, NULL, O_CONNECTIONS},
 		{"lease", required_argument, NULL, O_LEASE},
 		{"poll", required_argument, NULL, O_POLL},
 		{"poll-max", required_argument, NULL, O_POLLMAX},

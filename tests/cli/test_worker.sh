@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # `skiplock worker`: outcomes by exit code, backoff, crash and freeze of a
 # worker mid-job (rescue and fencing), no transaction or lock held while a
-# handler runs, graceful drain, one connection, and bad input.
+# handler runs, graceful drain, one connection (or --connections N), and bad
+# input.
 . "$(dirname "$0")/lib.sh"
 S=$SKL_BIN
 "$S" init --url "$URL" >/dev/null 2>&1 || fail "init"
@@ -73,44 +74,53 @@ check_eq "the woken worker's completion was refused" "$(grep -c 'lease lost, out
 check_eq "the job kept the other worker's outcome" "$(q "SELECT state||' '||fencing||' '||(result->>'by') FROM skiplock.all_jobs WHERE id = $id")" "completed 2 B"
 check_eq "the frozen worker's late write was rejected by the fence" "$(q "SELECT string_agg(fencing||':'||by, ',') FROM ledger")" "2:B"
 
-# --- nothing held while a handler runs; one connection; drain on SIGTERM ---
-q "DELETE FROM skiplock.jobs; DELETE FROM skiplock.finished_jobs"
-for _ in $(seq 1 6); do "$S" enqueue --url "$URL" nap >/dev/null; done
-"$S" worker --url "$URL" --concurrency 16 "${FAST[@]}" --handler 'nap=sleep 2' 2>"$TMP/w3.log" &
-W=$!
-wait_for "SELECT count(*) FROM skiplock.all_jobs WHERE state = 'running'" 6 30 || fail "naps did not start"
-sleep 0.5
-check_eq "no idle-in-transaction session while handlers run" "$(q "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND state LIKE 'idle in transaction%'")" 0
-# a statement in flight holds locks while it runs; none may be held by a
-# session that is not running one (sampled while the handlers sleep).  One
-# sample can catch a statement that started or ended between its reads of
-# pg_stat_activity and pg_locks; a lock counts only when two samples in a
-# row see it held by a session that stayed idle in between (the same
-# state_change), which no statement in flight can produce.
-held_idle() {
-	q "SELECT a.pid||' '||a.state_change||' '||l.locktype||' '||coalesce(l.relation::text, '')||' '||l.mode FROM pg_locks l JOIN pg_stat_activity a USING (pid) WHERE a.datname = current_database() AND pid <> pg_backend_pid() AND l.locktype <> 'virtualxid' AND a.state <> 'active' ORDER BY 1"
+# --- nothing held while a handler runs; N connections; drain on SIGTERM ---
+# drain_check CONNECTIONS: 6 jobs of 2 s at concurrency 16 over CONNECTIONS
+# connections, SIGTERM while they run.
+drain_check() {
+	local n=$1
+	q "DELETE FROM skiplock.jobs; DELETE FROM skiplock.finished_jobs"
+	for _ in $(seq 1 6); do "$S" enqueue --url "$URL" nap >/dev/null; done
+	"$S" worker --url "$URL" --concurrency 16 --connections "$n" "${FAST[@]}" --handler 'nap=sleep 2' 2>"$TMP/w3.log" &
+	W=$!
+	wait_for "SELECT count(*) FROM skiplock.all_jobs WHERE state = 'running'" 6 30 || fail "naps did not start"
+	sleep 0.5
+	check_eq "$n connection(s): no idle-in-transaction session while handlers run" "$(q "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND state LIKE 'idle in transaction%'")" 0
+	# a statement in flight holds locks while it runs; none may be held by a
+	# session that is not running one (sampled while the handlers sleep).  One
+	# sample can catch a statement that started or ended between its reads of
+	# pg_stat_activity and pg_locks; a lock counts only when two samples in a
+	# row see it held by a session that stayed idle in between (the same
+	# state_change), which no statement in flight can produce.
+	held_idle() {
+		q "SELECT a.pid||' '||a.state_change||' '||l.locktype||' '||coalesce(l.relation::text, '')||' '||l.mode FROM pg_locks l JOIN pg_stat_activity a USING (pid) WHERE a.datname = current_database() AND pid <> pg_backend_pid() AND l.locktype <> 'virtualxid' AND a.state <> 'active' ORDER BY 1"
+	}
+	held=0
+	held_idle >"$TMP/locks.prev"
+	for _ in $(seq 1 10); do
+		sleep 0.1
+		held_idle >"$TMP/locks.now"
+		held=$((held + $(comm -12 "$TMP/locks.prev" "$TMP/locks.now" | wc -l)))
+		mv "$TMP/locks.now" "$TMP/locks.prev"
+	done
+	check_eq "$n connection(s): no lock held between statements while handlers run" "$held" 0
+	if [ "$MODE" = direct ]; then
+		check_eq "$n connection(s) at concurrency 16" "$(q "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'skiplock worker' AND datname = current_database()")" "$n"
+	fi
+	kill -TERM $W
+	wait $W
+	check_eq "$n connection(s): SIGTERM drains running jobs, exit 0" "$?" 0
+	check_eq "$n connection(s): drained jobs completed" "$(q "SELECT count(*) FROM skiplock.all_jobs WHERE state = 'completed'")" 6
 }
-held=0
-held_idle >"$TMP/locks.prev"
-for _ in $(seq 1 10); do
-	sleep 0.1
-	held_idle >"$TMP/locks.now"
-	held=$((held + $(comm -12 "$TMP/locks.prev" "$TMP/locks.now" | wc -l)))
-	mv "$TMP/locks.now" "$TMP/locks.prev"
-done
-check_eq "no lock held between statements while handlers run" "$held" 0
-if [ "$MODE" = direct ]; then
-	check_eq "one connection at concurrency 16" "$(q "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'skiplock worker' AND datname = current_database()")" 1
-fi
-kill -TERM $W
-wait $W
-check_eq "SIGTERM drains running jobs, exit 0" "$?" 0
-check_eq "drained jobs completed" "$(q "SELECT count(*) FROM skiplock.all_jobs WHERE state = 'completed'")" 6
+drain_check 1
+drain_check 3
 
 # --- bad input ---
 expect_exit "no handlers" 2 'no handlers' -- "$S" worker --url "$URL"
 expect_exit "handler without =" 2 'expected KIND=COMMAND' -- "$S" worker --url "$URL" --handler nothing
 expect_exit "zero concurrency" 2 '--concurrency: "0" is not an integer from 1' -- "$S" worker --url "$URL" --handler 'a=true' --concurrency 0
+expect_exit "zero connections" 2 '--connections: "0" is not an integer from 1 to 64' -- "$S" worker --url "$URL" --handler 'a=true' --connections 0
+expect_exit "connections beyond concurrency + prefetch" 2 'connections must be from 1 to 6 \(got 7\): at most concurrency \+ prefetch' -- "$S" worker --url "$URL" --handler 'a=true' --concurrency 4 --prefetch 2 --connections 7
 expect_exit "bad lease" 2 '--lease: invalid duration "soon"' -- "$S" worker --url "$URL" --handler 'a=true' --lease soon
 expect_exit "unknown option" 2 'unknown option "--threads"' -- "$S" worker --url "$URL" --handler 'a=true' --threads 4
 expect_exit "unknown backoff" 2 'unknown strategy "wobbly"' -- "$S" worker --url "$URL" --handler 'a=true' --backoff wobbly

@@ -19,8 +19,14 @@
  *                             with the fence only the next attempt applies
  *                             the effect again; completed in the effect's
  *                             transaction, it is applied once
- *   killed_and_terminated     3,000 jobs, workers SIGKILLed and backends
- *                             terminated mid-run: every effect exactly once
+ *   killed_and_terminated     3,000 jobs, workers SIGKILLed, drained by
+ *                             SIGTERM and backends terminated mid-run:
+ *                             every effect exactly once
+ *   lanes_killed_and_terminated  the same with 3 connections per worker
+ *                             (skl_worker_options.connections): a
+ *                             terminated backend is one lane's; through
+ *                             the pooler, 9 lanes share its 2 server
+ *                             connections
  */
 #include <inttypes.h>
 #include <pthread.h>
@@ -400,6 +406,7 @@ static int in_tx_handler(const skl_job *job, void *ctx)
 
 static skl_handler_fn child_handler;
 static bool crash_after_effect;
+static int child_connections = 1; /* skl_worker_options.connections */
 
 /* The handler of a worker process: with crash_after_effect, the first
  * attempt of a job dies by SIGKILL right after its effect committed. */
@@ -453,6 +460,7 @@ static pid_t worker_process(itest_ctx *t, int n, const char *k, skl_handler_fn h
 	wo.poll_max_ms = 200;
 	wo.rescue_every_ms = 300;
 	wo.no_cron = true;
+	wo.connections = child_connections;
 	char owner[32];
 	snprintf(owner, sizeof(owner), "itest-exactly-w%d", n);
 	wo.owner = owner;
@@ -529,9 +537,13 @@ static void crash_window(itest_ctx *t)
 enum { FAULT_JOBS = 3000, FAULT_WORKERS = 3 };
 
 /* SKL_EXACTLY_PATTERN=fence runs the same faults over the fence-only
- * handler: it then fails with jobs whose effect was applied twice. */
-static void killed_and_terminated(itest_ctx *t)
+ * handler: it then fails with jobs whose effect was applied twice.  Every
+ * round a random backend is terminated; every second a worker is
+ * SIGKILLed and every third one is stopped by SIGTERM (it must drain and
+ * exit 0), each replaced at once. */
+static void faults_with(itest_ctx *t, int connections)
 {
+	child_connections = connections;
 	const char *pattern = getenv("SKL_EXACTLY_PATTERN");
 	bool fence = pattern && strcmp(pattern, "fence") == 0;
 	skl_handler_fn h = fence ? fence_only_handler : in_tx_handler;
@@ -543,7 +555,7 @@ static void killed_and_terminated(itest_ctx *t)
 	int started = 0;
 	for (int i = 0; i < FAULT_WORKERS; i++)
 		pids[i] = worker_process(t, started++, "fx", h, false);
-	int kills = 0, terminated = 0;
+	int kills = 0, terminated = 0, drained = 0;
 	int64_t start = itest_now_ms();
 	srand((unsigned)getpid());
 	for (int round = 1; itest_now_ms() - start < 40000; round++) {
@@ -561,6 +573,12 @@ static void killed_and_terminated(itest_ctx *t)
 			pids[i] = worker_process(t, started++, "fx", h, false);
 			kills++;
 		}
+		if (round % 3 == 0) { /* a worker drains and exits, another takes its place */
+			int i = rand() % FAULT_WORKERS;
+			stop_process(pids[i]);
+			pids[i] = worker_process(t, started++, "fx", h, false);
+			drained++;
+		}
 	}
 	wait_finished(t, "fx", 150);
 	for (int i = 0; i < FAULT_WORKERS; i++)
@@ -568,17 +586,30 @@ static void killed_and_terminated(itest_ctx *t)
 	long long retried = itest_int(t->admin, "SELECT count(*) FROM skiplock.all_jobs WHERE "
 	                                        "attempt > 1");
 	long long doubled = itest_int(t->admin, "SELECT count(*) FROM public.ledger WHERE n > 1");
-	printf("  %s: %d workers SIGKILLed, %d backends terminated in %.1f s; %lld jobs ran more "
-	       "than once, %lld effects applied more than once\n",
-	       fence ? "fence only" : "completed in the effect's transaction", kills, terminated,
-	       (double)(itest_now_ms() - start) / 1000.0, retried, doubled);
+	printf("  %s, %d connection(s) per worker: %d workers SIGKILLed, %d drained by SIGTERM, "
+	       "%d backends terminated in %.1f s; %lld jobs ran more than once, %lld effects "
+	       "applied more than once\n",
+	       fence ? "fence only" : "completed in the effect's transaction", connections, kills,
+	       drained, terminated, (double)(itest_now_ms() - start) / 1000.0, retried, doubled);
 	CHECK_INT(>, kills, 2);
+	CHECK_INT(>, drained, 1);
 	CHECK_INT(>, terminated, 7);
 	CHECK_EQ(itest_int(t->admin, "SELECT count(*) FROM skiplock.all_jobs WHERE state = "
 	                             "'completed'"), FAULT_JOBS);
 	CHECK_EQ(itest_int(t->admin, "SELECT count(*) FROM public.ledger"), FAULT_JOBS);
 	CHECK_EQ(doubled, 0);
+	CHECK_EQ(itest_int(t->admin, "SELECT count(*) FROM skiplock.jobs"), 0); /* no lease left */
 	itest_no_leftovers(t);
+}
+
+static void killed_and_terminated(itest_ctx *t)
+{
+	faults_with(t, 1);
+}
+
+static void lanes_killed_and_terminated(itest_ctx *t)
+{
+	faults_with(t, 3);
 }
 
 int main(int argc, char **argv)
@@ -590,6 +621,7 @@ int main(int argc, char **argv)
 		{"worker_skips_its_outcome", worker_skips_its_outcome, 120},
 		{"crash_window", crash_window, 120},
 		{"killed_and_terminated", killed_and_terminated, 240},
+		{"lanes_killed_and_terminated", lanes_killed_and_terminated, 240},
 	};
 	return itest_main(argc, argv, cases, (int)(sizeof(cases) / sizeof(cases[0])));
 }

@@ -96,6 +96,7 @@ skl_rc skl_worker_new(const skl_client_options *co, const skl_worker_options *wo
 	w->rng = skl__seed();
 	pthread_mutex_init(&w->mu, NULL);
 	pthread_cond_init(&w->work, NULL);
+	pthread_mutex_init(&w->claim_mu, NULL);
 	w->wake[0] = w->wake[1] = -1;
 	w->metrics = skl__wm_new();
 	if (w->queues == NULL || !env_ok || w->metrics == NULL || pipe2(w->wake, O_CLOEXEC | O_NONBLOCK) != 0) {
@@ -103,6 +104,8 @@ skl_rc skl_worker_new(const skl_client_options *co, const skl_worker_options *wo
 		return skl__seterr(err, SKL_IO, "cannot create the worker's wake-up pipe");
 	}
 	skl_rc rc = skl_client_open(&w->co, &w->db, err);
+	if (rc == SKL_OK)
+		rc = skl__lanes_open(w, err);
 	if (rc != SKL_OK) {
 		skl_worker_free(w);
 		return rc;
@@ -113,9 +116,7 @@ skl_rc skl_worker_new(const skl_client_options *co, const skl_worker_options *wo
 
 void skl__worker_room_opened(skl_worker *w)
 {
-	atomic_store(&w->room_opened, true);
-	ssize_t ignored = write(w->wake[1], "r", 1);
-	(void)ignored;
+	skl__lanes_wake(w, NULL);
 }
 
 void skl__set_text(char **dst, const char *text)
@@ -136,9 +137,12 @@ void skl_worker_free(skl_worker *w)
 {
 	if (w == NULL)
 		return;
-	for (size_t i = 0; i < w->nrunning; i++) /* the run ended with its threads */
-		skl__slot_free(w->running[i]);
-	free(w->running);
+	for (int i = 0; w->lanes && i < w->nlanes; i++) /* the run ended with its threads */
+		for (size_t j = 0; j < w->lanes[i].nrunning; j++)
+			skl__slot_free(w->lanes[i].running[j]);
+	skl__lanes_free(w);
+	free((void *)w->held);
+	free((void *)w->reserved);
 	free(w->threads);
 	for (size_t i = 0; i < w->nhandlers; i++) {
 		free(w->handlers[i].kind);
@@ -161,6 +165,7 @@ void skl_worker_free(skl_worker *w)
 		close(w->wake[1]);
 	pthread_mutex_destroy(&w->mu);
 	pthread_cond_destroy(&w->work);
+	pthread_mutex_destroy(&w->claim_mu);
 	skl__wm_free(w->metrics);
 	free(w);
 }
@@ -226,8 +231,7 @@ skl_rc skl_worker_handle(skl_worker *w, const char *kind, skl_handler_fn fn, voi
 void skl_worker_stop(skl_worker *w)
 {
 	w->stop = 1;
-	ssize_t ignored = write(w->wake[1], "s", 1);
-	(void)ignored;
+	skl__lanes_wake(w, NULL); /* async-signal-safe: the lanes exist since skl_worker_new */
 }
 
 void skl_worker_get_stats(skl_worker *w, skl_worker_stats *s)

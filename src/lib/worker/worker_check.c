@@ -117,6 +117,13 @@ static skl_rc check_counts(const skl_worker_options *o, skl_error *err)
 	if (o->prefetch < 0 || o->prefetch > SKL_WORKER_CONCURRENCY_MAX)
 		return skl__seterr(err, SKL_INVALID, "prefetch must be from 0 to %d (got %d)",
 		                   SKL_WORKER_CONCURRENCY_MAX, o->prefetch);
+	int conc = o->concurrency > 0 ? o->concurrency : 8, room = conc + o->prefetch;
+	int most = room < SKL_WORKER_CONNECTIONS_MAX ? room : SKL_WORKER_CONNECTIONS_MAX;
+	if (o->connections < 0 || o->connections > most)
+		return skl__seterr(err, SKL_INVALID, "connections must be from 1 to %d (got %d)%s",
+		                   most, o->connections,
+		                   most < SKL_WORKER_CONNECTIONS_MAX
+		                       ? ": at most concurrency + prefetch" : "");
 	if (o->retry_budget_pct > 10000)
 		return skl__seterr(err, SKL_INVALID, "retry budget must be at most 10000%% (got %d)",
 		                   o->retry_budget_pct);

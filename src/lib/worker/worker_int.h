@@ -4,7 +4,7 @@
  * The worker files call each other in one direction only (checked by
  * tests/layers/check_layers.sh):
  *   worker_log.c, worker_check.c, spawn.c,       call no worker file
- *   complete_tx.c
+ *   complete_tx.c, lanes.c
  *   worker.c, retry_policy.c, worker_idle.c      the log, the checks, spawn.c,
  *                                                complete_tx.c
  *   command.c, webhook.c                         worker.c (registration), the log
@@ -13,7 +13,7 @@
  *                                                calls only those before it
  *                                                (stream_int.h)
  *   worker_loop.c                                worker.c, the policy, the idle poll,
- *                                                complete_tx.c
+ *                                                complete_tx.c, lanes.c
  * A handler is reached only through its handler_ops: the loop knows no
  * handler file, and worker.c knows none either.
  */
@@ -36,12 +36,14 @@
 
 typedef struct slot slot;
 typedef struct handler handler;
+typedef struct lane lane;
 
 struct slot {
 	skl_job job;                 /* first: handlers get &slot->job */
 	unsigned magic;
 	struct slot *next;
 	const struct handler *h;
+	struct lane *lane;           /* claims, heartbeats and records it */
 	volatile sig_atomic_t lost;
 	_Atomic int in_tx;           /* IN_TX_*: the handler completed the job in its
 	                              * own transaction (complete_tx.c) */
@@ -129,23 +131,21 @@ struct skl_worker {
 
 	pthread_mutex_t mu;
 	pthread_cond_t work;
-	slot *queued, *queued_tail, *done;
-	bool done_woken;             /* a byte is on the wake pipe for `done` */
-	slot **running;              /* every claimed, unrecorded slot */
-	size_t nrunning;
+	slot *queued, *queued_tail;  /* claimed by any lane, waiting for a thread */
 	bool threads_exit;
 	pthread_t *threads;
 	int nthreads;
 
-	/* The place in the claim order after which claims start (main thread;
-	 * worker_loop.c exchange()): set from a full claim's last job, dropped
-	 * when a claim comes back short; a claim from the front is made at
-	 * least every SKL_CLAIM_FRONT_EVERY_MS. */
-	bool mark_set;
-	int mark_priority;
-	int64_t mark_run_at_us, mark_id, mark_front_at;
+	lane *lanes;                 /* wo.connections of them (lanes.c) */
+	int nlanes;
+	/* Per handler with a capacity, by index in handlers: jobs claimed and
+	 * not finished, and room a lane's claim in flight has taken
+	 * (worker_loop.c claim_kinds; reserved under claim_mu). */
+	_Atomic int *held, *reserved;
+	pthread_mutex_t claim_mu;
+	atomic_bool primary_idle;    /* lane 0 is idle: the others may idle too */
 
-	int wake[2];
+	int wake[2];                 /* lane 0's wake pipe */
 	uint64_t listen_gen;         /* the connection (db->connects) last looked at */
 	bool listening;              /* that connection LISTENs */
 	skl_client *listen_db;       /* through a pooler: a direct connection that
@@ -154,13 +154,50 @@ struct skl_worker {
 	bool pooler_seen;            /* --pooler auto: the server's port showed a
 	                              * pooler; LISTEN on the direct URL if any */
 	volatile sig_atomic_t stop;
-	atomic_bool room_opened;     /* a handler's capacity grew: claim now */
 	uint64_t rng;
 	skl_wmetrics *metrics;       /* per queue and kind; see wmetrics.h */
 	_Atomic uint64_t st_claimed, st_completed, st_retried, st_discarded, st_fenced,
 		st_rescued, st_heartbeats;
-	uint64_t st_claims, st_empty_claims, st_notifications; /* loop thread only */
+	_Atomic uint64_t st_claims, st_empty_claims;
+	uint64_t st_notifications;   /* lane 0 only */
 };
+
+/* One connection of the worker for claims, outcomes and heartbeats, and
+ * the thread that drives it (lane 0: the thread in skl_worker_run, with
+ * w->db and w->wake; the others: their own).  A lane records and
+ * heartbeats only the jobs it claimed, on its own connection; the handler
+ * threads are shared.  Lane 0 alone does the rest (rescue, cron,
+ * maintenance, gauges, LISTEN, the idle poll). */
+struct lane {
+	skl_worker *w;
+	int index;
+	skl_client *db;
+	int wake[2];
+	size_t capacity;             /* its share of concurrency + prefetch */
+	slot *done;                  /* under w->mu: finished, unrecorded */
+	bool done_woken;             /* a byte is on the wake pipe for `done` */
+	slot **running;              /* every slot it claimed and has not recorded */
+	_Atomic size_t nrunning;     /* written by its thread only */
+	atomic_bool poked;           /* claim now: room opened, or a wake-up */
+	_Atomic uint64_t reconnects, indeterminate; /* its connection's, for lane 0 */
+	/* The place in the claim order after which its claims start
+	 * (worker_loop.c exchange()): set from a full claim's last job, dropped
+	 * when a claim comes back short; a claim from the front is made at
+	 * least every SKL_CLAIM_FRONT_EVERY_MS. */
+	bool mark_set;
+	int mark_priority;
+	int64_t mark_run_at_us, mark_id, mark_front_at;
+	pthread_t thread;
+};
+
+/* lanes.c: opens wo.connections lanes (lane 0 takes w->db and w->wake)
+ * and shares concurrency and prefetch among them. */
+skl_rc skl__lanes_open(skl_worker *w, skl_error *err);
+/* Frees the lanes and their connections (not the slots they hold). */
+void skl__lanes_free(skl_worker *w);
+/* Sets every lane's poked but except's and writes a byte on its pipe
+ * (async-signal-safe). */
+void skl__lanes_wake(skl_worker *w, const lane *except);
 
 /* worker.c: registers a handler of kind with its ops and ctx.  ctx is
  * taken over: on failure ops->free(ctx) was called. */

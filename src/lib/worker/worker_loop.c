@@ -1,16 +1,19 @@
 /*
  * worker_loop.c — the worker's run loop and its handler threads.
  *
- * The main thread (skl_worker_run) owns the only connection and does every
- * database call, so a worker holds one connection whatever its
- * concurrency: claim into free slots, record finished outcomes in one
- * fenced statement per batch, heartbeat all running claims every lease/3,
- * rescue expired leases now and then.  No transaction is open while a
- * handler runs.  Handler threads only run handlers, each through its
- * handler_ops (worker_int.h): this file knows no handler file.  A thread
- * hands a finished slot back on the done list and wakes the main thread
- * through a pipe (the same pipe skl_worker_stop writes, so stopping is
- * async-signal-safe).
+ * Each lane (lanes.c: one connection, wo.connections of them, one by
+ * default) is driven by one thread, and that thread does every database
+ * call on it, so a worker holds wo.connections connections whatever its
+ * concurrency: claim into the lane's free slots, record finished outcomes
+ * in one fenced statement per batch, heartbeat the lane's running claims
+ * every lease/3.  Lane 0 runs on the thread that called skl_worker_run
+ * and alone rescues expired leases, ticks cron, maintains, LISTENs and
+ * makes the idle poll.  No transaction is open while a handler runs.
+ * Handler threads are shared by the lanes and only run handlers, each
+ * through its handler_ops (worker_int.h): this file knows no handler
+ * file.  A thread hands a finished slot back on its lane's done list and
+ * wakes that lane through its pipe (the pipes skl_worker_stop writes, so
+ * stopping is async-signal-safe).
  *
  * Slot states: QUEUED (claimed, waiting for a thread) -> RUNNING (a thread
  * runs its handler) -> DONE (outcome waiting to be recorded) -> freed after
@@ -49,9 +52,9 @@
 #include "skiplock/retention.h"
 #include "worker/worker_int.h"
 
-static void wake(skl_worker *w)
+static void wake(lane *l)
 {
-	ssize_t ignored = write(w->wake[1], "d", 1);
+	ssize_t ignored = write(l->wake[1], "d", 1);
 	(void)ignored;
 }
 
@@ -87,9 +90,16 @@ static void run_and_settle(skl_worker *w, slot *s)
 	skl__retry_settle(w, s);
 }
 
-/* Runs queued slots; a finished one goes on the done list in the same
- * critical section that takes the next, and the main thread gets one
- * byte on the wake pipe (non-blocking) per batch it has not taken yet. */
+/* A finished slot's job no longer counts against its handler's capacity. */
+static void unhold(skl_worker *w, const slot *s)
+{
+	if (s->h->ops->capacity)
+		atomic_fetch_sub(&w->held[s->h - w->handlers], 1);
+}
+
+/* Runs queued slots; a finished one goes on its lane's done list in the
+ * same critical section that takes the next, and the lane gets one byte
+ * on its wake pipe (non-blocking) per batch it has not taken yet. */
 static void *thread_main(void *arg)
 {
 	skl_worker *w = arg;
@@ -103,11 +113,13 @@ static void *thread_main(void *arg)
 	pthread_mutex_lock(&w->mu);
 	for (;;) {
 		if (s != NULL) {
-			s->next = w->done;
-			w->done = s;
-			if (!w->done_woken) {
-				w->done_woken = true;
-				wake(w);
+			lane *l = s->lane;
+			unhold(w, s);
+			s->next = l->done;
+			l->done = s;
+			if (!l->done_woken) {
+				l->done_woken = true;
+				wake(l);
 			}
 		}
 		while (w->queued == NULL && !w->threads_exit)
@@ -126,22 +138,23 @@ static void *thread_main(void *arg)
 	return NULL;
 }
 
-static void forget_running(skl_worker *w, slot *s)
+static void forget_running(lane *l, slot *s)
 {
-	for (size_t i = 0; i < w->nrunning; i++)
-		if (w->running[i] == s) {
-			w->running[i] = w->running[--w->nrunning];
+	for (size_t i = 0; i < l->nrunning; i++)
+		if (l->running[i] == s) {
+			l->running[i] = l->running[--l->nrunning];
 			return;
 		}
 }
 
-/* Takes the done list; *n receives its length. */
-static slot *take_done(skl_worker *w, size_t *n)
+/* Takes the lane's done list; *n receives its length. */
+static slot *take_done(lane *l, size_t *n)
 {
+	skl_worker *w = l->w;
 	pthread_mutex_lock(&w->mu);
-	slot *list = w->done;
-	w->done = NULL;
-	w->done_woken = false;
+	slot *list = l->done;
+	l->done = NULL;
+	l->done_woken = false;
 	pthread_mutex_unlock(&w->mu);
 	*n = 0;
 	for (slot *s = list; s; s = s->next)
@@ -150,17 +163,17 @@ static slot *take_done(skl_worker *w, size_t *n)
 }
 
 /* Puts slots back on the done list after a failed record. */
-static void give_back(skl_worker *w, slot *list)
+static void give_back(lane *l, slot *list)
 {
 	if (list == NULL)
 		return;
-	pthread_mutex_lock(&w->mu);
+	pthread_mutex_lock(&l->w->mu);
 	slot *tail = list;
 	while (tail->next)
 		tail = tail->next;
-	tail->next = w->done;
-	w->done = list;
-	pthread_mutex_unlock(&w->mu);
+	tail->next = l->done;
+	l->done = list;
+	pthread_mutex_unlock(&l->w->mu);
 }
 
 static void count(skl_worker *w, const slot *s, skl_wm_counter c)
@@ -201,8 +214,9 @@ static void log_outcome(skl_worker *w, slot *s, const skl_recorded *rec)
 
 /* Counts and frees slots whose handler completed the job in its own
  * transaction (skl_job_complete_with): there is no outcome to record. */
-static void settle_in_tx(skl_worker *w, slot *list)
+static void settle_in_tx(lane *l, slot *list)
 {
+	skl_worker *w = l->w;
 	for (slot *s = list, *next; s; s = next) {
 		next = s->next;
 		skl__wm_duration(w->metrics, s->job.queue, s->job.kind, s->seconds);
@@ -210,19 +224,20 @@ static void settle_in_tx(skl_worker *w, slot *list)
 		count(w, s, WM_COMPLETED);
 		skl__wlog_job(w, SKL_LOG_DEBUG, &s->job, "completed in its handler's transaction "
 		              "in %.3f s", s->seconds);
-		forget_running(w, s);
+		forget_running(l, s);
 		skl__slot_free(s);
 	}
 }
 
 /* Logs, counts and frees recorded slots. */
-static void settle(skl_worker *w, slot *list, const skl_recorded *rec)
+static void settle(lane *l, slot *list, const skl_recorded *rec)
 {
+	skl_worker *w = l->w;
 	size_t i = 0;
 	for (slot *s = list, *next; s; s = next, i++) {
 		next = s->next;
 		log_outcome(w, s, &rec[i]);
-		forget_running(w, s);
+		forget_running(l, s);
 		skl__slot_free(s);
 	}
 }
@@ -251,8 +266,9 @@ static const handler *find_handler(const skl_worker *w, const char *kind)
 /* Hands claimed jobs to the handler threads: queued in one critical
  * section, then a thread woken per job (a signal without waiters is
  * free). */
-static void dispatch(skl_worker *w, skl_job *jobs, size_t n)
+static void dispatch(lane *l, skl_job *jobs, size_t n)
 {
+	skl_worker *w = l->w;
 	slot *head = NULL, *tail = NULL;
 	size_t queued = 0;
 	for (size_t i = 0; i < n; i++) {
@@ -264,7 +280,10 @@ static void dispatch(skl_worker *w, skl_job *jobs, size_t n)
 		s->job = jobs[i];
 		s->magic = SLOT_MAGIC;
 		s->h = find_handler(w, s->job.kind);
-		w->running[w->nrunning++] = s;
+		s->lane = l;
+		if (s->h->ops->capacity)
+			atomic_fetch_add(&w->held[s->h - w->handlers], 1);
+		l->running[l->nrunning++] = s;
 		count(w, s, WM_CLAIMED);
 		skl__wlog_job(w, SKL_LOG_DEBUG, &s->job, "claimed");
 		if (tail)
@@ -325,17 +344,17 @@ static bool before(int p1, int64_t r1, int64_t i1, const skl_job *j)
 
 /* After a claim of `want` that got jobs[0..n): the new mark, or none when
  * the claim came back short (what is left may sit before the mark). */
-static void move_mark(skl_worker *w, const skl_job *jobs, size_t n, size_t want, bool front,
+static void move_mark(lane *l, const skl_job *jobs, size_t n, size_t want, bool front,
                       int64_t now, int64_t took)
 {
 	if (front)
-		w->mark_front_at = now + walk_period(SKL_CLAIM_FRONT_EVERY_MS, took);
-	w->mark_set = n > 0 && n >= want;
-	for (size_t i = 0; w->mark_set && i < n; i++)
-		if (i == 0 || before(w->mark_priority, w->mark_run_at_us, w->mark_id, &jobs[i])) {
-			w->mark_priority = jobs[i].priority;
-			w->mark_run_at_us = jobs[i].run_at_us;
-			w->mark_id = jobs[i].id;
+		l->mark_front_at = now + walk_period(SKL_CLAIM_FRONT_EVERY_MS, took);
+	l->mark_set = n > 0 && n >= want;
+	for (size_t i = 0; l->mark_set && i < n; i++)
+		if (i == 0 || before(l->mark_priority, l->mark_run_at_us, l->mark_id, &jobs[i])) {
+			l->mark_priority = jobs[i].priority;
+			l->mark_run_at_us = jobs[i].run_at_us;
+			l->mark_id = jobs[i].id;
 		}
 }
 
@@ -345,11 +364,12 @@ static void move_mark(skl_worker *w, const skl_job *jobs, size_t n, size_t want,
  * claim of every kind uses and moves the mark: one that leaves a full kind
  * out (claim_kinds) starts from the front and leaves the mark as it was,
  * or the jobs of the kind it left out would end up before the mark. */
-static int exchange(skl_worker *w, size_t claim, const char *const *kinds, size_t nkinds)
+static int exchange(lane *l, size_t claim, const char *const *kinds, size_t nkinds)
 {
+	skl_worker *w = l->w;
 	size_t ndone;
-	slot *list = take_done(w, &ndone);
-	settle_in_tx(w, skl__take_completed_in_tx(&list, &ndone));
+	slot *list = take_done(l, &ndone);
+	settle_in_tx(l, skl__take_completed_in_tx(&list, &ndone));
 	if (ndone == 0 && claim == 0)
 		return 0;
 	skl_outcome *outs = outcomes_of(list, ndone);
@@ -359,27 +379,27 @@ static int exchange(skl_worker *w, size_t claim, const char *const *kinds, size_
 	                    .owner = w->wo.owner};
 	int64_t now = skl__now_ms();
 	bool every = nkinds == w->nhandlers;
-	o.after_set = every && w->mark_set && now < w->mark_front_at;
-	o.after_priority = w->mark_priority;
-	o.after_run_at_us = w->mark_run_at_us;
-	o.after_id = w->mark_id;
+	o.after_set = every && l->mark_set && now < l->mark_front_at;
+	o.after_priority = l->mark_priority;
+	o.after_run_at_us = l->mark_run_at_us;
+	o.after_id = l->mark_id;
 	skl_job *jobs = NULL;
 	size_t n = 0;
 	skl_error err;
 	skl_rc rc = SKL_NOMEM;
 	if (outs && ok)
-		rc = claim ? skl__record_and_claim(w->db, outs, ndone, ok, &o, &jobs, &n, &err)
-		           : skl__record(w->db, outs, ndone, ok, &err);
+		rc = claim ? skl__record_and_claim(l->db, outs, ndone, ok, &o, &jobs, &n, &err)
+		           : skl__record(l->db, outs, ndone, ok, &err);
 	if (rc == SKL_OK || rc == SKL_EMPTY) {
 		if (claim && every)
-			move_mark(w, jobs, n, claim, !o.after_set, now, skl__now_ms() - now);
-		settle(w, list, ok);
-		dispatch(w, jobs, n);
+			move_mark(l, jobs, n, claim, !o.after_set, now, skl__now_ms() - now);
+		settle(l, list, ok);
+		dispatch(l, jobs, n);
 	} else {
 		skl__wlog(w, SKL_LOG_WARNING, "%s failed, will retry: %s",
 		          ndone ? "recording outcomes" : "claim",
 		          rc == SKL_NOMEM ? "out of memory" : err.message);
-		give_back(w, list);
+		give_back(l, list);
 	}
 	free(outs);
 	free(ok);
@@ -412,10 +432,11 @@ static void note_hb_state(skl_worker *w, slot *s, skl_hb_state st)
  * lease/3, or sooner while a claim's row is locked.  The statement never
  * waits for a row lock (sql/0020_heartbeat_idem.sql), so one job's open
  * effect transaction cannot cost the others their leases. */
-static int64_t heartbeat(skl_worker *w)
+static int64_t heartbeat(lane *l)
 {
+	skl_worker *w = l->w;
 	int64_t every = w->wo.lease_ms / 3, soon = w->wo.lease_ms / 10;
-	size_t n = w->nrunning;
+	size_t n = l->nrunning;
 	if (n == 0)
 		return every;
 	int64_t *ids = calloc(n, sizeof(int64_t)), *fen = calloc(n, sizeof(int64_t));
@@ -423,18 +444,18 @@ static int64_t heartbeat(skl_worker *w)
 	skl_hb_state *st = calloc(n, sizeof(skl_hb_state));
 	skl_error err;
 	for (size_t i = 0; ids && fen && qs && i < n; i++) {
-		ids[i] = w->running[i]->job.id;
-		fen[i] = w->running[i]->job.fencing;
-		qs[i] = w->running[i]->job.queue;
+		ids[i] = l->running[i]->job.id;
+		fen[i] = l->running[i]->job.fencing;
+		qs[i] = l->running[i]->job.queue;
 	}
 	skl_rc rc = ids && fen && qs && st
-	                ? skl_heartbeat_queued(w->db, qs, ids, fen, n, w->wo.lease_ms, st, &err)
+	                ? skl_heartbeat_queued(l->db, qs, ids, fen, n, w->wo.lease_ms, st, &err)
 	                : SKL_NOMEM;
 	bool locked = false;
 	if (rc == SKL_OK) {
 		w->st_heartbeats++;
 		for (size_t i = 0; i < n; i++) {
-			note_hb_state(w, w->running[i], st[i]);
+			note_hb_state(w, l->running[i], st[i]);
 			locked = locked || st[i] == SKL_HB_LOCKED;
 		}
 	} else {
@@ -474,25 +495,25 @@ static int rescue(skl_worker *w)
 	return rescued + discarded;
 }
 
-static size_t pending_count(skl_worker *w)
+static size_t pending_count(lane *l)
 {
-	return w->nrunning; /* claimed and not yet recorded */
+	return l->nrunning; /* claimed and not yet recorded */
 }
 
-/* Jobs the worker may hold claimed: the handler threads, plus prefetched
- * jobs waiting for one. */
-static size_t capacity(const skl_worker *w)
+/* Jobs the lane may hold claimed: its share of the handler threads, plus
+ * of the prefetched jobs waiting for one (lanes.c). */
+static size_t capacity(const lane *l)
 {
-	return (size_t)w->wo.concurrency + (size_t)(w->wo.prefetch > 0 ? w->wo.prefetch : 0);
+	return l->capacity;
 }
 
-static size_t done_count(skl_worker *w)
+static size_t done_count(lane *l)
 {
 	size_t n = 0;
-	pthread_mutex_lock(&w->mu);
-	for (slot *s = w->done; s; s = s->next)
+	pthread_mutex_lock(&l->w->mu);
+	for (slot *s = l->done; s; s = s->next)
 		n++;
-	pthread_mutex_unlock(&w->mu);
+	pthread_mutex_unlock(&l->w->mu);
 	return n;
 }
 
@@ -501,25 +522,30 @@ static size_t done_count(skl_worker *w)
  * hints false a notification could not bring the next claim forward (see
  * hint_helps): what arrived is read and counted, the socket is not
  * polled, so a flood of them cannot spin the loop. */
-static bool wait_wake(skl_worker *w, int64_t ms, bool hints)
+static bool wait_wake(lane *l, int64_t ms, bool hints)
 {
-	int woken = skl__idle_drain(w); /* read while the last statement ran */
-	int fd = hints ? skl__idle_fd(w) : -1;
-	struct pollfd p[2] = {{.fd = w->wake[0], .events = POLLIN}, {.fd = fd, .events = POLLIN}};
+	skl_worker *w = l->w;
+	bool primary = l->index == 0; /* the only lane that may LISTEN */
+	int woken = primary ? skl__idle_drain(w) : 0; /* read while the last statement ran */
+	int fd = hints && primary ? skl__idle_fd(w) : -1;
+	struct pollfd p[2] = {{.fd = l->wake[0], .events = POLLIN}, {.fd = fd, .events = POLLIN}};
 	if (ms > 0 && (woken == 0 || !hints) &&
 	    poll(p, fd >= 0 ? 2 : 1, ms > 1000 ? 1000 : (int)ms) > 0 && fd >= 0 && p[1].revents)
 		woken = skl__idle_drain(w);
 	char buf[256];
-	while (read(w->wake[0], buf, sizeof(buf)) > 0)
+	while (read(l->wake[0], buf, sizeof(buf)) > 0)
 		;
 	return hints && woken != 0;
 }
 
 static skl_rc start_threads(skl_worker *w, skl_error *err)
 {
-	w->running = calloc(capacity(w), sizeof(slot *));
 	w->threads = calloc((size_t)w->wo.concurrency, sizeof(pthread_t));
-	if (w->running == NULL || w->threads == NULL)
+	free((void *)w->held);
+	free((void *)w->reserved);
+	w->held = calloc(w->nhandlers, sizeof(*w->held));
+	w->reserved = calloc(w->nhandlers, sizeof(*w->reserved));
+	if (w->threads == NULL || w->held == NULL || w->reserved == NULL)
 		return skl__seterr(err, SKL_NOMEM, "out of memory");
 	pthread_attr_t at;
 	pthread_attr_init(&at);
@@ -545,7 +571,9 @@ static void stop_threads(skl_worker *w)
 }
 
 typedef struct loop_state {
+	lane *l;                     /* the lane whose loop this is */
 	const char **pick;           /* the kinds of this claim (claim_kinds) */
+	size_t *at;                  /* their handlers' indexes */
 	int64_t poll, next_claim, next_hb, next_rescue, stop_at, kill_sent, next_cron, cron_warned;
 	int64_t next_stats, stats_warned, next_maint;
 	bool idle;                   /* nothing claimed for idle_after(): see idle_poll */
@@ -626,9 +654,13 @@ static int64_t idle_after(const skl_worker *w)
 	return 10 * w->wo.poll_max_ms;
 }
 
-/* Back to claiming on --poll: work appeared, or may have. */
-static void leave_idle(skl_worker *w, loop_state *ls, int64_t now)
+/* Back to claiming on --poll: work appeared, or may have.  Lane 0 takes
+ * the other lanes along (they idle only while it does). */
+static void leave_idle(lane *l, loop_state *ls, int64_t now)
 {
+	skl_worker *w = l->w;
+	if (l->index == 0 && atomic_exchange(&w->primary_idle, false))
+		skl__lanes_wake(w, l);
 	if (ls->idle) {
 		ls->idle = false;
 		ls->next_rescue = now + jitter(w, w->wo.rescue_every_ms);
@@ -662,21 +694,30 @@ static int64_t wake_claim_at(const skl_worker *w, const loop_state *ls, int64_t 
  * claims a second (5 with the default --poll 200ms), and a real job is
  * still claimed within poll_ms.  They neither reset the backoff of an
  * empty claim nor count as work (only an idle worker leaves idleness). */
-static void on_wake(skl_worker *w, loop_state *ls, int64_t now)
+static void on_wake(lane *l, loop_state *ls, int64_t now, bool hint)
 {
+	skl_worker *w = l->w;
 	int64_t at = wake_claim_at(w, ls, now);
+	if (hint && l->index == 0)
+		skl__lanes_wake(w, l); /* the others claim too, each as bounded as this one */
 	if (ls->idle)
-		leave_idle(w, ls, now);
+		leave_idle(l, ls, now);
 	else if (ls->next_claim < at)
 		at = ls->next_claim;
 	ls->next_claim = at;
 }
 
-/* Whether a notification now would bring a claim forward: the worker has
- * room for a job, and is idle or next claims later than a wake-up would. */
-static bool hint_helps(skl_worker *w, const loop_state *ls, int64_t now)
+/* Whether a notification now would bring a claim forward: the lane has
+ * room for a job, and is idle or next claims later than a wake-up would;
+ * with other lanes, lane 0 passes it on to them anyway. */
+static bool hint_helps(lane *l, const loop_state *ls, int64_t now)
 {
-	if (w->stop || pending_count(w) >= capacity(w))
+	skl_worker *w = l->w;
+	if (w->stop)
+		return false;
+	if (w->nlanes > 1)
+		return true;
+	if (pending_count(l) >= capacity(l))
 		return false;
 	return ls->idle || ls->next_claim > wake_claim_at(w, ls, now);
 }
@@ -701,8 +742,9 @@ static int64_t idle_sleep(skl_worker *w, const skl_idle_view *v)
 
 /* An idle worker's one statement: instead of claim polls, cron ticks and
  * rescue passes on their periods, it asks when any of them is next due. */
-static void idle_poll(skl_worker *w, loop_state *ls, const char *const *kinds, int64_t now)
+static void idle_poll(lane *l, loop_state *ls, const char *const *kinds, int64_t now)
 {
+	skl_worker *w = l->w;
 	skl_idle_view v;
 	skl_error err;
 	if (skl__idle_poll(w, kinds, &v, &err) != SKL_OK) {
@@ -721,27 +763,49 @@ static void idle_poll(skl_worker *w, loop_state *ls, const char *const *kinds, i
 		work = true;
 	}
 	if (work)
-		leave_idle(w, ls, now);
+		leave_idle(l, ls, now);
 	else
 		ls->next_idle = now + idle_sleep(w, &v);
 }
 
-/* Periodic work besides claims and outcomes; returns the earliest time
- * one of them is due next. */
-static int64_t chores(skl_worker *w, loop_state *ls, const char *const *kinds, int64_t now)
+/* The gauges (lane 0 sets them): leases held, reconnects and statements
+ * whose outcome is unknown, summed over the lanes; each lane publishes its
+ * connection's. */
+static void gauges(lane *l)
 {
-	if (now >= ls->next_hb)
-		ls->next_hb = now + heartbeat(w);
-	skl__wm_set_scalars(w->metrics, w->nrunning,
-	                    skl_client_connects(w->db) ? skl_client_connects(w->db) - 1 : 0,
-	                    skl_client_indeterminate(w->db));
+	skl_worker *w = l->w;
+	uint64_t connects = skl_client_connects(l->db);
+	atomic_store(&l->reconnects, connects ? connects - 1 : 0);
+	atomic_store(&l->indeterminate, skl_client_indeterminate(l->db));
+	if (l->index > 0)
+		return;
+	uint64_t held = 0, reconnects = 0, indeterminate = 0;
+	for (int i = 0; i < w->nlanes; i++) {
+		held += atomic_load(&w->lanes[i].nrunning);
+		reconnects += atomic_load(&w->lanes[i].reconnects);
+		indeterminate += atomic_load(&w->lanes[i].indeterminate);
+	}
+	skl__wm_set_scalars(w->metrics, held, reconnects, indeterminate);
 	skl__wm_set_wakeups(w->metrics, w->st_claims, w->st_empty_claims, w->st_notifications);
+}
+
+/* Periodic work besides claims and outcomes; returns the earliest time
+ * one of them is due next.  A lane heartbeats its own claims; lane 0
+ * alone does the rest. */
+static int64_t chores(lane *l, loop_state *ls, const char *const *kinds, int64_t now)
+{
+	skl_worker *w = l->w;
+	if (now >= ls->next_hb)
+		ls->next_hb = now + heartbeat(l);
+	gauges(l);
+	if (l->index > 0)
+		return ls->next_hb;
 	bool stats = !w->stop && w->wo.queue_stats_every_ms > 0;
 	if (stats && now >= ls->next_stats) /* metrics stay fresh, idle or not */
 		queue_stats(w, ls, now);
 	if (ls->idle && !w->stop) {
 		if (now >= ls->next_idle)
-			idle_poll(w, ls, kinds, now);
+			idle_poll(l, ls, kinds, now);
 		if (ls->idle)
 			return min64(min64(ls->next_hb, ls->next_idle),
 			             stats ? ls->next_stats : INT64_MAX);
@@ -768,41 +832,46 @@ static int64_t chores(skl_worker *w, loop_state *ls, const char *const *kinds, i
 	return until;
 }
 
-/* Jobs of handler h claimed and not finished (main thread). */
-static size_t held_by(skl_worker *w, const handler *h)
+/* Adds delta to the room reserved for each kind of the claim (ls->at)
+ * that has a capacity. */
+static void reserve(skl_worker *w, const loop_state *ls, size_t nkinds, int delta)
 {
-	size_t n = 0;
-	for (size_t i = 0; i < w->nrunning; i++)
-		n += w->running[i]->h == h;
-	pthread_mutex_lock(&w->mu);
-	for (slot *s = w->done; s; s = s->next)
-		n -= s->h == h;
-	pthread_mutex_unlock(&w->mu);
-	return n;
+	for (size_t k = 0; k < nkinds; k++)
+		if (w->handlers[ls->at[k]].ops->capacity)
+			atomic_fetch_add(&w->reserved[ls->at[k]], delta);
 }
 
 /* The kinds a claim of up to `free_slots` jobs may take now, in ls->pick
- * (*n of them), and how many jobs it may take: a handler with a capacity
- * (a stream's processes and their room) gets no more jobs than it can
- * take, so none waits in the worker for it with its attempt counted.  One
- * claim names several kinds and takes any mix of them, so its limit is
- * the smallest room among such kinds; a full one is left out. */
-static size_t claim_kinds(skl_worker *w, loop_state *ls, size_t free_slots, size_t *n)
+ * (*n of them; their handlers' indexes in ls->at), and how many jobs it
+ * may take: a handler with a capacity (a stream's processes and their
+ * room) gets no more jobs than it can take, so none waits in the worker
+ * for it with its attempt counted.  One claim names several kinds and
+ * takes any mix of them, so its limit is the smallest room among such
+ * kinds; a full one is left out.  Lanes claim at the same time: the room
+ * a claim may take is reserved until its jobs are held (claim_turn). */
+static size_t claim_kinds(lane *l, loop_state *ls, size_t free_slots, size_t *n)
 {
+	skl_worker *w = l->w;
 	size_t limit = free_slots;
 	*n = 0;
+	pthread_mutex_lock(&w->claim_mu);
 	for (size_t i = 0; i < w->nhandlers; i++) {
 		const handler *h = &w->handlers[i];
 		int cap = h->ops->capacity ? h->ops->capacity(h->ctx) : -1;
 		if (cap >= 0) {
-			size_t held = held_by(w, h), room = (size_t)cap > held ? (size_t)cap - held : 0;
+			int held = atomic_load(&w->held[i]) + atomic_load(&w->reserved[i]);
+			size_t room = cap > held ? (size_t)(cap - held) : 0;
 			if (room == 0)
 				continue;
 			if (room < limit)
 				limit = room;
 		}
+		ls->at[*n] = i;
 		ls->pick[(*n)++] = h->kind;
 	}
+	if (*n > 0)
+		reserve(w, ls, *n, (int)limit);
+	pthread_mutex_unlock(&w->claim_mu);
 	return *n > 0 ? limit : 0;
 }
 
@@ -810,21 +879,23 @@ static size_t claim_kinds(skl_worker *w, loop_state *ls, size_t free_slots, size
  * empty claim backs off up to poll_max_ms, and after idle_after() without
  * work the worker turns idle.  While every kind with room is full, the
  * claim waits for a slot or for room (skl__worker_room_opened). */
-static void claim_turn(skl_worker *w, loop_state *ls, int64_t now)
+static void claim_turn(lane *l, loop_state *ls, int64_t now)
 {
-	size_t ndone = done_count(w), nkinds = 0;
-	size_t free_slots = capacity(w) - pending_count(w) + ndone;
+	skl_worker *w = l->w;
+	size_t ndone = done_count(l), nkinds = 0;
+	size_t free_slots = capacity(l) - pending_count(l) + ndone;
 	bool want = !w->stop && !ls->idle && free_slots > 0 && (now >= ls->next_claim || ndone > 0);
-	size_t limit = want ? claim_kinds(w, ls, free_slots, &nkinds) : 0;
+	size_t limit = want ? claim_kinds(l, ls, free_slots, &nkinds) : 0;
 	if (ndone > 0)
 		ls->last_work = now;
 	if (want && limit == 0)
 		ls->next_claim = now + ls->poll; /* every kind is full */
 	if (limit == 0) {
-		exchange(w, 0, NULL, 0); /* outcomes only */
+		exchange(l, 0, NULL, 0); /* outcomes only */
 		return;
 	}
-	int got = exchange(w, limit, ls->pick, nkinds);
+	int got = exchange(l, limit, ls->pick, nkinds);
+	reserve(w, ls, nkinds, -(int)limit); /* what it took is held now */
 	if (got >= 0) {
 		w->st_claims++;
 		w->st_empty_claims += got == 0;
@@ -839,8 +910,11 @@ static void claim_turn(skl_worker *w, loop_state *ls, int64_t now)
 	}
 	ls->next_claim = now + jitter(w, ls->poll);
 	ls->poll = ls->poll * 2 > w->wo.poll_max_ms ? w->wo.poll_max_ms : ls->poll * 2;
-	if (got == 0 && pending_count(w) == 0 && now - ls->last_work >= idle_after(w)) {
+	if (got == 0 && pending_count(l) == 0 && now - ls->last_work >= idle_after(w) &&
+	    (l->index == 0 || atomic_load(&w->primary_idle))) {
 		ls->idle = true;
+		if (l->index == 0)
+			atomic_store(&w->primary_idle, true);
 		ls->next_idle = now; /* learn at once when the next job or fire time is due */
 		skl__wlog(w, SKL_LOG_DEBUG, "idle: polling every %" PRId64 " ms at most",
 		          w->wo.poll_idle_ms);
@@ -848,35 +922,39 @@ static void claim_turn(skl_worker *w, loop_state *ls, int64_t now)
 }
 
 /* One turn of the loop; returns false when the drain is complete. */
-static bool turn(skl_worker *w, loop_state *ls, const char *const *kinds)
+static bool turn(lane *l, loop_state *ls, const char *const *kinds)
 {
+	skl_worker *w = l->w;
 	int64_t now = skl__now_ms();
 	if (w->stop && ls->stop_at == 0) {
 		ls->stop_at = now + w->wo.shutdown_timeout_ms;
-		skl__wlog(w, SKL_LOG_INFO, "stopping: draining %zu running job(s)", pending_count(w));
+		skl__wlog(w, SKL_LOG_INFO, "stopping: draining %zu running job(s)%s", pending_count(l),
+		          w->nlanes > 1 ? " of one connection" : "");
 	}
-	if (w->stop && pending_count(w) == 0)
+	if (w->stop && pending_count(l) == 0)
 		return false;
 	if (w->stop && now >= ls->stop_at && !ls->kill_sent) {
 		ls->kill_sent = now;
-		for (size_t i = 0; i < w->nrunning; i++)
-			w->running[i]->lost = 1; /* commands get SIGTERM, then SIGKILL */
-		skl__wlog(w, SKL_LOG_WARNING, "shutdown timeout: stopping %zu job(s)", w->nrunning);
+		for (size_t i = 0; i < l->nrunning; i++)
+			l->running[i]->lost = 1; /* commands get SIGTERM, then SIGKILL */
+		skl__wlog(w, SKL_LOG_WARNING, "shutdown timeout: stopping %zu job(s)",
+		          (size_t)l->nrunning);
 	}
 	if (ls->kill_sent && now - ls->kill_sent > w->wo.kill_grace_ms + 2000)
 		return false; /* C handlers that ignore skl_job_lost: leave them to the rescue */
-	if (ls->woken || atomic_exchange(&w->room_opened, false)) {
+	bool hint = ls->woken;
+	if (hint || atomic_exchange(&l->poked, false)) {
 		ls->woken = false;
-		on_wake(w, ls, now);
+		on_wake(l, ls, now, hint);
 	}
-	claim_turn(w, ls, now);
-	int64_t until = chores(w, ls, kinds, now);
-	if (!w->stop && !ls->idle && pending_count(w) < capacity(w) &&
+	claim_turn(l, ls, now);
+	int64_t until = chores(l, ls, kinds, now);
+	if (!w->stop && !ls->idle && pending_count(l) < capacity(l) &&
 	    ls->next_claim < until)
 		until = ls->next_claim;
-	if (skl__idle_relisten(w))
+	if (l->index == 0 && skl__idle_relisten(w))
 		ls->woken = true;
-	else if (wait_wake(w, until - skl__now_ms(), hint_helps(w, ls, skl__now_ms())))
+	else if (wait_wake(l, until - skl__now_ms(), hint_helps(l, ls, skl__now_ms())))
 		ls->woken = true;
 	return true;
 }
@@ -901,6 +979,49 @@ static void stop_handlers(skl_worker *w, size_t n)
 			w->handlers[i].ops->stop(w->handlers[i].ctx);
 }
 
+static void loop_init(lane *l, loop_state *ls, const char **pick, size_t *at)
+{
+	skl_worker *w = l->w;
+	int64_t now = skl__now_ms();
+	*ls = (loop_state){.l = l, .pick = pick, .at = at, .poll = w->wo.poll_ms, .next_claim = now,
+	                   .next_hb = now + w->wo.lease_ms / 3,
+	                   .next_rescue = now + jitter(w, w->wo.rescue_every_ms),
+	                   .next_cron = now, .cron_warned = now - 60000, .next_stats = now,
+	                   .next_maint = now, .stats_warned = now - 60000, .last_work = now,
+	                   .idle_warned = now - 60000};
+}
+
+/* The loop of a lane other than lane 0 (which runs on skl_worker_run's
+ * thread): until its drain is complete. */
+static void *lane_main(void *arg)
+{
+	loop_state *ls = arg;
+	while (turn(ls->l, ls, NULL))
+		;
+	return NULL;
+}
+
+/* Starts lanes 1 and on, each on its thread; *n receives the number of
+ * lanes running, lane 0 included. */
+static skl_rc start_lanes(skl_worker *w, loop_state *ls, int *n, skl_error *err)
+{
+	for (*n = 1; *n < w->nlanes; (*n)++)
+		if (pthread_create(&w->lanes[*n].thread, NULL, lane_main, &ls[*n]) != 0)
+			return skl__seterr(err, SKL_IO, "cannot start the thread of connection %d",
+			                   *n + 1);
+	return SKL_OK;
+}
+
+/* Waits for lanes 1 to n-1 to drain; when lane 0 did not run to the
+ * end of a drain (an error), they are stopped first. */
+static void stop_lanes(skl_worker *w, int n)
+{
+	if (n > 1 && !w->stop)
+		skl_worker_stop(w);
+	for (int i = 1; i < n; i++)
+		pthread_join(w->lanes[i].thread, NULL);
+}
+
 skl_rc skl_worker_run(skl_worker *w, skl_error *err)
 {
 	if (w->nhandlers == 0)
@@ -908,37 +1029,43 @@ skl_rc skl_worker_run(skl_worker *w, skl_error *err)
 	skl_rc rc = skl_client_ping(w->db, err);
 	if (rc != SKL_OK)
 		return rc;
-	const char **kinds = calloc(w->nhandlers, sizeof(char *));
-	const char **pick = calloc(w->nhandlers, sizeof(char *));
-	if (kinds == NULL || pick == NULL) {
+	size_t nh = w->nhandlers, nl = (size_t)w->nlanes;
+	const char **kinds = calloc(nh, sizeof(char *));
+	const char **pick = calloc(nh * nl, sizeof(char *));
+	size_t *at = calloc(nh * nl, sizeof(size_t));
+	loop_state *ls = calloc(nl, sizeof(loop_state));
+	if (kinds == NULL || pick == NULL || at == NULL || ls == NULL) {
 		free(kinds);
 		free(pick);
+		free(at);
+		free(ls);
 		return skl__seterr(err, SKL_NOMEM, "out of memory");
 	}
-	for (size_t i = 0; i < w->nhandlers; i++)
+	for (size_t i = 0; i < nh; i++)
 		kinds[i] = w->handlers[i].kind;
+	for (size_t i = 0; i < nl; i++)
+		loop_init(&w->lanes[i], &ls[i], pick + i * nh, at + i * nh);
 	size_t started = 0;
+	int lanes = 1;
 	rc = start_handlers(w, &started, err);
 	if (rc == SKL_OK)
 		rc = skl__retry_start(w, err);
 	if (rc == SKL_OK)
 		rc = start_threads(w, err);
-	int64_t now = skl__now_ms();
-	loop_state ls = {.pick = pick, .poll = w->wo.poll_ms, .next_claim = now,
-	                 .next_hb = now + w->wo.lease_ms / 3,
-	                 .next_rescue = now + jitter(w, w->wo.rescue_every_ms),
-	                 .next_cron = now, .cron_warned = now - 60000, .next_stats = now,
-	                 .next_maint = now,
-	                 .stats_warned = now - 60000, .last_work = now,
-	                 .idle_warned = now - 60000};
 	skl__wlog(w, SKL_LOG_INFO, "worker %s started: %zu kind(s), concurrency %d, lease %" PRId64
-	          " ms", w->wo.owner, w->nhandlers, w->wo.concurrency, w->wo.lease_ms);
-	while (rc == SKL_OK && turn(w, &ls, kinds))
+	          " ms, %d connection(s)", w->wo.owner, w->nhandlers, w->wo.concurrency,
+	          w->wo.lease_ms, w->nlanes);
+	if (rc == SKL_OK)
+		rc = start_lanes(w, ls, &lanes, err);
+	while (rc == SKL_OK && turn(&w->lanes[0], &ls[0], kinds))
 		;
+	stop_lanes(w, lanes);
 	stop_threads(w);
 	stop_handlers(w, started);
 	free(kinds);
 	free(pick);
+	free(at);
+	free(ls);
 	if (rc == SKL_OK)
 		skl_error_clear(err);
 	return rc;
