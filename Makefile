@@ -10,6 +10,10 @@
 #                   pages and the systemd unit, Depends computed by dpkg-shlibdeps
 #   make test       every test, under AddressSanitizer + UBSan, direct and
 #                   through PgBouncer, on a private cluster the harness starts
+#   make test-citus some of the suites again and a check of the cluster, on
+#                   a Citus coordinator with two workers (the citus label;
+#                   builds and installs the Citus extension from tests/vendor
+#                   the first time: scripts/citus)
 #   make chaos      the fault campaign (DURATION=secs, SEED=n): a workload,
 #                   a nemesis and a checker on a private cluster
 #   make install    install into PREFIX (default /usr/local): the command, the
@@ -32,7 +36,7 @@ BUILD := build/release
 ASAN := build/asan
 CTEST_ARGS ?=
 
-.PHONY: all build demo deb test check-asan unit bootstrap install uninstall clean chaos fuzz lint
+.PHONY: all build demo deb test check-asan test-citus unit bootstrap install uninstall clean chaos fuzz lint
 
 all: build
 
@@ -63,11 +67,24 @@ $(ASAN)/CMakeCache.txt:
 	@cmake -S . -B $(ASAN) -DCMAKE_BUILD_TYPE=Debug -DSKL_WERROR=ON -DSKL_SANITIZE=ON \
 	  -DSKL_TESTS=ON >/dev/null
 
+SANITIZER_ENV := ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1
+
+# Every test but the citus label's (make test-citus runs those).
 check-asan: bootstrap $(ASAN)/CMakeCache.txt
 	@cmake --build $(ASAN) -j $(JOBS)
-	@ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1 \
-	  tests/harness/with-cluster --session-bouncer -- \
-	  ctest --test-dir $(ASAN) --output-on-failure -j $(TEST_JOBS) $(CTEST_ARGS)
+	@$(SANITIZER_ENV) tests/harness/with-cluster --session-bouncer -- \
+	  ctest --test-dir $(ASAN) --output-on-failure -j $(TEST_JOBS) -LE citus $(CTEST_ARGS)
+
+# The citus label (tests/CMakeLists.txt) against the sanitizer build, on a
+# Citus coordinator with two workers and PgBouncer in front of it
+# (tests/harness/with-cluster --citus).  The Citus extension is built and
+# installed first when it is not (scripts/citus, as root; cached in
+# build/citus).
+test-citus: bootstrap $(ASAN)/CMakeCache.txt
+	@scripts/citus --check || { scripts/bootstrap --citus && JOBS=$(JOBS) scripts/citus; }
+	@cmake --build $(ASAN) -j $(JOBS)
+	@$(SANITIZER_ENV) tests/harness/with-cluster --citus -- \
+	  ctest --test-dir $(ASAN) --output-on-failure -j $(TEST_JOBS) -L citus $(CTEST_ARGS)
 
 # The README's test command: the optimised build must compile warning-free,
 # and every test runs against the sanitizer build.

@@ -24,10 +24,15 @@ cleanup() {
 	pids=$(jobs -p)
 	[ -n "$pids" ] && kill $pids 2>/dev/null
 	admin -c "DROP DATABASE IF EXISTS \"$DB\" WITH (FORCE)" >/dev/null 2>&1
+	citus_db dropdb
 	rm -rf "$TMP"
 }
+# On a Citus cluster (with-cluster --citus) the test's database is a Citus
+# database: on every node, with the extension, the workers registered.
+citus_db() { [ "${SKL_TEST_CITUS:-}" != 1 ] || "$SKL_TEST_CTL" "citus-$1" "$DB"; }
 trap cleanup EXIT
 admin -c "CREATE DATABASE \"$DB\"" >/dev/null
+citus_db db >/dev/null || exit 1
 
 pass() { CHECKS=$((CHECKS + 1)); echo "ok   $*"; }
 fail() { CHECKS=$((CHECKS + 1)); FAILS=$((FAILS + 1)); echo "FAIL $*"; }

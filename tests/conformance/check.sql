@@ -5,6 +5,9 @@
 -- "ok   NAME" or "FAIL NAME: DETAIL".
 \set ON_ERROR_STOP 1
 SET client_min_messages = warning;
+-- On Citus (make test-citus) the temporary helper below stays on the
+-- coordinator, without a warning that it is not created on the workers.
+SET citus.enable_ddl_propagation = off;
 
 CREATE FUNCTION pg_temp.verdict(name text, detail text) RETURNS text
 LANGUAGE sql AS $$

@@ -219,6 +219,18 @@ static void make_url(char *out, size_t cap, const char *port, const char *db)
 	         env("SKL_TEST_PGHOST"), port, db);
 }
 
+/* On a Citus cluster (with-cluster --citus) a case's database is a Citus
+ * database: made on the workers too, the extension on every node, the
+ * workers registered (ctl citus-db); dropped there after the case.
+ * Returns ctl's exit status, 0 off Citus. */
+static int citus_db(const char *what, const char *dbname)
+{
+	const char *citus = getenv("SKL_TEST_CITUS");
+	if (!citus || strcmp(citus, "1") != 0)
+		return 0;
+	return itest_sh("%s/tests/harness/ctl citus-%s %s", env("SKL_SOURCE_DIR"), what, dbname);
+}
+
 static void setup_db(itest_ctx *t, const char *suite, const char *name)
 {
 	char admin_url[512];
@@ -231,6 +243,9 @@ static void setup_db(itest_ctx *t, const char *suite, const char *name)
 	PGconn *a = itest_connect(admin_url, "itest-admin");
 	PQclear(itest_sql(a, "CREATE DATABASE \"%s\"", t->dbname));
 	PQfinish(a);
+	int rc = citus_db("db", t->dbname);
+	if (rc != 0)
+		itest_fail(__FILE__, __LINE__, "tests/harness/ctl citus-db %s exited %d", t->dbname, rc);
 	make_url(t->direct_url, sizeof(t->direct_url), env("SKL_TEST_PGPORT"), t->dbname);
 	make_url(t->pooled_url, sizeof(t->pooled_url), env("SKL_TEST_BOUNCER_PORT"), t->dbname);
 	snprintf(t->url, sizeof(t->url), "%s", t->pooled ? t->pooled_url : t->direct_url);
@@ -249,6 +264,8 @@ static void drop_db(const char *dbname)
 	r = PQexec(a, sql);
 	PQclear(r);
 	PQfinish(a);
+	if (citus_db("dropdb", dbname) != 0)
+		fprintf(stderr, "warning: tests/harness/ctl citus-dropdb %s failed\n", dbname);
 }
 
 static int run_case(const char *suite, const char *mode, const itest_case *c)
