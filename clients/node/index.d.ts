@@ -31,12 +31,27 @@ export interface EnqueueOptions {
 /** Enqueues one job on db (in its transaction, if one is open); resolves to the job's id. */
 export function enqueue(db: Queryable, kind: string, payload?: unknown, opts?: EnqueueOptions): Promise<string>;
 export function enqueueStatement(kind: string, payload?: unknown, opts?: EnqueueOptions): { text: string; values: unknown[] };
+/** One job of a batch: its kind and payload, and enqueue's options. */
+export interface JobSpec extends EnqueueOptions {
+  kind: string;
+  payload?: unknown;
+}
+export interface EnqueueManyOptions {
+  /** A retried call with the same token returns the first call's ids and enqueues nothing. */
+  token?: string;
+}
+/** Enqueues the jobs in one statement (skiplock.enqueue_many), all or none, in db's transaction
+ * if one is open; resolves to their ids in order. */
+export function enqueueMany(db: Queryable, jobs: JobSpec[], opts?: EnqueueManyOptions): Promise<string[]>;
+export function enqueueManyStatement(jobs: JobSpec[], opts?: EnqueueManyOptions): { text: string; values: unknown[] };
+/** The handle of a claim: queue (protocol 2; the job's queue as claimed), id and fencing token. */
+export type JobHandle = Pick<Job, 'id' | 'fencing'> & Partial<Pick<Job, 'queue'>>;
 /** In your transaction, before the job's effect: throws FencedError unless the claim is current. */
-export function jobFence(db: Queryable, job: Pick<Job, 'id' | 'fencing'>): Promise<void>;
+export function jobFence(db: Queryable, job: JobHandle): Promise<void>;
 /** In the transaction of the job's effect, last before COMMIT: throws FencedError unless the
  * claim is current (or already completed it), then completes the job there, so the effect
  * and the completion commit together (exactly once).  In a handler, use ctx.complete. */
-export function jobComplete(db: Queryable, job: Pick<Job, 'id' | 'fencing'>, result?: unknown): Promise<void>;
+export function jobComplete(db: Queryable, job: JobHandle, result?: unknown): Promise<void>;
 
 export interface Job<P = any> {
   /** PostgreSQL bigint, as a string. */

@@ -2,7 +2,7 @@
 // the caller's transaction, a pool client, or a pg.Pool for a job of its
 // own).  The job commits or rolls back with the caller's transaction.
 import { classify, FencedError } from './errors.js';
-import { toInterval } from './duration.js';
+import { toInterval, toMs } from './duration.js';
 import { checkDb } from './db.js';
 
 // opts field -> [skiplock.enqueue argument, SQL cast, value conversion]
@@ -33,6 +33,68 @@ export function enqueueStatement(kind, payload, opts = {}) {
     named.push(`${arg[0]} => $${values.length}::${arg[1]}`);
   }
   return { text: `SELECT skiplock.enqueue(${named.join(', ')}) AS id`, values };
+}
+
+// A batch: skiplock.enqueue_many's arrays, one element per job, in the
+// order of its arguments; the durations in milliseconds.
+const MANY = [
+  ['kind', 'text', (j) => j.kind],
+  ['payload', 'jsonb', (j) => JSON.stringify(j.payload === undefined ? {} : j.payload)],
+  ['queue', 'text', (j) => j.queue],
+  ['runAt', 'timestamptz', (j) => ARGS.runAt[2](j.runAt)],
+  [null, 'bigint', () => null], // delays: runAt says when
+  ['priority', 'int', (j) => Number(j.priority)],
+  ['uniqueKey', 'text', (j) => String(j.uniqueKey)],
+  ['maxAttempts', 'int', (j) => Number(j.maxAttempts)],
+  ['timeout', 'int', (j) => Math.round(toMs(j.timeout, 'timeout'))],
+  ['backoffBase', 'int', (j) => Math.round(toMs(j.backoffBase, 'backoffBase'))],
+  ['backoffCap', 'int', (j) => Math.round(toMs(j.backoffCap, 'backoffCap'))],
+  ['backoff', 'text', (j) => String(j.backoff)],
+];
+
+function checkJob(j, i) {
+  if (j === null || typeof j !== 'object') throw new TypeError(`enqueueMany: job ${i}: expected an object`);
+  if (typeof j.kind !== 'string' || j.kind === '') throw new TypeError(`enqueueMany: job ${i}: kind: expected a non-empty string`);
+  if (JSON.stringify(j.payload === undefined ? {} : j.payload) === undefined) {
+    throw new TypeError(`enqueueMany: job ${i}: payload: expected a JSON value`);
+  }
+  for (const key of Object.keys(j)) {
+    if (key !== 'kind' && key !== 'payload' && ARGS[key] === undefined) {
+      throw new TypeError(`enqueueMany: job ${i}: unknown option ${JSON.stringify(key)}`);
+    }
+  }
+}
+
+/** The statement and its parameters for enqueueMany(jobs, opts). */
+export function enqueueManyStatement(jobs, opts = {}) {
+  if (!Array.isArray(jobs)) throw new TypeError('enqueueMany: jobs: expected an array');
+  jobs.forEach(checkJob);
+  for (const key of Object.keys(opts)) {
+    if (key !== 'token') throw new TypeError(`enqueueMany: unknown option ${JSON.stringify(key)}`);
+  }
+  const values = [opts.token ?? null];
+  const args = ['$1::text'];
+  for (const [key, type, conv] of MANY) {
+    values.push(jobs.map((j) => (key !== null && j[key] !== undefined && j[key] !== null ? conv(j) : null)));
+    args.push(`$${values.length}::${type}[]`);
+  }
+  return { text: `SELECT skiplock.enqueue_many(${args.join(', ')})::text[] AS ids`, values };
+}
+
+/** Enqueues jobs ([{ kind, payload, ...enqueue's options }]) in one
+ * statement, all or none; resolves to their ids in order (with uniqueKey,
+ * the holder's id where the key is held).  With opts.token, a retried call
+ * (the same token) returns the first call's ids and enqueues nothing. */
+export async function enqueueMany(db, jobs, opts) {
+  checkDb(db);
+  const stmt = enqueueManyStatement(jobs, opts);
+  if (jobs.length === 0) return [];
+  try {
+    const { rows } = await db.query(stmt);
+    return rows[0].ids;
+  } catch (err) {
+    throw classify(err);
+  }
 }
 
 /** Enqueues one job; resolves to its id (a string: PostgreSQL bigint).

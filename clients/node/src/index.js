@@ -2,7 +2,7 @@
 // protocol (docs/protocol.md) that also fires the schedules (docs/cron.md),
 // leases and singletons (docs/leases.md) and idempotent endpoints
 // (docs/idempotency.md); init() installs the schema.  Depends only on pg.
-export { enqueue, enqueueStatement, jobComplete, jobFence } from './enqueue.js';
+export { enqueue, enqueueMany, enqueueManyStatement, enqueueStatement, jobComplete, jobFence } from './enqueue.js';
 export { Worker } from './worker.js';
 export { declareSchedules } from './schedules.js';
 export { withLease } from './lease.js';

@@ -1,7 +1,7 @@
 // enqueue in the caller's transaction, through the mode's URL.
 import { test, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { enqueue, jobFence, PermanentError, FencedError } from '../src/index.js';
+import { enqueue, enqueueMany, enqueueManyStatement, jobFence, PermanentError, FencedError } from '../src/index.js';
 import { admin, appPool, kind, job, q } from './helpers.js';
 
 const pool = appPool();
@@ -14,6 +14,9 @@ async function inTx(fn, commit) {
     const v = await fn(c);
     await c.query(commit ? 'COMMIT' : 'ROLLBACK');
     return v;
+  } catch (err) {
+    await c.query('ROLLBACK'); // never hand the pool a client in a failed transaction
+    throw err;
   } finally {
     c.release();
   }
@@ -73,4 +76,43 @@ test('jobFence on a stale claim throws FencedError (SK001)', async () => {
   await inTx((db) => jobFence(db, c), true); // current: passes
   await assert.rejects(inTx((db) => jobFence(db, { id, fencing: Number(c.fencing) - 1 }), true),
     (e) => e instanceof FencedError && e.code === 'SK001' && e.jobId === id);
+});
+
+test('enqueueMany: all jobs in one statement, in order, in the caller\'s transaction, with their options', async () => {
+  const k = kind('many');
+  const ids = await inTx((c) => enqueueMany(c, [
+    { kind: k, payload: { n: 1 } },
+    { kind: k, payload: [2], queue: 'mail', priority: 3, maxAttempts: 2, timeout: '2s', backoff: 'fixed', backoffBase: 250 },
+    { kind: k, uniqueKey: `${k}:u`, runAt: new Date(Date.now() + 3600e3) },
+  ]), true);
+  assert.equal(ids.length, 3);
+  const [a, b, c] = await Promise.all(ids.map(job));
+  assert.deepEqual([a.payload, a.queue, a.priority, a.max_attempts], [{ n: 1 }, 'default', 0, 25]);
+  assert.deepEqual([b.payload, b.queue, b.priority, b.max_attempts, b.timeout_ms, b.backoff, b.backoff_base_ms],
+    [[2], 'mail', 3, 2, 2000, 'fixed', 250]);
+  assert.ok(c.run_at > new Date(Date.now() + 3000e3) && c.unique_key === `${k}:u`);
+  // a held unique key gives the holder's id; a rolled-back batch leaves nothing
+  assert.deepEqual(await enqueueMany(pool, [{ kind: k, uniqueKey: `${k}:u` }]), [c.id]);
+  await inTx((cl) => enqueueMany(cl, [{ kind: k, payload: { gone: true } }]), false);
+  assert.equal((await q('SELECT count(*)::int AS n FROM skiplock.all_jobs WHERE kind = $1', [k]))[0].n, 3);
+  assert.deepEqual(await enqueueMany(pool, []), []);
+});
+
+test('enqueueMany: a token makes a retried batch a no-op that returns the first ids', async () => {
+  const k = kind('many-token');
+  const token = `${k}:batch`;
+  const first = await enqueueMany(pool, [{ kind: k }, { kind: k }], { token });
+  assert.deepEqual(await enqueueMany(pool, [{ kind: k }, { kind: k }], { token }), first);
+  assert.equal((await q('SELECT count(*)::int AS n FROM skiplock.all_jobs WHERE kind = $1', [k]))[0].n, 2);
+});
+
+test('enqueueMany: bad input is refused before or by the database, and nothing is written', async () => {
+  const k = kind('many-bad');
+  assert.throws(() => enqueueManyStatement([{ kind: '' }]), /job 0: kind/);
+  assert.throws(() => enqueueManyStatement([{ kind: k, nope: 1 }]), /job 0: unknown option "nope"/);
+  assert.throws(() => enqueueManyStatement([{ kind: k }], { tok: 'x' }), /unknown option "tok"/);
+  assert.throws(() => enqueueManyStatement({ kind: k }), /expected an array/);
+  await assert.rejects(enqueueMany(pool, [{ kind: k }, { kind: k, queue: 'q'.repeat(200) }]),
+    (e) => e instanceof PermanentError && e.code === '22023');
+  assert.equal((await q('SELECT count(*)::int AS n FROM skiplock.all_jobs WHERE kind = $1', [k]))[0].n, 0);
 });

@@ -4,7 +4,7 @@
 // Checked by `tsc -p tsconfig.json` (scripts/lint node); never run.
 import http from 'node:http';
 import {
-  classify, enqueue, enqueueStatement, FencedError, isTransientSqlstate, jobFence, PermanentError,
+  classify, enqueue, enqueueMany, enqueueStatement, FencedError, isTransientSqlstate, jobFence, PermanentError,
   SkiplockError, TransientError, urlPooler, Worker, withLease, runSingleton, LeaseLostError,
   idempotent, idemClaim, idemComplete, idemRelease, fingerprint, idempotentHandler, idempotency,
   declareSchedules, init,
@@ -23,6 +23,10 @@ async function app(): Promise<void> {
   await enqueue(db, 'email', {}, { backoff: 'linear' });
   // @ts-expect-error the kind is required
   await enqueue(db);
+  const ids: string[] = await enqueueMany(db, [{ kind: 'email', payload: { to: 'b' }, queue: 'mail' }],
+    { token: 'import-42' });
+  // @ts-expect-error each job needs its kind
+  await enqueueMany(db, [{ payload: {} }]);
 
   const send: Handler = async (job: Job, { signal }) => {
     await jobFence(db, job);
