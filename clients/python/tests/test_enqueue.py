@@ -99,3 +99,54 @@ def test_enqueue_on_default_connections_through_a_pooler(db):
                     skiplock.enqueue(conn, "t.default_conn", {"i": i})
     assert db.execute("SELECT count(*) FROM skiplock.jobs WHERE kind = 't.default_conn'"
                       ).fetchone()[0] == 60
+
+
+def test_enqueue_many_in_one_statement_in_order_with_options(db, app_conn):
+    later = dt.datetime.now(dt.timezone.utc) + dt.timedelta(hours=1)
+    with app_conn.transaction():
+        ids = skiplock.enqueue_many(app_conn, [
+            {"kind": "t.many", "payload": {"n": 1}},
+            {"kind": "t.many", "payload": [2, "é \"q\""], "queue": "mail", "priority": 3,
+             "max_attempts": 2, "timeout": 2, "backoff": "fixed", "backoff_base": 0.25},
+            {"kind": "t.many", "unique_key": "t.many:u", "run_at": later},
+            {"kind": "t.many", "delay": 60},
+        ])
+        assert count(db, "t.many") == 0, "visible before the caller's commit"
+    assert len(ids) == 4
+    assert job(db, ids[0], "payload, queue, priority, max_attempts") == (
+        {"n": 1}, "default", 0, 25)
+    assert job(db, ids[1], "payload, queue, priority, max_attempts, timeout_ms, backoff, "
+                           "backoff_base_ms") == ([2, "é \"q\""], "mail", 3, 2, 2000, "fixed", 250)
+    assert job(db, ids[2], "unique_key, run_at > now() + interval '50 min'") == ("t.many:u", True)
+    assert job(db, ids[3], "run_at > now() + interval '50 s'") == (True,)
+    assert skiplock.enqueue_many(app_conn, [{"kind": "t.many", "unique_key": "t.many:u"}]) \
+        == [ids[2]], "a held unique key gives the holder's id"
+    app_conn.commit()
+    with pytest.raises(RuntimeError):
+        with app_conn.transaction():
+            skiplock.enqueue_many(app_conn, [{"kind": "t.many"}])
+            raise RuntimeError("the caller's own failure")
+    assert count(db, "t.many") == 4
+
+
+def test_enqueue_many_token_makes_a_retry_a_no_op(db, app_conn):
+    first = skiplock.enqueue_many(app_conn, [{"kind": "t.tok"}, {"kind": "t.tok"}], token="t:1")
+    again = skiplock.enqueue_many(app_conn, [{"kind": "t.tok"}, {"kind": "t.tok"}], token="t:1")
+    app_conn.commit()
+    assert first == again and count(db, "t.tok") == 2
+
+
+def test_enqueue_many_bad_input_writes_nothing(db, app_conn):
+    with pytest.raises(TypeError, match="job 1 has an unknown option 'prio'"):
+        skiplock.enqueue_many(app_conn, [{"kind": "t.mbad"}, {"kind": "t.mbad", "prio": 1}])
+    with pytest.raises(TypeError, match="job 0 must be a mapping"):
+        skiplock.enqueue_many(app_conn, [("t.mbad", {})])
+    with pytest.raises(TypeError, match="run_at or delay"):
+        skiplock.enqueue_many(app_conn, [{"kind": "t.mbad", "delay": 1,
+                                          "run_at": dt.datetime.now(dt.timezone.utc)}])
+    with pytest.raises(skiplock.PermanentError) as e:
+        with app_conn.transaction():
+            skiplock.enqueue_many(app_conn, [{"kind": "t.mbad"}, {"kind": "t.mbad",
+                                                                  "queue": "q" * 200}])
+    assert e.value.sqlstate == "22023"
+    assert count(db, "t.mbad") == 0

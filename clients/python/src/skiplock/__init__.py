@@ -32,7 +32,8 @@ from .idem import IdemClaim, fingerprint, idempotent
 from .job import Discard, Job, JobContext, Retry
 from .leases import Lease, lease, lease_sync
 from .pooler import url_looks_pooled
-from .protocol import complete, enqueue, fail, job_complete, job_fence, lease_fence
+from .protocol import (complete, enqueue, enqueue_many, fail, job_complete, job_fence,
+                       lease_fence)
 from .singleton import SingletonResult, run_singleton, run_singleton_sync
 from ._cron import CronTick
 from ._install import init, init_sync
@@ -46,7 +47,8 @@ __all__ = [
     "MIN_SCHEMA", "CronTick", "Declared", "Discard", "FencedError", "IdemClaim", "Job",
     "JobContext", "Lease", "LeaseHeldError", "LeaseLostError", "PermanentError", "Retry",
     "Schedule", "SingletonResult", "SkiplockError", "Stats", "TransientError", "Worker",
-    "classify", "complete", "declare_schedules", "enqueue", "fail", "fingerprint", "idempotent",
-    "init", "init_sync", "is_transient", "job_complete", "job_fence", "lease", "lease_fence",
-    "lease_sync", "run_singleton", "run_singleton_sync", "url_looks_pooled",
+    "classify", "complete", "declare_schedules", "enqueue", "enqueue_many", "fail",
+    "fingerprint", "idempotent", "init", "init_sync", "is_transient", "job_complete",
+    "job_fence", "lease", "lease_fence", "lease_sync", "run_singleton", "run_singleton_sync",
+    "url_looks_pooled",
 ]

@@ -11,11 +11,13 @@ and get an awaitable.
 from __future__ import annotations
 
 import datetime as dt
-from typing import Any, Dict, List, Optional, Tuple
+import json
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple
 
 import psycopg
 from psycopg.types.json import Jsonb
 
+from ._literal import int_array, text_array
 from .errors import FencedError, classify
 
 # enqueue's options: name -> SQL placeholder (intervals as milliseconds).
@@ -69,6 +71,54 @@ def enqueue_sql(kind: str, payload: Any, opts: Dict[str, Any]) -> Tuple[str, Lis
     return f"SELECT skiplock.enqueue({', '.join(args)})", params
 
 
+# enqueue_many: skiplock.enqueue_many's arrays after the token, in its
+# order: (option, SQL type); durations as whole milliseconds.
+_MANY = [("kind", "text"), ("payload", "jsonb"), ("queue", "text"), ("run_at", "timestamptz"),
+         ("delay", "bigint"), ("priority", "int"), ("unique_key", "text"),
+         ("max_attempts", "int"), ("timeout", "int"), ("backoff_base", "int"),
+         ("backoff_cap", "int"), ("backoff", "text")]
+_MANY_MS = ("delay", "timeout", "backoff_base", "backoff_cap")
+
+
+def _many_value(name: str, value: Any, i: int) -> Optional[str]:
+    """One job's value of one array, as the text of an array element."""
+    if value is None:
+        return None
+    if name in _MANY_MS:
+        return str(round(_ms(value, f"job {i}: {name}")))
+    if name == "payload":
+        return json.dumps(value)
+    if name == "run_at":
+        if not isinstance(value, dt.datetime):
+            raise TypeError(f"job {i}: run_at must be a datetime, not {type(value).__name__}")
+        return value.isoformat()
+    if name in ("priority", "max_attempts"):
+        return str(int(value))
+    return str(value)
+
+
+def enqueue_many_sql(jobs: Iterable[Mapping[str, Any]],
+                     token: Optional[str] = None) -> Tuple[str, List[Any]]:
+    """The statement and parameters of one enqueue_many."""
+    cols: List[List[Optional[str]]] = [[] for _ in _MANY]
+    names = {n for n, _ in _MANY}
+    for i, job in enumerate(jobs):
+        if not isinstance(job, Mapping) or not isinstance(job.get("kind"), str):
+            raise TypeError(f"enqueue_many(): job {i} must be a mapping with a str 'kind'")
+        unknown = set(job) - names
+        if unknown:
+            raise TypeError(f"enqueue_many(): job {i} has an unknown option "
+                            f"{sorted(unknown)[0]!r} (expected {', '.join(sorted(names))})")
+        if job.get("run_at") is not None and job.get("delay") is not None:
+            raise TypeError(f"enqueue_many(): job {i}: pass run_at or delay, not both")
+        for col, (name, _) in zip(cols, _MANY):
+            col.append(_many_value(name, job.get(name, {} if name == "payload" else None), i))
+    arrays = [int_array(int(v) if v is not None else None for v in col) if ty in ("int", "bigint")
+              else text_array(col) for col, (_, ty) in zip(cols, _MANY)]
+    args = ", ".join(["%s::text"] + [f"%s::text[]::{ty}[]" for _, ty in _MANY])
+    return f"SELECT skiplock.enqueue_many({args})", [token, *arrays]
+
+
 def _is_async(conn: Any) -> bool:
     return isinstance(conn, (psycopg.AsyncConnection, psycopg.AsyncCursor))
 
@@ -109,6 +159,21 @@ def enqueue(conn: Any, kind: str, payload: Any = None, **opts: Any) -> Any:
     for a lock timeout, a serialization failure or a lost connection.
     """
     sql, params = enqueue_sql(kind, {} if payload is None else payload, dict(opts))
+    return _one(conn, sql, params)
+
+
+def enqueue_many(conn: Any, jobs: Iterable[Mapping[str, Any]],
+                 token: Optional[str] = None) -> Any:
+    """Enqueue a batch in one statement (skiplock.enqueue_many), all or
+    none, in the caller's transaction; the ids, in order.
+
+    Each job is a mapping: "kind", "payload", and enqueue()'s options
+    (queue, run_at or delay, priority, unique_key, max_attempts, timeout,
+    backoff, backoff_base, backoff_cap).  With `token`, a retried call (the
+    same token) returns the first call's ids and enqueues nothing.
+    TypeError for a malformed job, PermanentError for a value the database
+    refuses (nothing is written)."""
+    sql, params = enqueue_many_sql(list(jobs), token)
     return _one(conn, sql, params)
 
 
