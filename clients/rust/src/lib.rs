@@ -29,6 +29,7 @@ mod conn;
 mod cron;
 mod db;
 mod enqueue;
+mod enqueue_many;
 mod error;
 mod held;
 pub mod idem;
@@ -50,6 +51,7 @@ mod worker;
 
 pub use conn::Connector;
 pub use enqueue::{enqueue, enqueue_sql, Backoff, EnqueueOptions};
+pub use enqueue_many::{enqueue_many, enqueue_many_sql, JobSpec};
 pub use error::{sqlstate_is_transient, Error};
 pub use init::{init, INSTALL_SQL};
 pub use idem::{idempotent, Fingerprint, IdemOptions, Idempotent, StoredResponse};
