@@ -112,7 +112,7 @@ check_init "the unpacked crate's cargo run --example init [direct]" "$TMP/init.o
 	cargo_in "$CRATE" run --release --quiet --example init -- --url "$url"
 for mode in direct pooled; do
 	target "$mode"
-	check_init "the project's cargo run [$mode]" "$TMP/run.out" \
+	DATABASE_URL=$url check_init "the project's cargo run [$mode]" "$TMP/run.out" \
 		cargo_in "$APP" run --release --quiet
 	grep -qx "schema at step $NEWEST" "$TMP/run.out" && grep -q '^job [0-9]* handled$' "$TMP/run.out" &&
 		pass "the project's program [$mode]: skiplock::init, then the job handled" ||
