@@ -1,13 +1,16 @@
 # skiplock — the user-facing commands.  The real build is CMake (build/).
 # Each target installs (as root) only the Debian packages it needs, with
 # scripts/bootstrap: --build for make and make install, --demo for make demo,
-# --deb for make deb, --test for the rest.
+# --deb for make deb, --dist for make dist, --test for the rest.
 #
 #   make            build the library and the command (warnings are errors)
 #   make demo       the embedded demo: a private Postgres, workers, a crash
 #   make deb        a Debian package (build/release/skiplock_VERSION_ARCH.deb)
 #                   of the command, the libraries, headers, skiplock.pc, man
 #                   pages and the systemd unit, Depends computed by dpkg-shlibdeps
+#   make dist       the clients as a team installs them, into dist/, offline
+#                   (scripts/dist): the npm tarball, the Python wheel and
+#                   sdist, the Rust .crate; each carries the schema installer
 #   make test       every test, under AddressSanitizer + UBSan, direct and
 #                   through PgBouncer, on a private cluster the harness starts
 #   make test-citus some of the suites again and a check of the cluster, on
@@ -36,7 +39,7 @@ BUILD := build/release
 ASAN := build/asan
 CTEST_ARGS ?=
 
-.PHONY: all build demo deb test check-asan test-citus unit bootstrap install uninstall clean chaos fuzz lint
+.PHONY: all build demo deb dist test check-asan test-citus unit bootstrap install uninstall clean chaos fuzz lint
 
 all: build
 
@@ -62,6 +65,11 @@ deb: build
 	@scripts/bootstrap --deb
 	@cd $(BUILD) && cpack -G DEB >/dev/null
 	@ls $(BUILD)/skiplock_*.deb
+
+# dist/ also holds the systemd unit's template: only skiplock-* are built.
+dist:
+	@scripts/bootstrap --dist
+	@scripts/dist
 
 $(ASAN)/CMakeCache.txt:
 	@cmake -S . -B $(ASAN) -DCMAKE_BUILD_TYPE=Debug -DSKL_WERROR=ON -DSKL_SANITIZE=ON \
@@ -124,7 +132,7 @@ uninstall:
 	@cmake -DMANIFEST=$(CURDIR)/$(BUILD)/install_manifest.txt -P cmake/uninstall.cmake
 
 clean:
-	rm -rf build
+	rm -rf build dist/skiplock-*
 
 # make bench [QUICK=1] [BASELINE=rev|none]: the benchmark suite on a private
 # durable Postgres (bench/run; docs/performance.md says what each figure

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # pack.sh — the package as an app installs it (CTest: client.node.pack).
 #
-# `npm pack` in clients/node; the tarball holds src, bin, index.d.ts,
-# index.d.cts and sql/install.sql, and nothing of the tests.  It is
+# `npm pack` in clients/node (scripts/dist node, as `make dist` runs it);
+# the tarball holds src, bin, index.d.ts, index.d.cts and sql/install.sql,
+# and nothing of the tests.  It is
 # installed with pg into an app outside the tree, offline (no registry: pg
 # and its dependencies are packed from this client's node_modules, the
 # npm cache is empty).  Then, with no C binary on PATH, on an empty
@@ -19,16 +20,14 @@ HERE=$(cd "$(dirname "$0")/.." && pwd)
 bash "$HERE/test/ensure-deps.sh" || exit 1
 set -- direct
 . "${SKL_SOURCE_DIR:?run under CTest}/tests/cli/lib.sh"
-POOLED_DB=${DB}_pooled
-admin -c "CREATE DATABASE \"$POOLED_DB\"" >/dev/null
-trap 'cleanup; admin -c "DROP DATABASE IF EXISTS \"$POOLED_DB\" WITH (FORCE)" >/dev/null 2>&1' EXIT
-SERVER="$SKL_TEST_DBUSER@$SKL_TEST_PGHOST"
+. "$SKL_SOURCE_DIR/tests/cli/package_lib.sh"
 APP=$TMP/app
 export npm_config_cache=$TMP/npm-cache npm_config_offline=true npm_config_audit=false npm_config_fund=false \
 	npm_config_update_notifier=false
 
 # the tarball, and what it holds
-tarball=$(cd "$HERE" && npm pack --silent --pack-destination "$TMP" | tail -n 1)
+tarball=$("$SKL_SOURCE_DIR/scripts/dist" --out "$TMP" node) || fail "scripts/dist node"
+tarball=${tarball##*/}
 listing=$(tar -tzf "$TMP/$tarball")
 for f in src/index.js src/init.js bin/skiplock.js index.d.ts index.d.cts sql/install.sql package.json; do
 	grep -qx "package/$f" <<<"$listing" && pass "the tarball holds $f" || fail "the tarball has no $f"
@@ -46,21 +45,14 @@ if (cd "$APP" && npm install --silent "$TMP/$tarball" "$TMP"/deps/*.tgz) >"$TMP/
 else
 	fail "npm install: $(cat "$TMP/install.log")"
 fi
-cmp -s "$APP/node_modules/skiplock/sql/install.sql" "$SKL_SOURCE_DIR/sql/install.sql" &&
-	pass "the installed sql/install.sql is the tree's" || fail "the installed sql/install.sql differs from the tree's"
+installer_steps "$APP/node_modules/skiplock/sql/install.sql"
 cp "$HERE/examples/quick-start.mjs" "$HERE/examples/quick-start.cjs" "$HERE"/test/pack/typed-app.?ts "$APP/"
 
 # PATH: node, npm, npx and sh (npm runs bins through it) only
-mkdir "$TMP/path"
-for t in node npm npx sh; do ln -s "$(command -v "$t")" "$TMP/path/$t"; done
+only_on_path node npm npx sh
 in_app() { (cd "$APP" && env PATH="$TMP/path" "$@"); }
 check_eq "no skiplock on PATH but the package's" \
 	"$(in_app npx -c 'command -v skiplock')" "$APP/node_modules/.bin/skiplock"
-
-steps=$(grep -E '^-- step [0-9]{4}_[a-z0-9_]+$' "$APP/node_modules/skiplock/sql/install.sql")
-nsteps=$(wc -l <<<"$steps")
-newest=$(tail -n 1 <<<"$steps" | sed 's/^-- step 0*\([0-9]*\)_.*/\1/')
-qdb() { psql -X -q -At -v ON_ERROR_STOP=1 "postgresql://$SERVER:$SKL_TEST_PGPORT/$1" -c "$2"; }
 
 # run_app FILE URL: starts the app; sets APP_PID; its output in $TMP/FILE.{out,err}
 run_app() {
@@ -97,22 +89,13 @@ quick_start() {
 }
 
 for mode in direct pooled; do
-	if [ "$mode" = direct ]; then db=$DB port=$SKL_TEST_PGPORT; else db=$POOLED_DB port=$SKL_TEST_BOUNCER_PORT; fi
-	url="postgresql://$SERVER:$port/$db"
-	if in_app npx skiplock init --url "$url" >"$TMP/init.out" 2>&1; then
-		pass "npx skiplock init [$mode]: $(cat "$TMP/init.out")"
-	else
-		fail "npx skiplock init [$mode]: $(cat "$TMP/init.out")"
-	fi
-	check_eq "npx skiplock init [$mode]: one row per step, at the newest" \
-		"$(qdb "$db" "SELECT count(*) || '/' || count(DISTINCT version) || ' ' || skiplock.installed_version() FROM skiplock.schema_version")" \
-		"$nsteps/$nsteps $newest"
+	target "$mode"
+	check_init "npx skiplock init [$mode]" "$TMP/init.out" in_app npx skiplock init --url "$url"
 	quick_start quick-start.mjs "$db" "$url" 1 "$mode"
 	quick_start quick-start.cjs "$db" "$url" 2 "$mode"
-	grep -qx "schema at step $newest" "$TMP/quick-start.cjs.out" &&
+	grep -qx "schema at step $NEWEST" "$TMP/quick-start.cjs.out" &&
 		pass "quick-start.cjs [$mode]: init() from require" || fail "quick-start.cjs [$mode]: $(cat "$TMP/quick-start.cjs.out")"
-	check_eq "[$mode] no idle-in-transaction sessions" "$(qdb "$db" "SELECT count(*) FROM pg_stat_activity
-		WHERE datname = current_database() AND state LIKE 'idle in transaction%'")" 0
+	no_idle_in_tx "[$mode]"
 done
 
 same="const a = require('skiplock'); import('skiplock').then((b) => { if (a.Worker !== b.Worker || a.init !== b.init) process.exit(1); })"
