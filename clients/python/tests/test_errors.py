@@ -41,6 +41,17 @@ def test_unreachable_database_is_transient():
         asyncio.run(worker.start())
 
 
+def test_a_refusal_no_retry_cures_is_permanent_with_its_sqlstate(scratch):
+    """A missing database or role: PermanentError with the server's SQLSTATE
+    (psycopg's connection error has none; the worker asks for it), fast."""
+    from psycopg.conninfo import make_conninfo
+    for url, state in [(make_conninfo(scratch[1], dbname="py_no_such_db"), "3D000"),
+                       (make_conninfo(scratch[1], user="py_no_such_role"), "28000")]:
+        err = start_fails(url)
+        assert err.sqlstate == state and f"(SQLSTATE {state})" in str(err)
+        assert not skiplock.is_transient(state)
+
+
 def claim(db, kind, lease="30 s"):
     return db.execute("SELECT id, fencing FROM skiplock.claim('test', ARRAY[%s], NULL, 1, "
                       "%s::interval)", [kind, lease]).fetchone()

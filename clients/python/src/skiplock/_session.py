@@ -9,6 +9,7 @@ A broken connection is reopened by the next call.
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import json
 from dataclasses import dataclass
@@ -17,8 +18,9 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import psycopg
 
 from ._literal import int_array, text_array
-from .errors import (MIN_SCHEMA, NO_SCHEMA_SQLSTATES, SkiplockError, classify,
-                     schema_error)
+from ._connect_state import connect_sqlstate
+from .errors import (MIN_SCHEMA, NO_SCHEMA_SQLSTATES, PermanentError, SkiplockError,
+                     TransientError, classify, is_transient, schema_error)
 from .job import Job
 from .pooler import is_direct
 
@@ -48,6 +50,23 @@ _HEARTBEAT = (f"SELECT id, extended FROM skiplock.heartbeat(%s::bigint[], %s::bi
               f"{_LEASE}, %s::text[])")
 _RESCUE = "SELECT count(*) FROM skiplock.rescue(%s::int)"
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
+
+
+async def connect_error(exc: psycopg.OperationalError, url: str) -> SkiplockError:
+    """The typed error for a failed connection: psycopg's error carries no
+    SQLSTATE, so one more attempt asks the server for it; a refusal for a
+    reason no retry cures (a wrong password, a missing database or role)
+    is then a PermanentError, as in the other clients, and an unreachable
+    server or one starting up a TransientError."""
+    if getattr(exc, "sqlstate", None) is None:
+        state = await asyncio.to_thread(connect_sqlstate, url)
+        if state is not None:
+            message = f"{str(exc).strip().splitlines()[0]} (SQLSTATE {state})"
+            err: SkiplockError = (TransientError(message, state) if is_transient(state)
+                                  else PermanentError(message, state))
+            err.__cause__ = exc
+            return err
+    return classify(exc)
 
 
 @dataclass
@@ -112,6 +131,8 @@ class Session:
             conn = await psycopg.AsyncConnection.connect(
                 self.url, autocommit=True, prepare_threshold=None, **self.connect_kwargs)
             self.direct = await is_direct(conn, self.url, self.pooler)
+        except psycopg.OperationalError as e:
+            raise await connect_error(e, self.url) from e
         except psycopg.Error as e:
             raise classify(e) from e
         if self.direct:
