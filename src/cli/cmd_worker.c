@@ -158,7 +158,9 @@ static const char exit_help[] =
 	"--metrics address, 2 bad usage (including an option outside its bounds, a\n"
 	"queue, kind or owner that is not UTF-8, a webhook URL that is not http(s)\n"
 	"with a host, or an unset secret variable), 3 database unreachable at start\n"
-	"within --retry-for.\n";
+	"within 4 s (or --retry-for, if shorter). A refusal no retry cures (no such\n"
+	"database or role, a wrong password) or a schema missing or older than this\n"
+	"build: exit 1 at once, naming what to do.\n";
 
 enum { O_HANDLER = OPT_COMMON_LAST + 1, O_QUEUE, O_CONC, O_PREFETCH, O_LEASE, O_POLL, O_POLLMAX,
        O_TIMEOUT, O_GRACE, O_POLLIDLE, O_SHUTDOWN, O_BACKOFF, O_BBASE, O_BCAP, O_RESCUE, O_OWNER,

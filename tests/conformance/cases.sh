@@ -177,3 +177,35 @@ case_drain() {
 	invariants all
 	stop_worker drain-B
 }
+
+# startup_fails WHAT URL PATTERN: an instance started on URL exits non-zero
+# within 8 s (the contract is start() within 5 s; the rest is the
+# process's own start), and its output matches PATTERN (case-insensitive).
+startup_fails() {
+	local what=$1 url=$2 pattern=$3 t0 ms rc
+	t0=$(date +%s%N)
+	env -u DIRECT_DATABASE_URL DATABASE_URL="$url" CONFORMANCE_MODE="$MODE" \
+		CONFORMANCE_OWNER=startup CONFORMANCE_CONCURRENCY=1 CONFORMANCE_LEASE="${LEASE}s" \
+		timeout 30 setsid "$IMPL" >"$TMP/startup.log" 2>&1
+	rc=$?
+	ms=$((($(date +%s%N) - t0) / 1000000))
+	if [ "$rc" != 0 ] && [ "$rc" != 124 ] && [ "$ms" -lt 8000 ]; then
+		pass "start on $what: exit $rc after $ms ms"
+	else
+		fail "start on $what: exit $rc after $ms ms (want a failure within 8 s): $(tail -n 5 "$TMP/startup.log")"
+	fi
+	grep -qi -- "$pattern" "$TMP/startup.log" && pass "start on $what says /$pattern/" ||
+		fail "start on $what does not say /$pattern/: $(tail -n 5 "$TMP/startup.log")"
+}
+
+# Every implementation's start fails fast, and says why, on a database it
+# cannot work with: unreachable, missing, or without skiplock's schema.
+case_startup() {
+	section "start-up failures"
+	local base=${URL%/*} bare="${DB}_bare"
+	startup_fails "an unreachable server" "postgresql://nobody@127.0.0.1:1/nothing" "refused"
+	startup_fails "a missing database" "$base/${DB}_missing" "${DB}_missing"
+	admin -c "CREATE DATABASE \"$bare\"" >/dev/null || fail "create $bare"
+	startup_fails "a database without the schema" "$base/$bare" "init"
+	admin -c "DROP DATABASE IF EXISTS \"$bare\" WITH (FORCE)" >/dev/null
+}

@@ -79,6 +79,7 @@ case_heartbeat
 case_kill
 case_stop
 case_drain
+case_startup
 
 section "end"
 invariants all

@@ -126,6 +126,12 @@ skl_rc skl__exec_simple(skl_client *c, const char *sql, PGresult **out, skl_erro
 /* Runs fn with connection (re)establishment and retry on transient errors,
  * inside BEGIN … COMMIT with SET LOCAL settings when o->txn. */
 skl_rc skl__run(skl_client *c, const skl_txn_opts *o, skl_txn_fn fn, void *ctx, skl_error *err);
+
+/* A start-up check: the database answers within within_ms (or the
+ * client's own retry bound, if shorter) and has skiplock's schema at this
+ * build's version: SKL_UNREACHABLE, SKL_REFUSED or SKL_SCHEMA otherwise,
+ * whatever the client's require_schema. */
+skl_rc skl__start_check(skl_client *c, int within_ms, skl_error *err);
 /* One statement with text parameters, for skl__run_stmt. */
 typedef struct skl_stmt {
 	const char *sql;

@@ -183,6 +183,19 @@ skl_rc skl_client_ping(skl_client *c, skl_error *err)
 	return skl__run(c, &o, ping_fn, NULL, err);
 }
 
+skl_rc skl__start_check(skl_client *c, int within_ms, skl_error *err)
+{
+	int keep = c->retry_max_ms;
+	bool required = c->require_schema;
+	if (within_ms < c->retry_max_ms)
+		c->retry_max_ms = within_ms;
+	c->require_schema = true;
+	skl_rc rc = skl_client_ping(c, err);
+	c->retry_max_ms = keep;
+	c->require_schema = required;
+	return rc;
+}
+
 static skl_rc stmt_fn(skl_client *c, void *ctx, skl_error *err)
 {
 	skl_stmt *s = ctx;

@@ -1022,11 +1022,16 @@ static void stop_lanes(skl_worker *w, int n)
 		pthread_join(w->lanes[i].thread, NULL);
 }
 
+/* How long a starting worker tries to reach its database (at most). */
+#define START_WITHIN_MS 4000
+
 skl_rc skl_worker_run(skl_worker *w, skl_error *err)
 {
 	if (w->nhandlers == 0)
 		return skl__seterr(err, SKL_MISUSE, "the worker has no handlers");
-	skl_rc rc = skl_client_ping(w->db, err);
+	/* Fails fast, as every client's start() does: the database not reached
+	 * within 4 s, a refusal, or no schema (docs/protocol.md, start-up). */
+	skl_rc rc = skl__start_check(w->db, START_WITHIN_MS, err);
 	if (rc != SKL_OK)
 		return rc;
 	size_t nh = w->nhandlers, nl = (size_t)w->nlanes;

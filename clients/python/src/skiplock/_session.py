@@ -59,7 +59,7 @@ async def connect_error(exc: psycopg.OperationalError, url: str) -> SkiplockErro
     is then a PermanentError, as in the other clients, and an unreachable
     server or one starting up a TransientError."""
     if getattr(exc, "sqlstate", None) is None:
-        state = await asyncio.to_thread(connect_sqlstate, url)
+        state = await asyncio.to_thread(connect_sqlstate, url, 2.0)
         if state is not None:
             message = f"{str(exc).strip().splitlines()[0]} (SQLSTATE {state})"
             err: SkiplockError = (TransientError(message, state) if is_transient(state)
