@@ -86,14 +86,21 @@ export interface HandlerContext {
   complete(db: Queryable, result?: unknown): Promise<void>;
 }
 
-export type Handler = (job: Job, ctx: HandlerContext) => Promise<unknown>;
+export type Handler<P = any> = (job: Job<P>, ctx: HandlerContext) => Promise<unknown>;
 
-export interface WorkerOptions {
+/** Payload types by kind, e.g. `{ 'email.receipt': Receipt }`: a handler
+ * for each kind, whose job.payload has its kind's type.  The database does
+ * not check payloads: the type is what the enqueuing code promises. */
+export type PayloadMap = Record<string, unknown>;
+export type Handlers<M extends PayloadMap> = { [K in keyof M & string]: Handler<M[K]> };
+
+export interface WorkerOptions<M extends PayloadMap = Record<string, any>> {
   connectionString: string;
   /** kind -> handler.  Resolve: completed with the value as result.  Throw
    * PermanentError: discarded.  Throw anything else: a retryable failure
-   * (after err.retryAfterMs when set). */
-  handlers: Record<string, Handler>;
+   * (after err.retryAfterMs when set).  With `new Worker<M>(...)`, one
+   * handler per kind of M, each given its kind's payload type. */
+  handlers: Handlers<M>;
   /** Handlers at once (default 10). */
   concurrency?: number;
   /** Claims held beyond the handlers (0 to 1000, default 0): up to
@@ -153,8 +160,8 @@ export interface CronTick {
   dbNow: Date;
 }
 
-export class Worker extends EventEmitter {
-  constructor(options: WorkerOptions);
+export class Worker<M extends PayloadMap = Record<string, any>> extends EventEmitter {
+  constructor(options: WorkerOptions<M>);
   readonly owner: string;
   /** "listen" while a LISTEN is active on a direct connection, else "poll". */
   readonly wakeups: 'listen' | 'poll';

@@ -46,6 +46,22 @@ async function app(): Promise<void> {
   await w.stop();
   // @ts-expect-error handlers are required
   new Worker({ connectionString: 'postgresql://localhost/app' });
+  // typed payloads: a handler per kind, each with its kind's payload type
+  interface Receipt { order: number; to: string }
+  const typed = new Worker<{ 'email.receipt': Receipt; 'report.build': { day: string } }>({
+    connectionString: 'x',
+    handlers: {
+      'email.receipt': async (job) => job.payload.order + job.payload.to.length,
+      'report.build': async (job) => job.payload.day.toUpperCase(),
+    },
+  });
+  void typed;
+  new Worker<{ 'email.receipt': Receipt }>({
+    // @ts-expect-error a payload field its type does not have
+    connectionString: 'x', handlers: { 'email.receipt': async (job) => job.payload.nope },
+  });
+  // @ts-expect-error a kind of the map without its handler
+  new Worker<{ a: Receipt; b: number }>({ connectionString: 'x', handlers: { a: async () => 1 } });
   // @ts-expect-error pooler is one of four names
   new Worker({ connectionString: 'x', handlers: {}, pooler: 'pgbouncer' });
 
