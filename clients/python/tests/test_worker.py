@@ -443,3 +443,33 @@ def test_prepared_statements_only_when_direct():
         await w.stop()
         return direct, threshold
     assert asyncio.run(main()) == ((True, 0) if MODE == "direct" else (False, None))
+
+
+def test_a_typed_handler_gets_its_payload_type_and_discards_one_that_is_not(db):
+    from dataclasses import dataclass
+
+    @dataclass
+    class Receipt:
+        order: int
+        to: str
+
+    async def send(r: Receipt, job, ctx):
+        return {"order": r.order, "to": r.to, "type": type(r).__name__}
+
+    def build(day: str, job, ctx):
+        return day.upper()
+
+    good = enqueue_direct(db, "t.typed", '{"order": 42, "to": "a@example.com"}')[0]
+    bad = enqueue_direct(db, "t.typed", '{"order": 42}')[0]
+    plain = enqueue_direct(db, "t.typed.str", '"monday"')[0]
+    w = worker({"t.typed": skiplock.typed(Receipt, send),
+                "t.typed.str": skiplock.typed(str, build)})
+    w.start_thread()
+    wait_until(lambda: w.stats.completed >= 2 and w.stats.failed >= 1, 30, "the typed jobs")
+    w.stop_thread()
+    assert job(db, good, "state, result") == (
+        "completed", {"order": 42, "to": "a@example.com", "type": "Receipt"})
+    assert job(db, plain, "state, result") == ("completed", "MONDAY")
+    state, attempt, error = job(db, bad, "state, attempt, errors->0->>'error'")
+    assert (state, attempt) == ("discarded", 1)
+    assert error.startswith(f"Discard: the payload of job {bad} is not a Receipt: "), error

@@ -34,6 +34,7 @@ from .leases import Lease, lease, lease_sync
 from .pooler import url_looks_pooled
 from .protocol import (complete, enqueue, enqueue_many, fail, job_complete, job_fence,
                        lease_fence)
+from .typed import typed
 from .singleton import SingletonResult, run_singleton, run_singleton_sync
 from ._cron import CronTick
 from ._install import init, init_sync
@@ -50,5 +51,5 @@ __all__ = [
     "classify", "complete", "declare_schedules", "enqueue", "enqueue_many", "fail",
     "fingerprint", "idempotent", "init", "init_sync", "is_transient", "job_complete",
     "job_fence", "lease", "lease_fence", "lease_sync", "run_singleton", "run_singleton_sync",
-    "url_looks_pooled",
+    "typed", "url_looks_pooled",
 ]
