@@ -29,7 +29,8 @@ CREATE TABLE conformance.ledger (
 CREATE FUNCTION conformance.effect(job_id bigint, fencing bigint, owner text, payload jsonb)
 RETURNS void LANGUAGE plpgsql AS $$
 BEGIN
-  IF to_regprocedure('skiplock.job_fence(bigint, bigint)') IS NOT NULL THEN
+  IF to_regprocedure('skiplock.job_fence(bigint, bigint, text)') IS NOT NULL
+     OR to_regprocedure('skiplock.job_fence(bigint, bigint)') IS NOT NULL THEN
     EXECUTE 'SELECT skiplock.job_fence($1, $2)' USING effect.job_id, effect.fencing;
   ELSE
     PERFORM 1 FROM skiplock.jobs j
