@@ -4,7 +4,7 @@ pub use crate::config::{Event, EventHook, HandlerResult};
 use crate::config::Config;
 use crate::conn::Connector;
 use crate::error::Error;
-use crate::job::Job;
+use crate::job::{HandlerError, Job};
 use crate::pooler::Pooler;
 use crate::runloop;
 use crate::schedule::Schedule;
@@ -75,6 +75,27 @@ impl WorkerBuilder {
     {
         self.0.handlers.insert(kind.into(), Arc::new(move |j, t| f(j, t).boxed()));
         self
+    }
+
+    /// Handles jobs of `kind` whose payload is a `T`: `f(payload, job,
+    /// token)`, as [`WorkerBuilder::handler`] otherwise.  A payload that is
+    /// not a `T` fails its attempt with a discard (no retry can change the
+    /// payload), naming the job and the type.
+    pub fn typed_handler<T, F, Fut>(self, kind: impl Into<String>, f: F) -> WorkerBuilder
+    where
+        T: serde::de::DeserializeOwned + Send + 'static,
+        F: Fn(T, Job, CancellationToken) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = HandlerResult> + Send + 'static,
+    {
+        let f = Arc::new(f);
+        self.handler(kind, move |job: Job, token| {
+            let f = f.clone();
+            let payload = serde_json::from_value::<T>(job.payload.clone()).map_err(|e| {
+                HandlerError::discard(format!("the payload of job {} is not a {}: {}", job.id,
+                                              std::any::type_name::<T>(), e))
+            });
+            async move { f(payload?, job, token).await }
+        })
     }
 
     /// Jobs handled at once (1 to 1,000).

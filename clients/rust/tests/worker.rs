@@ -297,3 +297,33 @@ async fn wakes_within(check: &tokio_postgres::Client, kind: &str, started: &Noti
     enqueue_sql(check, kind, "{}").await;
     tokio::time::timeout(limit, started.notified()).await.is_ok()
 }
+
+#[derive(serde::Deserialize)]
+struct Receipt {
+    order: i64,
+    to: String,
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_typed_handler_gets_its_payload_type_and_discards_one_that_is_not() {
+    let check = connect(&direct_url()).await;
+    let kind = "t.w.typed";
+    let good = enqueue_sql(&check, kind, r#"{"order": 42, "to": "a@example.com"}"#).await;
+    let bad = enqueue_sql(&check, kind, r#"{"order": "forty-two"}"#).await;
+    let w = builder("t-typed")
+        .typed_handler(kind, |r: Receipt, _job, _| async move {
+            Ok(json!({ "order": r.order, "to": r.to }))
+        })
+        .build().unwrap().start().await.unwrap();
+    let done = format!("SELECT count(*) FROM skiplock.all_jobs WHERE kind = '{}' \
+                        AND state IN ('completed', 'discarded')", kind);
+    assert!(wait_for(&check, &done, "2", 20).await, "the typed jobs did not end");
+    w.shutdown().await.unwrap();
+    assert_eq!(one(&check, &format!("SELECT state || ' ' || result::text FROM skiplock.all_jobs \
+                                     WHERE id = {}", good)).await,
+               "completed {\"to\": \"a@example.com\", \"order\": 42}");
+    let why = one(&check, &format!("SELECT state || ' ' || attempt || ' ' || (errors->0->>'error') \
+                                    FROM skiplock.all_jobs WHERE id = {}", bad)).await;
+    assert!(why.starts_with(&format!("discarded 1 the payload of job {} is not a ", bad)), "{}", why);
+    assert!(why.contains("Receipt"), "{}", why);
+}

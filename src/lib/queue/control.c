@@ -95,8 +95,9 @@ skl_rc skl_pause(skl_client *c, const char *queue, const char *kind, const skl_a
 skl_rc skl_resume(skl_client *c, const char *queue, const char *kind, const skl_actor *who,
                   bool *changed, skl_error *err)
 {
-	return pause_call(c, "SELECT skiplock.resume($1, $2, $3, $4)", queue, kind, who, changed,
-	                  err);
+	/* and wakes idle workers on direct connections (a hint) */
+	return pause_call(c, "SELECT skiplock.resume($1, $2, $3, $4) FROM pg_notify('skiplock_jobs', '')",
+	                  queue, kind, who, changed, err);
 }
 
 /* ---- schedules and breakers ---- */
@@ -156,7 +157,10 @@ skl_rc skl_breaker_set(skl_client *c, const char *kind, bool open, const skl_act
 		rc = skl__check_actor(who, err);
 	if (rc != SKL_OK)
 		return rc;
-	skl_stmt s = {.sql = "SELECT skiplock.breaker_set($1, $2::boolean, $3, $4)", .nparams = 4,
+	/* and wakes idle workers on direct connections (a hint): a closed
+	 * breaker's jobs are claimable at once, not at the next idle poll */
+	skl_stmt s = {.sql = "SELECT skiplock.breaker_set($1, $2::boolean, $3, $4)"
+	                     "  FROM pg_notify('skiplock_jobs', '')", .nparams = 4,
 	              .params = {kind, open ? "true" : "false", who->name, who->role}};
 	bool isnull = true;
 	const char *v = NULL;

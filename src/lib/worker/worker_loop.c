@@ -1057,9 +1057,11 @@ skl_rc skl_worker_run(skl_worker *w, skl_error *err)
 		rc = skl__retry_start(w, err);
 	if (rc == SKL_OK)
 		rc = start_threads(w, err);
+	char lanes_note[40] = "";
+	if (w->nlanes > 1)
+		snprintf(lanes_note, sizeof(lanes_note), ", %d connections", w->nlanes);
 	skl__wlog(w, SKL_LOG_INFO, "worker %s started: %zu kind(s), concurrency %d, lease %" PRId64
-	          " ms, %d connection(s)", w->wo.owner, w->nhandlers, w->wo.concurrency,
-	          w->wo.lease_ms, w->nlanes);
+	          " ms%s", w->wo.owner, w->nhandlers, w->wo.concurrency, w->wo.lease_ms, lanes_note);
 	if (rc == SKL_OK)
 		rc = start_lanes(w, ls, &lanes, err);
 	while (rc == SKL_OK && turn(&w->lanes[0], &ls[0], kinds))
