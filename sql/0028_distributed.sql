@@ -923,6 +923,78 @@ BEGIN
 END
 $fn$;
 
+-- As in step 0018, and on the distributed layout without ctid (Citus
+-- plans no modification by ctid): the rows' ids first, then the delete.
+CREATE OR REPLACE FUNCTION skiplock.finished_act_purge(p_batch integer) RETURNS bigint
+LANGUAGE plpgsql AS $fn$
+DECLARE
+  v_now timestamptz := clock_timestamp();
+  v_n bigint;
+  v_ids bigint[];
+BEGIN
+  IF skiplock.is_distributed() THEN
+    v_ids := ARRAY(SELECT x.id FROM skiplock.finished_jobs_default x
+                    WHERE x.expires_at <= v_now LIMIT p_batch);
+    DELETE FROM skiplock.finished_jobs_default d
+     WHERE d.id = ANY (v_ids) AND d.expires_at <= v_now;
+    GET DIAGNOSTICS v_n = ROW_COUNT;
+    RETURN v_n;
+  END IF;
+  DELETE FROM skiplock.finished_jobs_default d WHERE d.ctid = ANY (ARRAY(
+    SELECT x.ctid FROM skiplock.finished_jobs_default x WHERE x.expires_at <= v_now
+     LIMIT p_batch));
+  GET DIAGNOSTICS v_n = ROW_COUNT;
+  RETURN v_n;
+END
+$fn$;
+
+-- As in step 0018, and on the distributed layout without ctid.
+CREATE OR REPLACE FUNCTION skiplock.finished_act_fill(p_batch integer) RETURNS bigint
+LANGUAGE plpgsql AS $fn$
+DECLARE
+  t record;
+  v_n bigint;
+  v_ids bigint[];
+BEGIN
+  IF skiplock.is_distributed() THEN
+    -- the local table and the distributed partition in separate statements
+    FOR t IN SELECT s.name, s.lo, s.hi FROM skiplock.finished_tables s
+              WHERE s.state = 'standalone' AND s.hi > clock_timestamp()
+                AND EXISTS (SELECT 1 FROM skiplock.finished_area a
+                             WHERE a.lo <= s.lo AND a.hi >= s.hi)
+              ORDER BY s.lo LOOP
+      v_ids := ARRAY(SELECT x.id FROM skiplock.finished_jobs_default x
+                      WHERE x.expires_at >= t.lo AND x.expires_at < t.hi LIMIT p_batch);
+      EXIT WHEN cardinality(v_ids) > 0;
+    END LOOP;
+    IF coalesce(cardinality(v_ids), 0) = 0 THEN
+      RETURN 0;
+    END IF;
+    EXECUTE format('WITH m AS (DELETE FROM skiplock.finished_jobs_default d'
+                   ' WHERE d.id = ANY ($3) AND d.expires_at >= $1 AND d.expires_at < $2'
+                   ' RETURNING d.*) INSERT INTO skiplock.%I SELECT * FROM m', t.name)
+      USING t.lo, t.hi, v_ids;
+    GET DIAGNOSTICS v_n = ROW_COUNT;
+    RETURN v_n;
+  END IF;
+  SELECT s.name, s.lo, s.hi INTO t FROM skiplock.finished_tables s
+   WHERE s.state = 'standalone' AND s.hi > clock_timestamp()
+     AND EXISTS (SELECT 1 FROM skiplock.finished_jobs_default d
+                  WHERE d.expires_at >= s.lo AND d.expires_at < s.hi)
+     AND EXISTS (SELECT 1 FROM skiplock.finished_area a WHERE a.lo <= s.lo AND a.hi >= s.hi)
+   ORDER BY s.lo LIMIT 1;
+  IF NOT FOUND THEN
+    RETURN 0;
+  END IF;
+  EXECUTE format('WITH m AS (DELETE FROM skiplock.finished_jobs_default d WHERE d.ctid = ANY (ARRAY('
+                 '  SELECT x.ctid FROM skiplock.finished_jobs_default x'
+                 '   WHERE x.expires_at >= $1 AND x.expires_at < $2 LIMIT $3)) RETURNING d.*) '
+                 'INSERT INTO skiplock.%I SELECT * FROM m', t.name) USING t.lo, t.hi, p_batch;
+  GET DIAGNOSTICS v_n = ROW_COUNT;
+  RETURN v_n;
+END
+$fn$;
+
 COMMENT ON FUNCTION skiplock.rescue(integer) IS
   'give back up to n running jobs whose lease expired (per queue on the distributed layout)';
 COMMENT ON FUNCTION skiplock.move_finished(bigint[]) IS
