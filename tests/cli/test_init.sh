@@ -35,4 +35,15 @@ check_eq "rerun adds no rows" "$(q "SELECT count(*) FROM skiplock.schema_version
 
 DATABASE_URL=$URL "$SKL_BIN" init >/dev/null 2>&1
 check_eq "DATABASE_URL is honoured" "$?" 0
+
+# --distributed needs the citus extension: refused, nothing changed
+if [ "${SKL_TEST_CITUS:-}" != 1 ]; then
+	"$SKL_BIN" init --url "$URL" --distributed >"$TMP/dist.out" 2>"$TMP/dist.err"
+	rc=$?
+	[ "$rc" != 0 ] && grep -q 'citus extension is not installed.*0A000' "$TMP/dist.err" &&
+		pass "init --distributed without citus is refused (exit $rc: $(head -1 "$TMP/dist.err"))" ||
+		fail "init --distributed without citus: exit $rc: $(cat "$TMP/dist.err")"
+	check_eq "and changes nothing" \
+		"$(q "SELECT distributed || ' ' || (SELECT count(*) FROM pg_trigger WHERE tgrelid = 'skiplock.jobs'::regclass AND NOT tgisinternal) FROM skiplock.layout")" "f 2"
+fi
 finish
