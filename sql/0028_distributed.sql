@@ -995,6 +995,131 @@ BEGIN
 END
 $fn$;
 
+-- As in step 0013, with changed_at taken from the row inserted (the same
+-- now()): Citus wants IMMUTABLE functions in DO UPDATE SET of a reference
+-- table.
+CREATE OR REPLACE FUNCTION skiplock.retention_set(queue text, state text, keep interval,
+                                                  forever boolean DEFAULT false)
+RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
+#variable_conflict use_column
+BEGIN
+  IF retention_set.queue IS NULL OR length(retention_set.queue) NOT BETWEEN 1 AND 128 THEN
+    RAISE EXCEPTION 'retention_set: queue must be 1 to 128 characters (''*'': every queue)'
+      USING ERRCODE = '22023';
+  END IF;
+  IF retention_set.state IS NOT NULL
+     AND retention_set.state NOT IN ('completed', 'discarded', 'cancelled') THEN
+    RAISE EXCEPTION 'retention_set: state is completed, discarded or cancelled, got %',
+      retention_set.state USING ERRCODE = '22023';
+  END IF;
+  IF forever IS DISTINCT FROM true AND (keep IS NULL OR keep < interval '0'
+                                        OR keep > interval '100 years') THEN
+    RAISE EXCEPTION 'retention_set: keep must be from 0 to 100 years, or forever'
+      USING ERRCODE = '22023';
+  END IF;
+  INSERT INTO skiplock.retention AS r (queue, state, keep, changed_at)
+  SELECT retention_set.queue, s, CASE WHEN forever THEN NULL ELSE keep END, now()
+    FROM unnest(CASE WHEN retention_set.state IS NULL
+                     THEN ARRAY['completed', 'discarded', 'cancelled']
+                     ELSE ARRAY[retention_set.state] END) AS s
+  ON CONFLICT ON CONSTRAINT retention_pkey
+  DO UPDATE SET keep = EXCLUDED.keep, changed_at = EXCLUDED.changed_at;
+  PERFORM skiplock.finished_area_check_now();
+END
+$fn$;
+
+-- As in step 0013, and on the distributed layout the ids selected first
+-- and without FOR UPDATE over every shard (the DELETE checks the state).
+CREATE OR REPLACE FUNCTION skiplock.jobs_prune(older_than interval, n integer DEFAULT 10000)
+RETURNS bigint
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
+DECLARE
+  v_a bigint;
+  v_b bigint;
+  v_cut timestamptz := now() - older_than;
+  v_ids bigint[];
+BEGIN
+  IF older_than IS NULL OR older_than < interval '0' OR n IS NULL OR n NOT BETWEEN 1 AND 1000000 THEN
+    RAISE EXCEPTION 'jobs_prune: older_than must be >= 0 and n 1 to 1000000'
+      USING ERRCODE = '22023';
+  END IF;
+  IF skiplock.is_distributed() THEN
+    v_ids := ARRAY(SELECT x.id FROM skiplock.finished_jobs x WHERE x.finished_at < v_cut
+                    ORDER BY x.finished_at LIMIT n);
+    DELETE FROM skiplock.finished_jobs f WHERE f.id = ANY (v_ids) AND f.finished_at < v_cut;
+    GET DIAGNOSTICS v_a = ROW_COUNT;
+    v_ids := ARRAY(SELECT x.id FROM skiplock.jobs x
+                    WHERE x.state IN ('completed', 'discarded', 'cancelled')
+                      AND x.finished_at < v_cut
+                    ORDER BY x.finished_at LIMIT greatest(n - v_a, 0));
+    DELETE FROM skiplock.jobs j WHERE j.id = ANY (v_ids)
+       AND j.state IN ('completed', 'discarded', 'cancelled') AND j.finished_at < v_cut;
+    GET DIAGNOSTICS v_b = ROW_COUNT;
+    RETURN v_a + v_b;
+  END IF;
+  DELETE FROM skiplock.finished_jobs f WHERE f.id IN (
+    SELECT x.id FROM skiplock.finished_jobs x WHERE x.finished_at < now() - older_than
+     ORDER BY x.finished_at LIMIT n);
+  GET DIAGNOSTICS v_a = ROW_COUNT;
+  DELETE FROM skiplock.jobs j WHERE j.id IN (
+    SELECT x.id FROM skiplock.jobs x
+     WHERE x.state IN ('completed', 'discarded', 'cancelled')
+       AND x.finished_at < now() - older_than
+     ORDER BY x.finished_at LIMIT greatest(n - v_a, 0) FOR UPDATE SKIP LOCKED);
+  GET DIAGNOSTICS v_b = ROW_COUNT;
+  RETURN v_a + v_b;
+END
+$fn$;
+
+-- As in step 0018, with EXISTS (SELECT 1 FROM …): Citus wants a target
+-- list in a query on a distributed partition (the answer is the same).
+CREATE OR REPLACE FUNCTION skiplock.finished_act_reshape() RETURNS bigint
+LANGUAGE plpgsql AS $fn$
+DECLARE
+  v_w interval := skiplock.partition_width();
+  v_small boolean := skiplock.finished_default_small();
+  p record;
+  v_empty boolean;
+BEGIN
+  FOR p IN SELECT x.name, x.lo, x.hi FROM skiplock.finished_partitions x
+            WHERE x.hi > clock_timestamp() AND x.hi - x.lo > v_w
+              AND (EXISTS (SELECT 1 FROM skiplock.finished_area a
+                            WHERE a.lo <= x.lo AND a.hi >= x.hi)
+                   OR (v_small AND NOT EXISTS (SELECT 1 FROM skiplock.finished_area a
+                                                WHERE a.lo < x.hi AND a.hi > x.lo)))
+            ORDER BY x.lo DESC LIMIT 20 LOOP
+    EXECUTE format('SELECT NOT EXISTS (SELECT 1 FROM skiplock.%I)', p.name) INTO v_empty;
+    CONTINUE WHEN NOT v_empty;
+    LOCK TABLE skiplock.finished_jobs IN ACCESS EXCLUSIVE MODE;
+    EXECUTE format('SELECT NOT EXISTS (SELECT 1 FROM skiplock.%I)', p.name) INTO v_empty;
+    CONTINUE WHEN NOT v_empty;
+    EXECUTE format('ALTER TABLE skiplock.finished_jobs DETACH PARTITION skiplock.%I', p.name);
+    DELETE FROM skiplock.finished_partitions x WHERE x.name = p.name;
+    INSERT INTO skiplock.finished_tables (name, lo, hi, state)
+    VALUES (p.name, p.lo, p.hi, 'detached');
+    RETURN 1;
+  END LOOP;
+  RETURN 0;
+END
+$fn$;
+
+CREATE OR REPLACE FUNCTION skiplock.finished_slot_work(p_kind text, p_name text, p_lo timestamp with time zone, p_hi timestamp with time zone) RETURNS boolean
+LANGUAGE plpgsql AS $fn$
+DECLARE
+  v_empty boolean;
+BEGIN
+  IF p_kind <> 'partition' THEN
+    RETURN true;
+  END IF;
+  IF p_hi <= clock_timestamp() OR p_hi - p_lo <= skiplock.partition_width() THEN
+    RETURN false;
+  END IF;
+  EXECUTE format('SELECT NOT EXISTS (SELECT 1 FROM skiplock.%I)', p_name) INTO v_empty;
+  RETURN v_empty;
+END
+$fn$;
+
 COMMENT ON FUNCTION skiplock.rescue(integer) IS
   'give back up to n running jobs whose lease expired (per queue on the distributed layout)';
 COMMENT ON FUNCTION skiplock.move_finished(bigint[]) IS

@@ -2014,10 +2014,10 @@ BEGIN
                    OR (v_small AND NOT EXISTS (SELECT 1 FROM skiplock.finished_area a
                                                 WHERE a.lo < x.hi AND a.hi > x.lo)))
             ORDER BY x.lo DESC LIMIT 20 LOOP
-    EXECUTE format('SELECT NOT EXISTS (SELECT FROM skiplock.%I)', p.name) INTO v_empty;
+    EXECUTE format('SELECT NOT EXISTS (SELECT 1 FROM skiplock.%I)', p.name) INTO v_empty;
     CONTINUE WHEN NOT v_empty;
     LOCK TABLE skiplock.finished_jobs IN ACCESS EXCLUSIVE MODE;
-    EXECUTE format('SELECT NOT EXISTS (SELECT FROM skiplock.%I)', p.name) INTO v_empty;
+    EXECUTE format('SELECT NOT EXISTS (SELECT 1 FROM skiplock.%I)', p.name) INTO v_empty;
     CONTINUE WHEN NOT v_empty;
     EXECUTE format('ALTER TABLE skiplock.finished_jobs DETACH PARTITION skiplock.%I', p.name);
     DELETE FROM skiplock.finished_partitions x WHERE x.name = p.name;
@@ -2159,7 +2159,7 @@ BEGIN
   IF p_hi <= clock_timestamp() OR p_hi - p_lo <= skiplock.partition_width() THEN
     RETURN false;
   END IF;
-  EXECUTE format('SELECT NOT EXISTS (SELECT FROM skiplock.%I)', p_name) INTO v_empty;
+  EXECUTE format('SELECT NOT EXISTS (SELECT 1 FROM skiplock.%I)', p_name) INTO v_empty;
   RETURN v_empty;
 END
 $$;
@@ -3119,10 +3119,26 @@ CREATE FUNCTION skiplock.jobs_prune(older_than interval, n integer DEFAULT 10000
 DECLARE
   v_a bigint;
   v_b bigint;
+  v_cut timestamptz := now() - older_than;
+  v_ids bigint[];
 BEGIN
   IF older_than IS NULL OR older_than < interval '0' OR n IS NULL OR n NOT BETWEEN 1 AND 1000000 THEN
     RAISE EXCEPTION 'jobs_prune: older_than must be >= 0 and n 1 to 1000000'
       USING ERRCODE = '22023';
+  END IF;
+  IF skiplock.is_distributed() THEN
+    v_ids := ARRAY(SELECT x.id FROM skiplock.finished_jobs x WHERE x.finished_at < v_cut
+                    ORDER BY x.finished_at LIMIT n);
+    DELETE FROM skiplock.finished_jobs f WHERE f.id = ANY (v_ids) AND f.finished_at < v_cut;
+    GET DIAGNOSTICS v_a = ROW_COUNT;
+    v_ids := ARRAY(SELECT x.id FROM skiplock.jobs x
+                    WHERE x.state IN ('completed', 'discarded', 'cancelled')
+                      AND x.finished_at < v_cut
+                    ORDER BY x.finished_at LIMIT greatest(n - v_a, 0));
+    DELETE FROM skiplock.jobs j WHERE j.id = ANY (v_ids)
+       AND j.state IN ('completed', 'discarded', 'cancelled') AND j.finished_at < v_cut;
+    GET DIAGNOSTICS v_b = ROW_COUNT;
+    RETURN v_a + v_b;
   END IF;
   DELETE FROM skiplock.finished_jobs f WHERE f.id IN (
     SELECT x.id FROM skiplock.finished_jobs x WHERE x.finished_at < now() - older_than
@@ -4034,7 +4050,7 @@ BEGIN
                      THEN ARRAY['completed', 'discarded', 'cancelled']
                      ELSE ARRAY[retention_set.state] END) AS s
   ON CONFLICT ON CONSTRAINT retention_pkey
-  DO UPDATE SET keep = EXCLUDED.keep, changed_at = now();
+  DO UPDATE SET keep = EXCLUDED.keep, changed_at = EXCLUDED.changed_at;
   PERFORM skiplock.finished_area_check_now();
 END
 $$;

@@ -44,6 +44,6 @@ if [ "${SKL_TEST_CITUS:-}" != 1 ]; then
 		pass "init --distributed without citus is refused (exit $rc: $(head -1 "$TMP/dist.err"))" ||
 		fail "init --distributed without citus: exit $rc: $(cat "$TMP/dist.err")"
 	check_eq "and changes nothing" \
-		"$(q "SELECT distributed || ' ' || (SELECT count(*) FROM pg_trigger WHERE tgrelid = 'skiplock.jobs'::regclass AND NOT tgisinternal) FROM skiplock.layout")" "f 2"
+		"$(q "SELECT distributed || ' ' || (SELECT count(*) FROM pg_trigger WHERE tgrelid = 'skiplock.jobs'::regclass AND NOT tgisinternal) FROM skiplock.layout")" "false 2"
 fi
 finish

@@ -77,7 +77,7 @@ done
 # completing a job in its effect's transaction (step 0019): a worker's call
 for R in $OP $WK; do
 	allowed "$R" "call job_complete" \
-		"SELECT 1 / has_function_privilege('skiplock.job_complete(bigint, bigint, jsonb)', 'EXECUTE')::int"
+		"SELECT 1 / has_function_privilege('skiplock.job_complete(bigint, bigint, jsonb, text)', 'EXECUTE')::int"
 done
 refused "$RD" "complete a job in its effect's transaction" "SELECT skiplock.job_complete(1, 1)"
 # idempotency keys: the holder token's hash is no role's to compute or read
