@@ -701,7 +701,40 @@ COMMENT ON FUNCTION skiplock.complete(id bigint, fencing bigint, result jsonb, q
 CREATE FUNCTION skiplock.count_for_breakers(kinds text[], outcomes text[]) RETURNS void
     LANGUAGE plpgsql
     AS $$
+DECLARE
+  t record;
+  b skiplock.breakers;
+  n skiplock.breakers;
 BEGIN
+  IF skiplock.is_distributed() THEN
+    IF NOT EXISTS (SELECT 1 FROM skiplock.breakers x WHERE x.kind = ANY (count_for_breakers.kinds))
+    THEN
+      RETURN;
+    END IF;
+    FOR t IN SELECT u.kind, (count(*) FILTER (WHERE u.outcome = 'ok'))::int AS ok,
+                    (count(*) FILTER (WHERE u.outcome IN ('retry', 'fail')))::int AS bad
+               FROM unnest(count_for_breakers.kinds, count_for_breakers.outcomes)
+                    AS u(kind, outcome)
+              GROUP BY u.kind ORDER BY u.kind LOOP
+      CONTINUE WHEN t.ok = 0 AND t.bad = 0;
+      SELECT * INTO b FROM skiplock.breakers x WHERE x.kind = t.kind FOR UPDATE;
+      CONTINUE WHEN NOT FOUND;
+      n := skiplock.breaker_step(b, t.ok, t.bad);
+      UPDATE skiplock.breakers x
+         SET state = n.state, prev_state = n.prev_state, calls = n.calls,
+             failures = n.failures, window_started_at = n.window_started_at,
+             probe_ok = n.probe_ok, open_until = n.open_until, changed_at = n.changed_at
+       WHERE x.kind = t.kind;
+      IF n.prev_state <> n.state THEN
+        INSERT INTO skiplock.breaker_events (kind, from_state, to_state, reason)
+        VALUES (t.kind, n.prev_state, n.state,
+                CASE WHEN n.state = 'closed' THEN 'probes succeeded'
+                     WHEN n.prev_state = 'half_open' THEN 'a probe failed'
+                     ELSE format('%s of %s calls failed', n.failures, n.calls) END);
+      END IF;
+    END LOOP;
+    RETURN;
+  END IF;
   IF NOT EXISTS (SELECT 1 FROM skiplock.breakers b WHERE b.kind = ANY (count_for_breakers.kinds))
   THEN
     RETURN;

@@ -47,7 +47,7 @@ BEGIN
     (25, '0025_declare', 'bd78fbc6c501a194bfcef6a6ddcba6d02df5915c91f86b9d02375553ef143e38'),
     (26, '0026_error_text', '45325c66277657a4b00afd65a566920d24280814f65a79bb40f0ec4d5b6bf369'),
     (27, '0027_handle_queue', '9ddca1a7b5f1217aaefaf4bc963dcecb4be50bd0317ee5ab077d7c871d6a45dc'),
-    (28, '0028_distributed', '9d1d9778a3c805910dbfa42e614bbc404734c94f8c82abd7c187582c33172eb7')) AS k(version, name, checksum)
+    (28, '0028_distributed', 'e5848b5b0c0a21c658697df8187f4ce20d0a6f2131cd1039afb20e8f6651337b')) AS k(version, name, checksum)
       ON k.version = v.version
    WHERE v.checksum <> k.checksum ORDER BY v.version LIMIT 1;
   IF FOUND THEN
@@ -9607,6 +9607,73 @@ BEGIN
 END
 $fn$;
 
+-- As before, and on the distributed layout each breaker stepped in its
+-- own statements (locked, breaker_step here, written back as values):
+-- Citus cannot call breaker_step on a shard of the reference table with
+-- the shard's row type.
+CREATE OR REPLACE FUNCTION skiplock.count_for_breakers(kinds text[], outcomes text[])
+RETURNS void
+LANGUAGE plpgsql AS $fn$
+DECLARE
+  t record;
+  b skiplock.breakers;
+  n skiplock.breakers;
+BEGIN
+  IF skiplock.is_distributed() THEN
+    IF NOT EXISTS (SELECT 1 FROM skiplock.breakers x WHERE x.kind = ANY (count_for_breakers.kinds))
+    THEN
+      RETURN;
+    END IF;
+    FOR t IN SELECT u.kind, (count(*) FILTER (WHERE u.outcome = 'ok'))::int AS ok,
+                    (count(*) FILTER (WHERE u.outcome IN ('retry', 'fail')))::int AS bad
+               FROM unnest(count_for_breakers.kinds, count_for_breakers.outcomes)
+                    AS u(kind, outcome)
+              GROUP BY u.kind ORDER BY u.kind LOOP
+      CONTINUE WHEN t.ok = 0 AND t.bad = 0;
+      SELECT * INTO b FROM skiplock.breakers x WHERE x.kind = t.kind FOR UPDATE;
+      CONTINUE WHEN NOT FOUND;
+      n := skiplock.breaker_step(b, t.ok, t.bad);
+      UPDATE skiplock.breakers x
+         SET state = n.state, prev_state = n.prev_state, calls = n.calls,
+             failures = n.failures, window_started_at = n.window_started_at,
+             probe_ok = n.probe_ok, open_until = n.open_until, changed_at = n.changed_at
+       WHERE x.kind = t.kind;
+      IF n.prev_state <> n.state THEN
+        INSERT INTO skiplock.breaker_events (kind, from_state, to_state, reason)
+        VALUES (t.kind, n.prev_state, n.state,
+                CASE WHEN n.state = 'closed' THEN 'probes succeeded'
+                     WHEN n.prev_state = 'half_open' THEN 'a probe failed'
+                     ELSE format('%s of %s calls failed', n.failures, n.calls) END);
+      END IF;
+    END LOOP;
+    RETURN;
+  END IF;
+  IF NOT EXISTS (SELECT 1 FROM skiplock.breakers b WHERE b.kind = ANY (count_for_breakers.kinds))
+  THEN
+    RETURN;
+  END IF;
+  WITH tally AS (
+    SELECT t.kind, (count(*) FILTER (WHERE t.outcome = 'ok'))::int AS ok,
+           (count(*) FILTER (WHERE t.outcome IN ('retry', 'fail')))::int AS bad
+      FROM unnest(count_for_breakers.kinds, count_for_breakers.outcomes) AS t(kind, outcome)
+     GROUP BY t.kind),
+  stepped AS (
+    UPDATE skiplock.breakers b
+       SET (state, prev_state, calls, failures, window_started_at, probe_ok, open_until,
+            changed_at) = (SELECT x.state, x.prev_state, x.calls, x.failures,
+                                  x.window_started_at, x.probe_ok, x.open_until, x.changed_at
+                             FROM skiplock.breaker_step(b, t.ok, t.bad) x)
+      FROM tally t WHERE b.kind = t.kind AND (t.ok > 0 OR t.bad > 0)
+    RETURNING b.kind, b.prev_state, b.state, b.calls, b.failures)
+  INSERT INTO skiplock.breaker_events (kind, from_state, to_state, reason)
+  SELECT s.kind, s.prev_state, s.state,
+         CASE WHEN s.state = 'closed' THEN 'probes succeeded'
+              WHEN s.prev_state = 'half_open' THEN 'a probe failed'
+              ELSE format('%s of %s calls failed', s.failures, s.calls) END
+    FROM stepped s WHERE s.prev_state <> s.state;
+END
+$fn$;
+
 COMMENT ON FUNCTION skiplock.rescue(integer) IS
   'give back up to n running jobs whose lease expired (per queue on the distributed layout)';
 COMMENT ON FUNCTION skiplock.move_finished(bigint[]) IS
@@ -9619,7 +9686,7 @@ SELECT skiplock.grant_role(g.role_name, g.kind) FROM skiplock.granted_roles g
  WHERE EXISTS (SELECT 1 FROM pg_roles x WHERE x.rolname = g.role_name);
 $skiplock_step$;
     INSERT INTO skiplock.schema_version (version, name, checksum)
-    VALUES (28, '0028_distributed', '9d1d9778a3c805910dbfa42e614bbc404734c94f8c82abd7c187582c33172eb7');
+    VALUES (28, '0028_distributed', 'e5848b5b0c0a21c658697df8187f4ce20d0a6f2131cd1039afb20e8f6651337b');
   END IF;
 END
 $skiplock_install$;
