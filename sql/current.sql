@@ -702,35 +702,35 @@ CREATE FUNCTION skiplock.count_for_breakers(kinds text[], outcomes text[]) RETUR
     LANGUAGE plpgsql
     AS $$
 DECLARE
-  t record;
-  b skiplock.breakers;
-  n skiplock.breakers;
+  v_t record;
+  v_b skiplock.breakers;
+  v_n skiplock.breakers;
 BEGIN
   IF skiplock.is_distributed() THEN
     IF NOT EXISTS (SELECT 1 FROM skiplock.breakers x WHERE x.kind = ANY (count_for_breakers.kinds))
     THEN
       RETURN;
     END IF;
-    FOR t IN SELECT u.kind, (count(*) FILTER (WHERE u.outcome = 'ok'))::int AS ok,
+    FOR v_t IN SELECT u.kind, (count(*) FILTER (WHERE u.outcome = 'ok'))::int AS ok,
                     (count(*) FILTER (WHERE u.outcome IN ('retry', 'fail')))::int AS bad
                FROM unnest(count_for_breakers.kinds, count_for_breakers.outcomes)
                     AS u(kind, outcome)
               GROUP BY u.kind ORDER BY u.kind LOOP
-      CONTINUE WHEN t.ok = 0 AND t.bad = 0;
-      SELECT * INTO b FROM skiplock.breakers x WHERE x.kind = t.kind FOR UPDATE;
+      CONTINUE WHEN v_t.ok = 0 AND v_t.bad = 0;
+      SELECT * INTO v_b FROM skiplock.breakers x WHERE x.kind = v_t.kind FOR UPDATE;
       CONTINUE WHEN NOT FOUND;
-      n := skiplock.breaker_step(b, t.ok, t.bad);
+      v_n := skiplock.breaker_step(v_b, v_t.ok, v_t.bad);
       UPDATE skiplock.breakers x
-         SET state = n.state, prev_state = n.prev_state, calls = n.calls,
-             failures = n.failures, window_started_at = n.window_started_at,
-             probe_ok = n.probe_ok, open_until = n.open_until, changed_at = n.changed_at
-       WHERE x.kind = t.kind;
-      IF n.prev_state <> n.state THEN
+         SET state = v_n.state, prev_state = v_n.prev_state, calls = v_n.calls,
+             failures = v_n.failures, window_started_at = v_n.window_started_at,
+             probe_ok = v_n.probe_ok, open_until = v_n.open_until, changed_at = v_n.changed_at
+       WHERE x.kind = v_t.kind;
+      IF v_n.prev_state <> v_n.state THEN
         INSERT INTO skiplock.breaker_events (kind, from_state, to_state, reason)
-        VALUES (t.kind, n.prev_state, n.state,
-                CASE WHEN n.state = 'closed' THEN 'probes succeeded'
-                     WHEN n.prev_state = 'half_open' THEN 'a probe failed'
-                     ELSE format('%s of %s calls failed', n.failures, n.calls) END);
+        VALUES (v_t.kind, v_n.prev_state, v_n.state,
+                CASE WHEN v_n.state = 'closed' THEN 'probes succeeded'
+                     WHEN v_n.prev_state = 'half_open' THEN 'a probe failed'
+                     ELSE format('%s of %s calls failed', v_n.failures, v_n.calls) END);
       END IF;
     END LOOP;
     RETURN;
