@@ -462,6 +462,95 @@ $$;
 
 COMMENT ON FUNCTION skiplock.claim(owner text, kinds text[], queues text[], n integer, lease interval, after_priority integer, after_run_at_us bigint, after_id bigint) IS 'claim up to n due jobs of the kinds (and queues) for owner under a lease; SKIP LOCKED';
 
+CREATE FUNCTION skiplock.claim_by_queue(p_owner text, p_kinds text[], p_queues text[], p_n integer, p_lease interval, p_after_priority integer, p_after_run_at_us bigint, p_after_id bigint) RETURNS SETOF skiplock.exchange_row
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+  v_kinds text[] := p_kinds;
+  v_skip text[] := '{}';
+  v_queues text[];
+  v_q text;
+  v_ids bigint[];
+  v_got int := 0;
+  v_m int;
+  v_keyset boolean;
+  v_after timestamptz;
+  v_now timestamptz := now();
+  v_expires timestamptz := now() + p_lease;
+BEGIN
+  PERFORM skiplock.check_claim_args(p_owner, p_kinds, p_n, p_lease);
+  PERFORM skiplock.check_claim_names(p_kinds, p_queues);
+  IF EXISTS (SELECT 1 FROM skiplock.pauses) THEN
+    v_kinds := ARRAY(SELECT unnest(p_kinds) EXCEPT
+                     SELECT p.kind FROM skiplock.pauses p WHERE p.queue = '*');
+    v_skip := ARRAY(SELECT p.queue FROM skiplock.pauses p WHERE p.kind = '*');
+  END IF;
+  -- kinds whose breaker is not closed are left out (no probes yet here)
+  IF EXISTS (SELECT 1 FROM skiplock.breakers b
+              WHERE b.kind = ANY (v_kinds) AND b.state <> 'closed') THEN
+    v_kinds := ARRAY(SELECT unnest(v_kinds) EXCEPT
+                     SELECT b.kind FROM skiplock.breakers b
+                      WHERE b.kind = ANY (v_kinds) AND b.state <> 'closed');
+  END IF;
+  IF p_queues IS NULL THEN
+    -- no queue named: the queues with due work (one task per shard)
+    v_queues := ARRAY(SELECT DISTINCT j.queue FROM skiplock.jobs j
+                       WHERE j.state = 'available' AND j.run_at <= v_now
+                         AND j.kind = ANY (v_kinds));
+  ELSE
+    v_queues := p_queues;
+  END IF;
+  -- a random order, so that no queue waits for another to be empty
+  v_queues := ARRAY(SELECT DISTINCT ON (q) q FROM unnest(v_queues) q
+                     WHERE q <> ALL (v_skip));
+  v_queues := ARRAY(SELECT q FROM unnest(v_queues) q ORDER BY random());
+  v_keyset := p_after_id IS NOT NULL AND cardinality(v_queues) = 1;
+  v_after := timestamptz 'epoch' + p_after_run_at_us * interval '1 microsecond';
+  FOREACH v_q IN ARRAY v_queues LOOP
+    v_m := p_n - v_got;
+    EXIT WHEN v_m <= 0;
+    IF v_keyset THEN
+      v_ids := ARRAY(
+        SELECT a.id FROM (
+          SELECT j.id FROM skiplock.jobs j
+           WHERE j.queue = v_q AND j.state = 'available' AND j.run_at <= v_now
+             AND j.kind = ANY (v_kinds)
+             AND j.priority = p_after_priority AND (j.run_at, j.id) > (v_after, p_after_id)
+           ORDER BY j.priority DESC, j.run_at, j.id LIMIT v_m FOR UPDATE SKIP LOCKED) a
+        UNION ALL
+        SELECT b.id FROM (
+          SELECT j.id FROM skiplock.jobs j
+           WHERE j.queue = v_q AND j.state = 'available' AND j.run_at <= v_now
+             AND j.kind = ANY (v_kinds) AND j.priority < p_after_priority
+           ORDER BY j.priority DESC, j.run_at, j.id LIMIT v_m FOR UPDATE SKIP LOCKED) b
+        LIMIT v_m);
+    ELSE
+      v_ids := ARRAY(
+        SELECT j.id FROM skiplock.jobs j
+         WHERE j.queue = v_q AND j.state = 'available' AND j.run_at <= v_now
+           AND j.kind = ANY (v_kinds)
+         ORDER BY j.priority DESC, j.run_at, j.id LIMIT v_m FOR UPDATE SKIP LOCKED);
+    END IF;
+    CONTINUE WHEN cardinality(v_ids) = 0;
+    RETURN QUERY
+      UPDATE skiplock.jobs j
+         SET state = 'running', attempt = j.attempt + 1, fencing = j.fencing + 1,
+             lease_owner = p_owner, lease_expires_at = v_expires, attempted_at = v_now
+       WHERE j.queue = v_q AND j.id = ANY (v_ids)
+      RETURNING 'claimed'::text, j.id, 'running'::text, j.run_at, NULL::bigint, j.queue,
+                j.kind, j.payload, j.attempt, j.max_attempts, j.fencing, j.lease_expires_at,
+                coalesce(j.timeout_ms, 0), j.priority,
+                (extract(epoch FROM j.run_at AT TIME ZONE 'UTC') * 1000000)::bigint;
+    v_got := v_got + cardinality(v_ids);
+  END LOOP;
+  IF v_got = 0 AND p_n > 0 THEN
+    PERFORM skiplock.worker_idle(p_owner, p_kinds, p_queues);
+  END IF;
+END
+$$;
+
+COMMENT ON FUNCTION skiplock.claim_by_queue(p_owner text, p_kinds text[], p_queues text[], p_n integer, p_lease interval, p_after_priority integer, p_after_run_at_us bigint, p_after_id bigint) IS 'Internal: the claim of record_claim on the distributed layout, one locking statement per queue (queues in random order; priority holds within a queue).';
+
 CREATE FUNCTION skiplock.claim_pick(p_owner text, p_kinds text[], p_queues text[], p_n integer, p_lease interval, p_after_priority integer, p_after_run_at_us bigint, p_after_id bigint) RETURNS bigint[]
     LANGUAGE plpgsql
     AS $$
@@ -612,7 +701,40 @@ COMMENT ON FUNCTION skiplock.complete(id bigint, fencing bigint, result jsonb, q
 CREATE FUNCTION skiplock.count_for_breakers(kinds text[], outcomes text[]) RETURNS void
     LANGUAGE plpgsql
     AS $$
+DECLARE
+  v_t record;
+  v_b skiplock.breakers;
+  v_n skiplock.breakers;
 BEGIN
+  IF skiplock.is_distributed() THEN
+    IF NOT EXISTS (SELECT 1 FROM skiplock.breakers x WHERE x.kind = ANY (count_for_breakers.kinds))
+    THEN
+      RETURN;
+    END IF;
+    FOR v_t IN SELECT u.kind, (count(*) FILTER (WHERE u.outcome = 'ok'))::int AS ok,
+                    (count(*) FILTER (WHERE u.outcome IN ('retry', 'fail')))::int AS bad
+               FROM unnest(count_for_breakers.kinds, count_for_breakers.outcomes)
+                    AS u(kind, outcome)
+              GROUP BY u.kind ORDER BY u.kind LOOP
+      CONTINUE WHEN v_t.ok = 0 AND v_t.bad = 0;
+      SELECT * INTO v_b FROM skiplock.breakers x WHERE x.kind = v_t.kind FOR UPDATE;
+      CONTINUE WHEN NOT FOUND;
+      v_n := skiplock.breaker_step(v_b, v_t.ok, v_t.bad);
+      UPDATE skiplock.breakers x
+         SET state = v_n.state, prev_state = v_n.prev_state, calls = v_n.calls,
+             failures = v_n.failures, window_started_at = v_n.window_started_at,
+             probe_ok = v_n.probe_ok, open_until = v_n.open_until, changed_at = v_n.changed_at
+       WHERE x.kind = v_t.kind;
+      IF v_n.prev_state <> v_n.state THEN
+        INSERT INTO skiplock.breaker_events (kind, from_state, to_state, reason)
+        VALUES (v_t.kind, v_n.prev_state, v_n.state,
+                CASE WHEN v_n.state = 'closed' THEN 'probes succeeded'
+                     WHEN v_n.prev_state = 'half_open' THEN 'a probe failed'
+                     ELSE format('%s of %s calls failed', v_n.failures, v_n.calls) END);
+      END IF;
+    END LOOP;
+    RETURN;
+  END IF;
   IF NOT EXISTS (SELECT 1 FROM skiplock.breakers b WHERE b.kind = ANY (count_for_breakers.kinds))
   THEN
     RETURN;
@@ -1334,6 +1456,57 @@ $_$;
 
 COMMENT ON FUNCTION skiplock.cron_zone_check(zone text) IS 'Refuses (22023) a zone name the tz database does not have, or one PostgreSQL reads as a fixed-offset abbreviation.';
 
+CREATE FUNCTION skiplock.distribute() RETURNS boolean
+    LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+  f text;
+BEGIN
+  IF NOT EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'citus') THEN
+    RAISE EXCEPTION 'distribute: the citus extension is not installed in this database'
+      USING ERRCODE = '0A000',
+            HINT = 'CREATE EXTENSION citus and add the worker nodes first (docs/scaling.md).';
+  END IF;
+  PERFORM 1 FROM skiplock.layout FOR UPDATE;
+  IF skiplock.is_distributed() THEN
+    RETURN false;
+  END IF;
+  -- reference tables after distributed ones in one transaction
+  PERFORM set_config('citus.multi_shard_modify_mode', 'sequential', true);
+  DROP TRIGGER IF EXISTS jobs_notify_available ON skiplock.jobs;
+  DROP TRIGGER IF EXISTS jobs_notify_insert ON skiplock.jobs;
+  ALTER TABLE skiplock.jobs DROP CONSTRAINT jobs_pkey;
+  ALTER TABLE skiplock.jobs ADD CONSTRAINT jobs_pkey PRIMARY KEY (queue, id);
+  CREATE INDEX jobs_id_idx ON skiplock.jobs (id);
+  DROP INDEX skiplock.jobs_unique_key_idx;
+  CREATE UNIQUE INDEX jobs_unique_key_idx ON skiplock.jobs (queue, unique_key)
+   WHERE unique_key IS NOT NULL AND state IN ('available', 'running');
+  CREATE INDEX jobs_queue_claim_idx ON skiplock.jobs (queue, priority DESC, run_at, id)
+   WHERE state = 'available';
+  PERFORM create_distributed_table('skiplock.jobs', 'queue');
+  PERFORM create_distributed_table('skiplock.finished_jobs', 'queue',
+                                   colocate_with => 'skiplock.jobs');
+  PERFORM create_reference_table('skiplock.retention');
+  PERFORM create_reference_table('skiplock.breakers');
+  PERFORM create_reference_table('skiplock.breaker_events');
+  -- the functions a statement on a shard calls
+  FOREACH f IN ARRAY ARRAY['skiplock.errors_append(jsonb, integer, text, jsonb)',
+                           'skiplock.backoff_delay(text, integer, bigint, bigint, bigint, '
+                             'double precision)',
+                           'skiplock.retry_delay_ms(integer, bigint, text, bigint, bigint, '
+                             'bigint, boolean, text, bigint, bigint, double precision, '
+                             'double precision)',
+                           'skiplock.breaker_step(skiplock.breakers, integer, integer)'] LOOP
+    PERFORM create_distributed_function(f::regprocedure);
+  END LOOP;
+  UPDATE skiplock.layout SET distributed = true, changed_at = now();
+  RETURN true;
+END
+$$;
+
+COMMENT ON FUNCTION skiplock.distribute() IS 'Owner only, Citus only: distributes jobs and finished_jobs by queue (key (queue, id), unique keys per queue, no triggers), retention and breakers as reference tables; true when it did, false when already done.';
+
 CREATE FUNCTION skiplock.enqueue(kind text, payload jsonb DEFAULT '{}'::jsonb, queue text DEFAULT 'default'::text, run_at timestamp with time zone DEFAULT now(), priority integer DEFAULT 0, unique_key text DEFAULT NULL::text, max_attempts integer DEFAULT 25, timeout interval DEFAULT NULL::interval, backoff text DEFAULT NULL::text, backoff_base interval DEFAULT NULL::interval, backoff_cap interval DEFAULT NULL::interval) RETURNS bigint
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -1354,15 +1527,22 @@ CREATE FUNCTION skiplock.enqueue_many(p_token text, p_kinds text[], p_payloads j
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
+DECLARE
+  v_ids bigint[];
 BEGIN
   PERFORM skiplock.check_job_times(r, d)
      FROM unnest(p_run_ats, p_delays_ms) AS t(r, d)
     WHERE NOT (r >= timestamptz '1970-01-01 00:00+00' AND r < timestamptz '2200-01-01 00:00+00')
        OR d < 0 OR d > 3153600000000;
   PERFORM skiplock.check_job_input(p_kinds, p_queues, p_payloads);
-  RETURN skiplock.enqueue_many_unchecked(p_token, p_kinds, p_payloads, p_queues, p_run_ats,
-           p_delays_ms, p_priorities, p_unique_keys, p_max_attempts, p_timeouts,
-           p_backoff_bases, p_backoff_caps, p_backoffs);
+  v_ids := skiplock.enqueue_many_unchecked(p_token, p_kinds, p_payloads, p_queues, p_run_ats,
+             p_delays_ms, p_priorities, p_unique_keys, p_max_attempts, p_timeouts,
+             p_backoff_bases, p_backoff_caps, p_backoffs);
+  IF skiplock.is_distributed()
+     AND coalesce(current_setting('skiplock.notify', true), '') <> 'off' THEN
+    PERFORM pg_notify('skiplock_jobs', '');
+  END IF;
+  RETURN v_ids;
 END
 $$;
 
@@ -1457,6 +1637,7 @@ CREATE FUNCTION skiplock.enqueue_one(p_kind text, p_payload jsonb, p_queue text,
     AS $$
 DECLARE
   v_id bigint;
+  v_dist boolean := skiplock.is_distributed();
 BEGIN
   IF p_kind IS NULL OR length(p_kind) NOT BETWEEN 1 AND 128 THEN
     RAISE EXCEPTION 'job kind must be 1 to 128 characters' USING ERRCODE = '22023';
@@ -1479,8 +1660,14 @@ BEGIN
     IF v_id IS NOT NULL THEN
       RETURN v_id;
     END IF;
-    SELECT j.id INTO v_id FROM skiplock.jobs j
-     WHERE j.unique_key = p_unique_key AND j.state IN ('available', 'running');
+    IF v_dist THEN
+      SELECT j.id INTO v_id FROM skiplock.jobs j
+       WHERE j.queue = p_queue AND j.unique_key = p_unique_key
+         AND j.state IN ('available', 'running');
+    ELSE
+      SELECT j.id INTO v_id FROM skiplock.jobs j
+       WHERE j.unique_key = p_unique_key AND j.state IN ('available', 'running');
+    END IF;
     IF v_id IS NOT NULL THEN
       RETURN v_id;
     END IF;
@@ -1503,6 +1690,20 @@ CREATE FUNCTION skiplock.enqueue_tokens_prune(p_max integer) RETURNS integer
 $$;
 
 COMMENT ON FUNCTION skiplock.enqueue_tokens_prune(p_max integer) IS 'delete up to n enqueue tokens older than 15 minutes (maintenance)';
+
+CREATE FUNCTION skiplock.errors_append(errors jsonb, attempt integer, err text, at jsonb) RETURNS jsonb
+    LANGUAGE sql IMMUTABLE
+    AS $$
+  SELECT CASE WHEN err IS NULL THEN errors
+              ELSE (CASE WHEN jsonb_array_length(errors) >= 20 THEN errors - 0 ELSE errors END)
+                   || jsonb_build_array(jsonb_build_object(
+                        'attempt', attempt, 'at', at,
+                        'error', CASE WHEN length(err) <= 8192 THEN err
+                                      ELSE left(err, 8192) || format(E'\n… (%s more characters cut)',
+                                                                     length(err) - 8192) END)) END
+$$;
+
+COMMENT ON FUNCTION skiplock.errors_append(errors jsonb, attempt integer, err text, at jsonb) IS 'Internal: errors_append with the time as a JSON value (to_jsonb(now()) of the caller), IMMUTABLE for statements on Citus shards.';
 
 CREATE FUNCTION skiplock.errors_append(errors jsonb, attempt integer, err text, at timestamp with time zone) RETURNS jsonb
     LANGUAGE sql STABLE
@@ -1700,7 +1901,29 @@ CREATE FUNCTION skiplock.finished_act_fill(p_batch integer) RETURNS bigint
 DECLARE
   t record;
   v_n bigint;
+  v_ids bigint[];
 BEGIN
+  IF skiplock.is_distributed() THEN
+    -- the local table and the distributed partition in separate statements
+    FOR t IN SELECT s.name, s.lo, s.hi FROM skiplock.finished_tables s
+              WHERE s.state = 'standalone' AND s.hi > clock_timestamp()
+                AND EXISTS (SELECT 1 FROM skiplock.finished_area a
+                             WHERE a.lo <= s.lo AND a.hi >= s.hi)
+              ORDER BY s.lo LOOP
+      v_ids := ARRAY(SELECT x.id FROM skiplock.finished_jobs_default x
+                      WHERE x.expires_at >= t.lo AND x.expires_at < t.hi LIMIT p_batch);
+      EXIT WHEN cardinality(v_ids) > 0;
+    END LOOP;
+    IF coalesce(cardinality(v_ids), 0) = 0 THEN
+      RETURN 0;
+    END IF;
+    EXECUTE format('WITH m AS (DELETE FROM skiplock.finished_jobs_default d'
+                   ' WHERE d.id = ANY ($3) AND d.expires_at >= $1 AND d.expires_at < $2'
+                   ' RETURNING d.*) INSERT INTO skiplock.%I SELECT * FROM m', t.name)
+      USING t.lo, t.hi, v_ids;
+    GET DIAGNOSTICS v_n = ROW_COUNT;
+    RETURN v_n;
+  END IF;
   SELECT s.name, s.lo, s.hi INTO t FROM skiplock.finished_tables s
    WHERE s.state = 'standalone' AND s.hi > clock_timestamp()
      AND EXISTS (SELECT 1 FROM skiplock.finished_jobs_default d
@@ -1727,6 +1950,11 @@ CREATE FUNCTION skiplock.finished_act_legacy(p_batch integer) RETURNS bigint
 BEGIN
   IF EXISTS (SELECT 1 FROM skiplock.finished_area) THEN
     RETURN 0;
+  END IF;
+  IF skiplock.is_distributed() THEN
+    RETURN skiplock.move_finished(ARRAY(
+      SELECT j.id FROM skiplock.jobs j WHERE j.state IN ('completed', 'discarded', 'cancelled')
+       ORDER BY j.finished_at LIMIT p_batch));
   END IF;
   RETURN skiplock.move_finished(ARRAY(
     SELECT j.id FROM skiplock.jobs j WHERE j.state IN ('completed', 'discarded', 'cancelled')
@@ -1783,7 +2011,16 @@ CREATE FUNCTION skiplock.finished_act_purge(p_batch integer) RETURNS bigint
 DECLARE
   v_now timestamptz := clock_timestamp();
   v_n bigint;
+  v_ids bigint[];
 BEGIN
+  IF skiplock.is_distributed() THEN
+    v_ids := ARRAY(SELECT x.id FROM skiplock.finished_jobs_default x
+                    WHERE x.expires_at <= v_now LIMIT p_batch);
+    DELETE FROM skiplock.finished_jobs_default d
+     WHERE d.id = ANY (v_ids) AND d.expires_at <= v_now;
+    GET DIAGNOSTICS v_n = ROW_COUNT;
+    RETURN v_n;
+  END IF;
   DELETE FROM skiplock.finished_jobs_default d WHERE d.ctid = ANY (ARRAY(
     SELECT x.ctid FROM skiplock.finished_jobs_default x WHERE x.expires_at <= v_now
      LIMIT p_batch));
@@ -1810,10 +2047,10 @@ BEGIN
                    OR (v_small AND NOT EXISTS (SELECT 1 FROM skiplock.finished_area a
                                                 WHERE a.lo < x.hi AND a.hi > x.lo)))
             ORDER BY x.lo DESC LIMIT 20 LOOP
-    EXECUTE format('SELECT NOT EXISTS (SELECT FROM skiplock.%I)', p.name) INTO v_empty;
+    EXECUTE format('SELECT NOT EXISTS (SELECT 1 FROM skiplock.%I)', p.name) INTO v_empty;
     CONTINUE WHEN NOT v_empty;
     LOCK TABLE skiplock.finished_jobs IN ACCESS EXCLUSIVE MODE;
-    EXECUTE format('SELECT NOT EXISTS (SELECT FROM skiplock.%I)', p.name) INTO v_empty;
+    EXECUTE format('SELECT NOT EXISTS (SELECT 1 FROM skiplock.%I)', p.name) INTO v_empty;
     CONTINUE WHEN NOT v_empty;
     EXECUTE format('ALTER TABLE skiplock.finished_jobs DETACH PARTITION skiplock.%I', p.name);
     DELETE FROM skiplock.finished_partitions x WHERE x.name = p.name;
@@ -1955,7 +2192,7 @@ BEGIN
   IF p_hi <= clock_timestamp() OR p_hi - p_lo <= skiplock.partition_width() THEN
     RETURN false;
   END IF;
-  EXECUTE format('SELECT NOT EXISTS (SELECT FROM skiplock.%I)', p_name) INTO v_empty;
+  EXECUTE format('SELECT NOT EXISTS (SELECT 1 FROM skiplock.%I)', p_name) INTO v_empty;
   RETURN v_empty;
 END
 $$;
@@ -2156,6 +2393,10 @@ BEGIN
     RAISE EXCEPTION 'heartbeat: lease must be 100 ms to 1 day, got %', heartbeat.lease
       USING ERRCODE = '22023';
   END IF;
+  IF skiplock.is_distributed() THEN
+    RETURN QUERY SELECT * FROM skiplock.heartbeat_by_queue(ids, fencings, lease, job_queues);
+    RETURN;
+  END IF;
   -- Never waits: a row another transaction holds is skipped here.
   WITH v AS (SELECT * FROM unnest(heartbeat.ids, heartbeat.fencings, heartbeat.job_queues)
                            WITH ORDINALITY AS v(id, fencing, queue, ord)),
@@ -2190,6 +2431,55 @@ END
 $$;
 
 COMMENT ON FUNCTION skiplock.heartbeat(ids bigint[], fencings bigint[], lease interval, job_queues text[]) IS 'Extends running claims (found under their queues in protocol 2) without waiting; one row per claim: extended, locked.';
+
+CREATE FUNCTION skiplock.heartbeat_by_queue(ids bigint[], fencings bigint[], lease interval, job_queues text[]) RETURNS SETOF skiplock.heartbeat_result
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+  v_expires timestamptz := now() + lease;
+  v_keys text[] := ARRAY(SELECT t.i || ':' || t.f FROM unnest(ids, fencings) AS t(i, f));
+  v_unknown bigint[];
+  v_queues text[];
+  v_q text;
+  v_locked bigint[];
+  v_done text[] := '{}';
+  v_running text[];
+BEGIN
+  v_unknown := ARRAY(SELECT t.i FROM unnest(ids, job_queues) AS t(i, q) WHERE t.q IS NULL);
+  v_queues := ARRAY(SELECT DISTINCT t.q FROM unnest(job_queues) AS t(q) WHERE t.q IS NOT NULL);
+  IF cardinality(v_unknown) > 0 THEN
+    v_queues := v_queues || ARRAY(SELECT DISTINCT j.queue FROM skiplock.jobs j
+                                   WHERE j.id = ANY (v_unknown));
+  END IF;
+  FOR v_q IN SELECT DISTINCT q FROM unnest(v_queues) q LOOP
+    v_locked := ARRAY(SELECT t.i FROM unnest(ids, job_queues) AS t(i, q)
+                       WHERE t.q IS NULL OR t.q = v_q);
+    v_locked := ARRAY(
+      SELECT j.id FROM skiplock.jobs j
+       WHERE j.queue = v_q AND j.state = 'running' COLLATE "C" AND j.id = ANY (v_locked)
+         FOR NO KEY UPDATE SKIP LOCKED);
+    CONTINUE WHEN cardinality(v_locked) = 0;
+    WITH u AS (
+      UPDATE skiplock.jobs j SET lease_expires_at = v_expires
+       WHERE j.queue = v_q AND j.id = ANY (v_locked)
+         AND (j.id::text || ':' || j.fencing::text) = ANY (v_keys)
+      RETURNING j.id::text || ':' || j.fencing::text AS k)
+    SELECT v_done || coalesce(array_agg(u.k), '{}') INTO v_done FROM u;
+  END LOOP;
+  IF cardinality(v_done) < cardinality(ids) THEN
+    -- a new statement: of the rest, those still running are held (locked)
+    v_running := ARRAY(SELECT j.id::text || ':' || j.fencing::text FROM skiplock.jobs j
+                        WHERE j.id = ANY (ids) AND j.state = 'running' COLLATE "C");
+  END IF;
+  RETURN QUERY
+  SELECT t.i, t.k = ANY (v_done) OR t.k = ANY (coalesce(v_running, '{}')),
+         NOT t.k = ANY (v_done) AND t.k = ANY (coalesce(v_running, '{}'))
+    FROM unnest(ids, v_keys) WITH ORDINALITY AS t(i, k, ord)
+   ORDER BY t.ord;
+END
+$$;
+
+COMMENT ON FUNCTION skiplock.heartbeat_by_queue(ids bigint[], fencings bigint[], lease interval, job_queues text[]) IS 'Internal: heartbeat on the distributed layout, one locking statement per queue, never waiting.';
 
 CREATE FUNCTION skiplock.idem_claim(key text, request_hash text, ttl interval DEFAULT '24:00:00'::interval, recovery interval DEFAULT '00:01:00'::interval) RETURNS TABLE(outcome text, response_code integer, response_body jsonb, holder text)
     LANGUAGE plpgsql SECURITY DEFINER
@@ -2445,6 +2735,14 @@ $$;
 
 COMMENT ON FUNCTION skiplock.interval_ms(p interval, p_what text) IS 'Internal: an interval as whole milliseconds, 0 to 24 days; 22023 naming what outside that.';
 
+CREATE FUNCTION skiplock.is_distributed() RETURNS boolean
+    LANGUAGE sql STABLE
+    AS $$
+  SELECT coalesce((SELECT l.distributed FROM skiplock.layout l), false)
+$$;
+
+COMMENT ON FUNCTION skiplock.is_distributed() IS 'Internal: true once skiplock.distribute() spread the jobs over a Citus cluster by queue.';
+
 CREATE FUNCTION skiplock.job_cancel(id bigint) RETURNS skiplock.job_action_result
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -2479,15 +2777,26 @@ CREATE FUNCTION skiplock.job_complete(id bigint, fencing bigint, result jsonb DE
 DECLARE
   v_fencing bigint;
   v_state text;
+  v_queue text := job_complete.queue;
 BEGIN
   IF job_complete.id IS NULL OR job_complete.fencing IS NULL THEN
     RAISE EXCEPTION 'job_complete: id and fencing must not be NULL' USING ERRCODE = '22004';
   END IF;
-  SELECT j.fencing, j.state INTO v_fencing, v_state
-    FROM skiplock.jobs j
-   WHERE j.id = job_complete.id
-     AND (job_complete.queue IS NULL OR j.queue = job_complete.queue)
-     FOR UPDATE;
+  IF NOT skiplock.is_distributed() THEN
+    SELECT j.fencing, j.state INTO v_fencing, v_state
+      FROM skiplock.jobs j
+     WHERE j.id = job_complete.id
+       AND (job_complete.queue IS NULL OR j.queue = job_complete.queue)
+       FOR UPDATE;
+  ELSE
+    IF v_queue IS NULL THEN
+      SELECT j.queue INTO v_queue FROM skiplock.jobs j WHERE j.id = job_complete.id;
+    END IF;
+    SELECT j.fencing, j.state INTO v_fencing, v_state
+      FROM skiplock.jobs j
+     WHERE j.queue = v_queue AND j.id = job_complete.id
+       FOR UPDATE;
+  END IF;
   IF NOT FOUND THEN
     IF EXISTS (SELECT 1 FROM skiplock.finished_jobs f
                 WHERE f.id = job_complete.id AND f.fencing = job_complete.fencing
@@ -2512,7 +2821,7 @@ BEGIN
   END IF;
   PERFORM 1 FROM skiplock.record(ARRAY[job_complete.id], ARRAY[job_complete.fencing],
                                  ARRAY['ok'], ARRAY[job_complete.result],
-                                 job_queues => ARRAY[job_complete.queue]);
+                                 job_queues => ARRAY[coalesce(v_queue, job_complete.queue)]);
 END
 $$;
 
@@ -2551,11 +2860,22 @@ CREATE FUNCTION skiplock.job_fence(id bigint, fencing bigint, queue text DEFAULT
 DECLARE
   v_fencing bigint;
   v_state text;
+  v_queue text := job_fence.queue;
 BEGIN
-  SELECT j.fencing, j.state INTO v_fencing, v_state
-    FROM skiplock.jobs j
-   WHERE j.id = job_fence.id AND (job_fence.queue IS NULL OR j.queue = job_fence.queue)
-     FOR SHARE;
+  IF NOT skiplock.is_distributed() THEN
+    SELECT j.fencing, j.state INTO v_fencing, v_state
+      FROM skiplock.jobs j
+     WHERE j.id = job_fence.id AND (job_fence.queue IS NULL OR j.queue = job_fence.queue)
+       FOR SHARE;
+  ELSE
+    IF v_queue IS NULL THEN
+      SELECT j.queue INTO v_queue FROM skiplock.jobs j WHERE j.id = job_fence.id;
+    END IF;
+    SELECT j.fencing, j.state INTO v_fencing, v_state
+      FROM skiplock.jobs j
+     WHERE j.queue = v_queue AND j.id = job_fence.id
+       FOR SHARE;
+  END IF;
   IF NOT FOUND THEN
     RAISE EXCEPTION 'job % does not exist%', job_fence.id,
                     coalesce(format(' in queue %L', job_fence.queue), '')
@@ -2832,10 +3152,26 @@ CREATE FUNCTION skiplock.jobs_prune(older_than interval, n integer DEFAULT 10000
 DECLARE
   v_a bigint;
   v_b bigint;
+  v_cut timestamptz := now() - older_than;
+  v_ids bigint[];
 BEGIN
   IF older_than IS NULL OR older_than < interval '0' OR n IS NULL OR n NOT BETWEEN 1 AND 1000000 THEN
     RAISE EXCEPTION 'jobs_prune: older_than must be >= 0 and n 1 to 1000000'
       USING ERRCODE = '22023';
+  END IF;
+  IF skiplock.is_distributed() THEN
+    v_ids := ARRAY(SELECT x.id FROM skiplock.finished_jobs x WHERE x.finished_at < v_cut
+                    ORDER BY x.finished_at LIMIT n);
+    DELETE FROM skiplock.finished_jobs f WHERE f.id = ANY (v_ids) AND f.finished_at < v_cut;
+    GET DIAGNOSTICS v_a = ROW_COUNT;
+    v_ids := ARRAY(SELECT x.id FROM skiplock.jobs x
+                    WHERE x.state IN ('completed', 'discarded', 'cancelled')
+                      AND x.finished_at < v_cut
+                    ORDER BY x.finished_at LIMIT greatest(n - v_a, 0));
+    DELETE FROM skiplock.jobs j WHERE j.id = ANY (v_ids)
+       AND j.state IN ('completed', 'discarded', 'cancelled') AND j.finished_at < v_cut;
+    GET DIAGNOSTICS v_b = ROW_COUNT;
+    RETURN v_a + v_b;
   END IF;
   DELETE FROM skiplock.finished_jobs f WHERE f.id IN (
     SELECT x.id FROM skiplock.finished_jobs x WHERE x.finished_at < now() - older_than
@@ -2852,6 +3188,19 @@ END
 $$;
 
 COMMENT ON FUNCTION skiplock.jobs_prune(older_than interval, n integer) IS 'delete up to n finished jobs finished before now() - older_than (operators)';
+
+CREATE FUNCTION skiplock.keep_of(p_queue text, p_state text, OUT keep interval, OUT kept boolean) RETURNS record
+    LANGUAGE plpgsql STABLE
+    AS $$
+BEGIN
+  SELECT r.keep INTO keep FROM skiplock.retention r
+   WHERE r.state = p_state AND r.queue IN (p_queue, '*')
+   ORDER BY r.queue = '*' LIMIT 1;
+  kept := FOUND AND (keep IS NULL OR keep > interval '0');
+END
+$$;
+
+COMMENT ON FUNCTION skiplock.keep_of(p_queue text, p_state text, OUT keep interval, OUT kept boolean) IS 'Internal: the retention of a queue''s finished jobs in a state (keep NULL: forever; kept false: not kept), read before a statement on Citus.';
 
 CREATE FUNCTION skiplock.keep_until(p_queue text, p_state text, p_finished timestamp with time zone) RETURNS timestamp with time zone
     LANGUAGE sql STABLE
@@ -3158,20 +3507,67 @@ $$;
 COMMENT ON FUNCTION skiplock.maintenance_release(owner text, fencing bigint) IS 'end the maintenance lease of a token at once';
 
 CREATE FUNCTION skiplock.move_finished(p_ids bigint[]) RETURNS integer
-    LANGUAGE sql
+    LANGUAGE plpgsql
     AS $$
-  WITH m AS (
-    DELETE FROM skiplock.jobs j
-     WHERE j.id = ANY (p_ids) AND j.state IN ('completed', 'discarded', 'cancelled')
-    RETURNING j.*),
-  k AS (
-    INSERT INTO skiplock.finished_jobs
-    SELECT m.*, x.expires_at
-      FROM m CROSS JOIN LATERAL (SELECT skiplock.keep_until(m.queue, m.state,
-                                          coalesce(m.finished_at, now())) AS expires_at) x
-     WHERE x.expires_at > now()
-    RETURNING 1)
-  SELECT count(*)::int FROM m
+DECLARE
+  v_n int := 0;
+  v_m int;
+  v_q text;
+  v_now timestamptz := now();
+  v_kc interval;
+  v_kd interval;
+  v_kx interval;
+  v_hc boolean;
+  v_hd boolean;
+  v_hx boolean;
+BEGIN
+  IF NOT skiplock.is_distributed() THEN
+    WITH m AS (
+      DELETE FROM skiplock.jobs j
+       WHERE j.id = ANY (p_ids) AND j.state IN ('completed', 'discarded', 'cancelled')
+      RETURNING j.*),
+    k AS (
+      INSERT INTO skiplock.finished_jobs
+      SELECT m.*, x.expires_at
+        FROM m CROSS JOIN LATERAL (SELECT skiplock.keep_until(m.queue, m.state,
+                                            coalesce(m.finished_at, now())) AS expires_at) x
+       WHERE x.expires_at > now()
+      RETURNING 1)
+    SELECT count(*)::int INTO v_n FROM m;
+    RETURN v_n;
+  END IF;
+  IF coalesce(cardinality(p_ids), 0) = 0 THEN
+    RETURN 0;
+  END IF;
+  FOR v_q IN SELECT DISTINCT j.queue FROM skiplock.jobs j WHERE j.id = ANY (p_ids) LOOP
+    SELECT k.keep, k.kept INTO v_kc, v_hc FROM skiplock.keep_of(v_q, 'completed') k;
+    SELECT k.keep, k.kept INTO v_kd, v_hd FROM skiplock.keep_of(v_q, 'discarded') k;
+    SELECT k.keep, k.kept INTO v_kx, v_hx FROM skiplock.keep_of(v_q, 'cancelled') k;
+    WITH m AS (
+      DELETE FROM skiplock.jobs j
+       WHERE j.queue = v_q AND j.id = ANY (p_ids)
+         AND j.state IN ('completed', 'discarded', 'cancelled')
+      RETURNING j.*),
+    k AS (
+      INSERT INTO skiplock.finished_jobs
+      SELECT m.*, e.expires_at
+        FROM m
+       CROSS JOIN LATERAL (
+         SELECT CASE m.state WHEN 'completed' THEN v_kc WHEN 'discarded' THEN v_kd
+                             ELSE v_kx END AS keep,
+                CASE m.state WHEN 'completed' THEN v_hc WHEN 'discarded' THEN v_hd
+                             ELSE v_hx END AS kept) r
+       CROSS JOIN LATERAL (
+         SELECT CASE WHEN r.keep IS NULL THEN timestamptz 'infinity'
+                     ELSE ((coalesce(m.finished_at, v_now) AT TIME ZONE 'UTC') + r.keep)
+                          AT TIME ZONE 'UTC' END AS expires_at) e
+       WHERE r.kept AND e.expires_at > v_now
+      RETURNING 1)
+    SELECT count(*)::int INTO v_m FROM m;
+    v_n := v_n + v_m;
+  END LOOP;
+  RETURN v_n;
+END
 $$;
 
 COMMENT ON FUNCTION skiplock.move_finished(p_ids bigint[]) IS 'Internal: moves finished jobs by id from jobs to finished_jobs, kept until their retention; returns how many left jobs.';
@@ -3296,6 +3692,99 @@ $$;
 
 COMMENT ON FUNCTION skiplock.record(ids bigint[], fencings bigint[], outcomes text[], results jsonb[], errors text[], retry_after_ms bigint[], deferred boolean[], backoffs text[], backoff_bases_ms bigint[], backoff_caps_ms bigint[], job_queues text[]) IS 'Records a batch of outcomes, each fenced by its token (and queue, protocol 2); one row per outcome accepted.';
 
+CREATE FUNCTION skiplock.record_by_queue(ids bigint[], fencings bigint[], outcomes text[], results jsonb[], errors text[], retry_after_ms bigint[], deferred boolean[], backoffs text[], backoff_bases_ms bigint[], backoff_caps_ms bigint[], job_queues text[]) RETURNS TABLE(id bigint, kind text, state text, run_at timestamp with time zone, outcome text, delay_ms bigint)
+    LANGUAGE plpgsql
+    AS $$
+#variable_conflict use_column
+DECLARE
+  v_now timestamptz := now();
+  v_now_utc timestamp := now() AT TIME ZONE 'UTC';
+  v_at jsonb := to_jsonb(now());
+  v_n int := cardinality(ids);
+  v_r float8[] := ARRAY(SELECT random() FROM generate_series(1, cardinality(ids)));
+  v_unknown bigint[];
+  v_queues text[];
+  v_q text;
+  v_kc interval;
+  v_kd interval;
+  v_hc boolean;
+  v_hd boolean;
+  v_ec timestamptz;
+  v_ed timestamptz;
+BEGIN
+  -- handles without a queue (protocol 1): found on every shard
+  v_unknown := ARRAY(SELECT t.i FROM unnest(ids, job_queues) AS t(i, q) WHERE t.q IS NULL);
+  v_queues := ARRAY(SELECT DISTINCT t.q FROM unnest(job_queues) AS t(q) WHERE t.q IS NOT NULL);
+  IF cardinality(v_unknown) > 0 THEN
+    v_queues := v_queues || ARRAY(SELECT DISTINCT j.queue FROM skiplock.jobs j
+                                   WHERE j.id = ANY (v_unknown));
+  END IF;
+  FOR v_q IN SELECT DISTINCT q FROM unnest(v_queues) q LOOP
+    SELECT k.keep, k.kept INTO v_kc, v_hc FROM skiplock.keep_of(v_q, 'completed') k;
+    SELECT k.keep, k.kept INTO v_kd, v_hd FROM skiplock.keep_of(v_q, 'discarded') k;
+    v_ec := CASE WHEN v_kc IS NULL THEN timestamptz 'infinity' ELSE v_now + v_kc END;
+    v_ed := CASE WHEN v_kd IS NULL THEN timestamptz 'infinity' ELSE v_now + v_kd END;
+    RETURN QUERY
+    WITH reported AS MATERIALIZED (
+      SELECT t.*, v_n AS n
+        FROM unnest(ids, fencings, outcomes, results, errors, retry_after_ms, deferred,
+                    backoffs, backoff_bases_ms, backoff_caps_ms, job_queues, v_r)
+             WITH ORDINALITY AS t(id, fencing, outcome, result, error, asked_ms, deferred,
+                                  backoff, base_ms, cap_ms, queue, r, ord)
+       WHERE t.queue IS NULL OR t.queue = v_q),
+    ended AS (
+      DELETE FROM skiplock.jobs j USING reported v
+       WHERE j.queue = v_q AND j.id = v.id AND j.fencing = v.fencing
+         AND j.state = 'running' COLLATE "C"
+         AND (v.outcome IN ('ok', 'discard') OR j.attempt >= j.max_attempts)
+      RETURNING j.id, j.queue, j.kind, j.payload, j.priority, j.run_at, j.attempt,
+                j.max_attempts, j.fencing, j.unique_key, j.timeout_ms, j.backoff_base_ms,
+                j.backoff_cap_ms, j.errors, j.created_at, j.attempted_at, j.backoff,
+                j.last_delay_ms,
+                CASE WHEN v.outcome = 'ok' THEN 'completed' ELSE 'discarded' END AS state,
+                v.outcome, v.result, v.error),
+    kept AS (
+      INSERT INTO skiplock.finished_jobs (id, queue, kind, payload, state, priority, run_at,
+                  attempt, max_attempts, fencing, unique_key, timeout_ms, backoff_base_ms,
+                  backoff_cap_ms, errors, result, created_at, attempted_at, finished_at,
+                  backoff, last_delay_ms, expires_at)
+      SELECT f.id, f.queue, f.kind, f.payload, f.state, f.priority, f.run_at, f.attempt,
+             f.max_attempts, f.fencing, f.unique_key, f.timeout_ms, f.backoff_base_ms,
+             f.backoff_cap_ms, skiplock.errors_append(f.errors, f.attempt, f.error, v_at),
+             CASE WHEN f.outcome = 'ok' THEN f.result END, f.created_at, f.attempted_at, v_now,
+             f.backoff, f.last_delay_ms,
+             CASE WHEN f.state = 'completed' THEN v_ec ELSE v_ed END
+        FROM ended f
+       WHERE CASE WHEN f.state = 'completed' THEN v_hc ELSE v_hd END),
+    decided AS (
+      SELECT j.id, j.fencing, v.error,
+             skiplock.retry_delay_ms(j.attempt, j.last_delay_ms, j.backoff, j.backoff_base_ms,
+                                     j.backoff_cap_ms, v.asked_ms, v.deferred, v.backoff,
+                                     v.base_ms, v.cap_ms, v.r, (v.ord - 1 + v.r) / v.n)
+               AS delay_ms, v.outcome
+        FROM skiplock.jobs j JOIN reported v ON j.id = v.id AND j.fencing = v.fencing
+       WHERE j.queue = v_q AND j.state = 'running' COLLATE "C"
+         AND v.outcome IN ('retry', 'fail') AND j.attempt < j.max_attempts),
+    retried AS (
+      UPDATE skiplock.jobs j SET
+        state = 'available',
+        errors = skiplock.errors_append(j.errors, j.attempt, d.error, v_at),
+        run_at = (v_now_utc + d.delay_ms * interval '1 millisecond') AT TIME ZONE 'UTC',
+        last_delay_ms = d.delay_ms,
+        lease_owner = NULL, lease_expires_at = NULL
+        FROM decided d
+       WHERE j.queue = v_q AND j.id = d.id AND j.fencing = d.fencing
+         AND j.state = 'running' COLLATE "C"
+      RETURNING j.id, j.kind, j.state, j.run_at, d.outcome, j.last_delay_ms AS delay_ms)
+    SELECT r.id, r.kind, r.state, r.run_at, r.outcome, r.delay_ms FROM retried r
+    UNION ALL
+    SELECT e.id, e.kind, e.state, e.run_at, e.outcome, NULL::bigint FROM ended e;
+  END LOOP;
+END
+$$;
+
+COMMENT ON FUNCTION skiplock.record_by_queue(ids bigint[], fencings bigint[], outcomes text[], results jsonb[], errors text[], retry_after_ms bigint[], deferred boolean[], backoffs text[], backoff_bases_ms bigint[], backoff_caps_ms bigint[], job_queues text[]) IS 'Internal: record_outcomes on the distributed layout, one statement per queue with the times and the retention read beforehand.';
+
 CREATE FUNCTION skiplock.record_claim(ids bigint[], fencings bigint[], outcomes text[], results jsonb[], errors text[], retry_after_ms bigint[], deferred boolean[], backoffs text[], backoff_bases_ms bigint[], backoff_caps_ms bigint[], owner text, kinds text[], queues text[], n integer, lease interval, after_priority integer DEFAULT NULL::integer, after_run_at_us bigint DEFAULT NULL::bigint, after_id bigint DEFAULT NULL::bigint, job_queues text[] DEFAULT NULL::text[]) RETURNS SETOF skiplock.exchange_row
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -3341,6 +3830,11 @@ BEGIN
     RETURN;
   END IF;
   -- 3. the next jobs: picked (pauses, breakers, keyset), then leased
+  IF skiplock.is_distributed() THEN
+    RETURN QUERY SELECT * FROM skiplock.claim_by_queue(owner, kinds, queues, n, lease,
+                   after_priority, after_run_at_us, after_id);
+    RETURN;
+  END IF;
   v_ids := skiplock.claim_pick(owner, kinds, queues, n, lease, after_priority,
                                after_run_at_us, after_id);
   RETURN QUERY
@@ -3363,6 +3857,12 @@ CREATE FUNCTION skiplock.record_outcomes(ids bigint[], fencings bigint[], outcom
     AS $$
 #variable_conflict use_column
 BEGIN
+  IF skiplock.is_distributed() THEN
+    RETURN QUERY SELECT * FROM skiplock.record_by_queue(ids, fencings, outcomes, results, errors,
+                   retry_after_ms, deferred, backoffs, backoff_bases_ms, backoff_caps_ms,
+                   job_queues);
+    RETURN;
+  END IF;
   -- (plpgsql, not sql: its plan is prepared once per session)
   RETURN QUERY
   WITH reported AS MATERIALIZED (
@@ -3444,32 +3944,74 @@ DECLARE
   v_states text[];
   v_queues text[];
   v_kinds text[];
+  v_q text;
+  v_now timestamptz := now();
+  v_at jsonb := to_jsonb(now());
+  v_i bigint[];
+  v_s text[];
+  v_qs text[];
+  v_k text[];
 BEGIN
   IF rescue.n IS NULL OR rescue.n NOT BETWEEN 1 AND 100000 THEN
     RAISE EXCEPTION 'rescue: n must be 1 to 100000' USING ERRCODE = '22023';
   END IF;
-  WITH r AS (
-    SELECT j.id FROM skiplock.jobs j
-     WHERE j.state = 'running' AND j.lease_expires_at < now()
-     ORDER BY j.lease_expires_at LIMIT rescue.n FOR UPDATE SKIP LOCKED),
-  u AS (
-    UPDATE skiplock.jobs j SET
-      state = CASE WHEN j.attempt >= j.max_attempts THEN 'discarded' ELSE 'available' END,
-      finished_at = CASE WHEN j.attempt >= j.max_attempts THEN now() END,
-      run_at = now(), lease_owner = NULL, lease_expires_at = NULL,
-      errors = skiplock.errors_append(j.errors, j.attempt, 'lease expired: '
-                 || coalesce(j.lease_owner, '?') || ' stopped renewing it', now())
-      FROM r WHERE j.id = r.id
-    RETURNING j.id, j.state, j.queue, j.kind)
-  SELECT array_agg(u.id), array_agg(u.state), array_agg(u.queue), array_agg(u.kind)
-    INTO v_ids, v_states, v_queues, v_kinds FROM u;
+  IF NOT skiplock.is_distributed() THEN
+    WITH r AS (
+      SELECT j.id FROM skiplock.jobs j
+       WHERE j.state = 'running' AND j.lease_expires_at < now()
+       ORDER BY j.lease_expires_at LIMIT rescue.n FOR UPDATE SKIP LOCKED),
+    u AS (
+      UPDATE skiplock.jobs j SET
+        state = CASE WHEN j.attempt >= j.max_attempts THEN 'discarded' ELSE 'available' END,
+        finished_at = CASE WHEN j.attempt >= j.max_attempts THEN now() END,
+        run_at = now(), lease_owner = NULL, lease_expires_at = NULL,
+        errors = skiplock.errors_append(j.errors, j.attempt, 'lease expired: '
+                   || coalesce(j.lease_owner, '?') || ' stopped renewing it', now())
+        FROM r WHERE j.id = r.id
+      RETURNING j.id, j.state, j.queue, j.kind)
+    SELECT array_agg(u.id), array_agg(u.state), array_agg(u.queue), array_agg(u.kind)
+      INTO v_ids, v_states, v_queues, v_kinds FROM u;
+  ELSE
+    v_ids := '{}';
+    v_states := '{}';
+    v_queues := '{}';
+    v_kinds := '{}';
+    FOR v_q IN SELECT DISTINCT j.queue FROM skiplock.jobs j
+                WHERE j.state = 'running' AND j.lease_expires_at < v_now LOOP
+      EXIT WHEN cardinality(v_ids) >= rescue.n;
+      WITH r AS (
+        SELECT j.id FROM skiplock.jobs j
+         WHERE j.queue = v_q AND j.state = 'running' AND j.lease_expires_at < v_now
+         ORDER BY j.lease_expires_at LIMIT rescue.n - cardinality(v_ids)
+           FOR UPDATE SKIP LOCKED),
+      u AS (
+        UPDATE skiplock.jobs j SET
+          state = CASE WHEN j.attempt >= j.max_attempts THEN 'discarded' ELSE 'available' END,
+          finished_at = CASE WHEN j.attempt >= j.max_attempts THEN v_now END,
+          run_at = v_now, lease_owner = NULL, lease_expires_at = NULL,
+          errors = skiplock.errors_append(j.errors, j.attempt, 'lease expired: '
+                     || coalesce(j.lease_owner, '?') || ' stopped renewing it', v_at)
+          FROM r WHERE j.queue = v_q AND j.id = r.id
+        RETURNING j.id, j.state, j.queue, j.kind)
+      SELECT array_agg(u.id), array_agg(u.state), array_agg(u.queue), array_agg(u.kind)
+        INTO v_i, v_s, v_qs, v_k FROM u;
+      v_ids := v_ids || coalesce(v_i, '{}');
+      v_states := v_states || coalesce(v_s, '{}');
+      v_queues := v_queues || coalesce(v_qs, '{}');
+      v_kinds := v_kinds || coalesce(v_k, '{}');
+    END LOOP;
+    IF 'available' = ANY (v_states)
+       AND coalesce(current_setting('skiplock.notify', true), '') <> 'off' THEN
+      PERFORM pg_notify('skiplock_jobs', '');
+    END IF;
+  END IF;
   PERFORM skiplock.move_finished(ARRAY(SELECT t.i FROM unnest(v_ids, v_states) AS t(i, s)
                                         WHERE t.s = 'discarded'));
   RETURN QUERY SELECT * FROM unnest(v_ids, v_states, v_queues, v_kinds);
 END
 $$;
 
-COMMENT ON FUNCTION skiplock.rescue(n integer) IS 'give back up to n running jobs whose lease expired';
+COMMENT ON FUNCTION skiplock.rescue(n integer) IS 'give back up to n running jobs whose lease expired (per queue on the distributed layout)';
 
 CREATE FUNCTION skiplock.resume(queue text, kind text, actor text, role text) RETURNS boolean
     LANGUAGE plpgsql SECURITY DEFINER
@@ -3541,7 +4083,7 @@ BEGIN
                      THEN ARRAY['completed', 'discarded', 'cancelled']
                      ELSE ARRAY[retention_set.state] END) AS s
   ON CONFLICT ON CONSTRAINT retention_pkey
-  DO UPDATE SET keep = EXCLUDED.keep, changed_at = now();
+  DO UPDATE SET keep = EXCLUDED.keep, changed_at = EXCLUDED.changed_at;
   PERFORM skiplock.finished_area_check_now();
 END
 $$;
@@ -4188,6 +4730,15 @@ COMMENT ON TABLE skiplock.idempotency_keys IS 'Idempotency keys: the request fin
 
 COMMENT ON COLUMN skiplock.idempotency_keys.holder_hash IS 'SHA-256 of the holder token idem_claim returned with acquired; NULL for claims before step 0020';
 
+CREATE TABLE skiplock.layout (
+    one boolean DEFAULT true NOT NULL,
+    distributed boolean DEFAULT false NOT NULL,
+    changed_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT layout_one_check CHECK (one)
+);
+
+COMMENT ON TABLE skiplock.layout IS 'One row: whether skiplock.distribute() spread jobs and finished_jobs over a Citus cluster by queue, and when.';
+
 CREATE TABLE skiplock.leases (
     name text NOT NULL,
     owner text NOT NULL,
@@ -4309,6 +4860,9 @@ ALTER TABLE ONLY skiplock.idempotency_keys
 
 ALTER TABLE ONLY skiplock.jobs
     ADD CONSTRAINT jobs_pkey PRIMARY KEY (id);
+
+ALTER TABLE ONLY skiplock.layout
+    ADD CONSTRAINT layout_pkey PRIMARY KEY (one);
 
 ALTER TABLE ONLY skiplock.leases
     ADD CONSTRAINT leases_pkey PRIMARY KEY (name);

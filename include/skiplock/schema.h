@@ -5,6 +5,8 @@
 #ifndef SKIPLOCK_SCHEMA_H
 #define SKIPLOCK_SCHEMA_H
 
+#include <stdbool.h>
+
 #include "skiplock/client.h"
 
 #ifdef __cplusplus
@@ -41,6 +43,14 @@ typedef struct skl_roles {
  * of the role that owns the schema now.  Idempotent.  Blocks up to the
  * client's retry bound. */
 SKL_API skl_rc skl_schema_grant_roles(skl_client *c, const skl_roles *roles, skl_error *err);
+
+/* Spreads skiplock's tables over a Citus cluster (docs/scaling.md):
+ * skiplock.distribute() in one transaction under the schema lock, after
+ * skl_schema_install.  Needs the schema's owner and the citus extension
+ * (else an error, SQLSTATE 0A000, nothing changed).  Idempotent:
+ * *changed (may be NULL) is false when the tables were distributed
+ * already. */
+SKL_API skl_rc skl_schema_distribute(skl_client *c, bool *changed, skl_error *err);
 
 /* Checks, changing nothing, that the roles named in roles exist:
  * SKL_INVALID naming the first that does not. */

@@ -45,6 +45,18 @@ static const char usage[] =
 	"                         with --read-only)\n"
 	"  --repair               re-create the functions of steps installed from an\n"
 	"                         earlier text, then install what is missing\n"
+	"  --distributed          then spread skiplock's tables over the Citus cluster\n"
+	"                         this database coordinates (see below)\n"
+	"\n"
+	"With --distributed (docs/scaling.md), on a Citus coordinator, init then\n"
+	"calls skiplock.distribute() once: skiplock.jobs is distributed by queue\n"
+	"(key (queue, id); unique keys become unique per queue; its notification\n"
+	"triggers are dropped), skiplock.finished_jobs is colocated with it, and\n"
+	"retention and the breakers become reference tables. Claims then run one\n"
+	"statement per queue, so priority order holds within a queue, not across\n"
+	"queues. It cannot be undone by skiplock. A database without the citus\n"
+	"extension is refused (SQLSTATE 0A000) and nothing changes; a second run\n"
+	"says the tables are distributed already.\n"
 	"\n"
 	"Then init does the storage's maintenance (skiplock/retention.h) under the\n"
 	"lease skiplock.maintenance: partitions of skiplock.finished_jobs ahead of\n"
@@ -60,11 +72,12 @@ static const char exit_help[] =
 	"2 bad usage or a role that does not exist, 3 database unreachable within\n"
 	"--retry-for.\n";
 
-enum { O_OWNER = OPT_COMMON_LAST + 1, O_WORKER, O_OPERATOR, O_READER, O_REPAIR };
+enum { O_OWNER = OPT_COMMON_LAST + 1, O_WORKER, O_OPERATOR, O_READER, O_REPAIR, O_DISTRIBUTED };
 
 typedef struct init_args {
 	skl_roles roles;
 	bool repair;
+	bool distributed;
 } init_args;
 
 static int own_option(int code, const char *arg, void *ctx)
@@ -81,6 +94,8 @@ static int own_option(int code, const char *arg, void *ctx)
 		a->reader = arg;
 	else if (code == O_REPAIR)
 		ia->repair = true;
+	else if (code == O_DISTRIBUTED)
+		ia->distributed = true;
 	else
 		return CLI_USAGE;
 	return CLI_OK;
@@ -133,6 +148,17 @@ static int install(const cli_common *cc, skl_client *c, int *out)
 	return CLI_OK;
 }
 
+static int distribute(const cli_common *cc, skl_client *c)
+{
+	skl_error err;
+	bool changed = false;
+	if (skl_schema_distribute(c, &changed, &err) != SKL_OK)
+		return cli_fail(cc, &err);
+	printf(changed ? "skiplock tables distributed by queue\n"
+	               : "skiplock tables are distributed already\n");
+	return CLI_OK;
+}
+
 static bool progress_line(const skl_maintenance *m, void *ctx)
 {
 	(void)ctx;
@@ -170,6 +196,7 @@ int cmd_init(int argc, char **argv)
 	                                     {"grant-operator", required_argument, NULL, O_OPERATOR},
 	                                     {"grant-reader", required_argument, NULL, O_READER},
 	                                     {"repair", no_argument, NULL, O_REPAIR},
+	                                     {"distributed", no_argument, NULL, O_DISTRIBUTED},
 	                                     {0}};
 	cli_common cc;
 	cli_common_init(&cc, "init");
@@ -193,6 +220,8 @@ int cmd_init(int argc, char **argv)
 	/* an upgrade grants the roles granted before their new functions */
 	if (rc == CLI_OK && (any_role(&a.roles) || applied > 0))
 		rc = grant(&cc, c, &a.roles);
+	if (rc == CLI_OK && a.distributed)
+		rc = distribute(&cc, c);
 	if (rc == CLI_OK)
 		rc = maintain(&cc, c);
 	skl_client_close(c);

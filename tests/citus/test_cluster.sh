@@ -45,5 +45,14 @@ id=$("$SKL_BIN" enqueue --url "$URL" citus.ping '{}' 2>"$TMP/enqueue.log") && pa
 	fail "enqueue: $(cat "$TMP/enqueue.log")"
 echo "skiplock's tables distributed by Citus: $(q "SELECT count(*) FROM pg_dist_partition p JOIN pg_class c ON c.oid = p.logicalrelid JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = 'skiplock'")"
 check_eq "the job is there" "$(qu "SELECT kind FROM skiplock.all_jobs WHERE id = ${id:-0}")" citus.ping
+# init --distributed over the same database, the job in it: skiplock's
+# tables are then distributed by queue (tests/citus/test_distributed.sh
+# runs the live path on them).
+"$SKL_BIN" init --url "$URL" --distributed >"$TMP/init2.log" 2>&1 && pass "skiplock init --distributed" ||
+	fail "skiplock init --distributed: $(cat "$TMP/init2.log")"
+check_eq "jobs and finished_jobs are distributed by queue, colocated" \
+	"$(q "SELECT count(DISTINCT p.colocationid) || ' ' || string_agg(c.relname || ':' || column_to_column_name(p.logicalrelid, p.partkey), ' ' ORDER BY c.relname) FROM pg_dist_partition p JOIN pg_class c ON c.oid = p.logicalrelid WHERE p.logicalrelid IN ('skiplock.jobs'::regclass, 'skiplock.finished_jobs'::regclass)")" \
+	"1 finished_jobs:queue jobs:queue"
+check_eq "the job was moved into its shard" "$(qu "SELECT kind FROM skiplock.jobs WHERE id = ${id:-0}")" citus.ping
 no_leftovers
 finish

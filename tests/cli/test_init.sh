@@ -35,4 +35,17 @@ check_eq "rerun adds no rows" "$(q "SELECT count(*) FROM skiplock.schema_version
 
 DATABASE_URL=$URL "$SKL_BIN" init >/dev/null 2>&1
 check_eq "DATABASE_URL is honoured" "$?" 0
+
+# --distributed needs the citus extension: refused, nothing changed
+if [ "${SKL_TEST_CITUS:-}" != 1 ]; then
+	"$SKL_BIN" init --url "$URL" --distributed >"$TMP/dist.out" 2>"$TMP/dist.err"
+	rc=$?
+	if [ "$rc" != 0 ] && grep -q 'citus extension is not installed.*0A000' "$TMP/dist.err"; then
+		pass "init --distributed without citus is refused (exit $rc: $(head -1 "$TMP/dist.err"))"
+	else
+		fail "init --distributed without citus: exit $rc: $(cat "$TMP/dist.err")"
+	fi
+	check_eq "and changes nothing" \
+		"$(q "SELECT distributed || ' ' || (SELECT count(*) FROM pg_trigger WHERE tgrelid = 'skiplock.jobs'::regclass AND NOT tgisinternal) FROM skiplock.layout")" "false 2"
+fi
 finish

@@ -198,6 +198,31 @@ skl_rc skl_schema_grant_roles(skl_client *c, const skl_roles *r, skl_error *err)
 	return rc;
 }
 
+static skl_rc distribute_fn(skl_client *c, void *ctx, skl_error *err)
+{
+	PGresult *res = NULL;
+	skl_rc rc = skl__exec(c, "SELECT pg_advisory_xact_lock(" SKL_LOCK_SCHEMA "), "
+	                         "skiplock.distribute()",
+	                      0, NULL, &res, err);
+	if (rc == SKL_OK && ctx)
+		*(bool *)ctx = PQntuples(res) == 1 && strcmp(PQgetvalue(res, 0, 1), "t") == 0;
+	PQclear(res);
+	return rc;
+}
+
+skl_rc skl_schema_distribute(skl_client *c, bool *changed, skl_error *err)
+{
+	static const skl_txn_opts o = {.txn = 1, .idempotent = 1, .lock_timeout_ms = 10000,
+	                               .schema_itself = 1};
+	bool done = false;
+	skl_rc rc = skl__run(c, &o, distribute_fn, &done, err);
+	if (rc == SKL_OK)
+		skl_error_clear(err);
+	if (changed)
+		*changed = rc == SKL_OK && done;
+	return rc;
+}
+
 skl_rc skl_schema_check_roles(skl_client *c, const char *owner, const char *worker,
                               skl_error *err)
 {
