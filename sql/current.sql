@@ -551,19 +551,162 @@ $$;
 
 COMMENT ON FUNCTION skiplock.claim_by_queue(p_owner text, p_kinds text[], p_queues text[], p_n integer, p_lease interval, p_after_priority integer, p_after_run_at_us bigint, p_after_id bigint) IS 'Internal: the claim of record_claim on the distributed layout, one locking statement per queue (queues in random order; priority holds within a queue).';
 
-CREATE FUNCTION skiplock.claim_pick(p_owner text, p_kinds text[], p_queues text[], p_n integer, p_lease interval, p_after_priority integer, p_after_run_at_us bigint, p_after_id bigint) RETURNS bigint[]
+CREATE FUNCTION skiplock.claim_limited(p_kinds text[], p_queues text[], p_skip text[], p_n integer, OUT ids bigint[], OUT started_at timestamp with time zone) RETURNS record
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+  l skiplock.limits;
+  v_locked skiplock.limits[];
+BEGIN
+  ids := '{}';
+  v_locked := ARRAY(SELECT x FROM skiplock.limits x WHERE x.kind = ANY (p_kinds)
+                     ORDER BY x.kind FOR UPDATE SKIP LOCKED);
+  -- after the locks: the claim before ours on these rows has committed,
+  -- so this clock is past every start it recorded
+  started_at := clock_timestamp();
+  FOREACH l IN ARRAY v_locked LOOP
+    EXIT WHEN cardinality(ids) >= p_n;
+    ids := ids || skiplock.claim_limited_kind(l, p_queues, p_skip, p_n - cardinality(ids),
+                                              started_at);
+  END LOOP;
+END
+$$;
+
+COMMENT ON FUNCTION skiplock.claim_limited(p_kinds text[], p_queues text[], p_skip text[], p_n integer, OUT ids bigint[], OUT started_at timestamp with time zone) IS 'Internal: the jobs of the limited kinds a claim may start now (those whose limit no other claim holds), and the time their starts are recorded at.';
+
+CREATE TABLE skiplock.limits (
+    kind text NOT NULL,
+    key_field text,
+    max_running integer,
+    rate integer,
+    per_ms bigint,
+    starts_at timestamp with time zone[] DEFAULT '{}'::timestamp with time zone[] NOT NULL,
+    starts_n integer[] DEFAULT '{}'::integer[] NOT NULL,
+    changed_at timestamp with time zone DEFAULT now() NOT NULL,
+    changed_by text NOT NULL,
+    CONSTRAINT limits_changed_by_check CHECK (((length(changed_by) >= 1) AND (length(changed_by) <= 200))),
+    CONSTRAINT limits_check CHECK (((max_running IS NOT NULL) OR (rate IS NOT NULL))),
+    CONSTRAINT limits_check1 CHECK (((rate IS NULL) = (per_ms IS NULL))),
+    CONSTRAINT limits_key_field_check CHECK (((length(key_field) >= 1) AND (length(key_field) <= 128))),
+    CONSTRAINT limits_kind_check CHECK (((length(kind) >= 1) AND (length(kind) <= 128))),
+    CONSTRAINT limits_max_running_check CHECK (((max_running >= 1) AND (max_running <= 1000000))),
+    CONSTRAINT limits_per_ms_check CHECK (((per_ms >= 1) AND (per_ms <= 86400000))),
+    CONSTRAINT limits_rate_check CHECK (((rate >= 1) AND (rate <= 1000000)))
+);
+
+COMMENT ON TABLE skiplock.limits IS 'Limits on job starts per kind (or per key of the kind): max_running at a time, rate starts per per_ms; the kind''s start window when it has no key_field.';
+
+CREATE FUNCTION skiplock.claim_limited_keys(l skiplock.limits, p_queues text[], p_skip text[], p_n integer, p_t timestamp with time zone) RETURNS bigint[]
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+  v_pick bigint[];
+  v_keys text[];
+  v_ids bigint[];
+BEGIN
+  WITH due AS (
+    SELECT j.id, coalesce(j.payload ->> l.key_field, '') AS k,
+           row_number() OVER (ORDER BY j.priority DESC, j.run_at, j.id) AS ord
+      FROM (SELECT j.id, j.payload, j.priority, j.run_at FROM skiplock.jobs j
+             WHERE j.state = 'available' AND j.run_at <= now() AND j.kind = l.kind
+               AND (p_queues IS NULL OR j.queue = ANY (p_queues)) AND j.queue <> ALL (p_skip)
+             ORDER BY j.priority DESC, j.run_at, j.id
+             LIMIT greatest(1000, 20 * p_n)) j),
+  room AS (
+    SELECT k.k,
+           least(coalesce(l.max_running - (
+                   SELECT count(*) FROM skiplock.jobs r
+                    WHERE r.state = 'running' AND r.kind = l.kind AND r.lease_expires_at > p_t
+                      AND coalesce(r.payload ->> l.key_field, '') = k.k), 2147483647),
+                 coalesce(l.rate - (
+                   SELECT skiplock.limit_used(w.starts_at, w.starts_n, p_t, l.per_ms)
+                     FROM skiplock.limit_windows w
+                    WHERE w.kind = l.kind AND w.limit_key = k.k), l.rate, 2147483647)) AS room
+      FROM (SELECT DISTINCT d.k FROM due d) k),
+  fits AS (
+    SELECT d.id, d.k, d.ord FROM (
+      SELECT d.*, row_number() OVER (PARTITION BY d.k ORDER BY d.ord) AS nth FROM due d) d
+      JOIN room r ON r.k = d.k
+     WHERE d.nth <= r.room
+     ORDER BY d.ord LIMIT p_n)
+  SELECT array_agg(f.id ORDER BY f.ord), array_agg(f.k ORDER BY f.ord) INTO v_pick, v_keys
+    FROM fits f;
+  IF v_pick IS NULL THEN
+    RETURN '{}';
+  END IF;
+  v_ids := ARRAY(SELECT j.id FROM skiplock.jobs j
+                  WHERE j.id = ANY (v_pick) AND j.state = 'available'
+                  FOR UPDATE SKIP LOCKED);
+  IF l.rate IS NOT NULL AND cardinality(v_ids) > 0 THEN
+    INSERT INTO skiplock.limit_windows AS w (kind, limit_key, starts_at, starts_n)
+    SELECT l.kind, p.k, ARRAY[p_t], ARRAY[count(*)::int]
+      FROM unnest(v_pick, v_keys) AS p(id, k) WHERE p.id = ANY (v_ids) GROUP BY p.k
+    ON CONFLICT (kind, limit_key) DO UPDATE
+       SET (starts_at, starts_n) = (
+         SELECT x.starts_at, x.starts_n
+           FROM skiplock.limit_window(w.starts_at, w.starts_n, p_t, l.per_ms,
+                                      EXCLUDED.starts_n[1]) x);
+  END IF;
+  RETURN v_ids;
+END
+$$;
+
+COMMENT ON FUNCTION skiplock.claim_limited_keys(l skiplock.limits, p_queues text[], p_skip text[], p_n integer, p_t timestamp with time zone) IS 'Internal: claim_limited_kind for a limit per key (key_field): the room of each key among the first due jobs, the jobs that fit, locked; records their starts per key.';
+
+CREATE FUNCTION skiplock.claim_limited_kind(l skiplock.limits, p_queues text[], p_skip text[], p_n integer, p_t timestamp with time zone) RETURNS bigint[]
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+  v_allow bigint := p_n;
+  v_ids bigint[];
+  w record;
+BEGIN
+  IF l.key_field IS NULL THEN
+    IF l.max_running IS NOT NULL THEN
+      v_allow := least(v_allow, l.max_running - (
+        SELECT count(*) FROM skiplock.jobs j
+         WHERE j.state = 'running' AND j.kind = l.kind AND j.lease_expires_at > p_t));
+    END IF;
+    IF l.rate IS NOT NULL THEN
+      v_allow := least(v_allow, l.rate - skiplock.limit_used(l.starts_at, l.starts_n, p_t,
+                                                             l.per_ms));
+    END IF;
+    IF v_allow <= 0 THEN
+      RETURN '{}';
+    END IF;
+    v_ids := ARRAY(
+      SELECT j.id FROM skiplock.jobs j
+       WHERE j.state = 'available' AND j.run_at <= now() AND j.kind = l.kind
+         AND (p_queues IS NULL OR j.queue = ANY (p_queues)) AND j.queue <> ALL (p_skip)
+       ORDER BY j.priority DESC, j.run_at, j.id LIMIT v_allow FOR UPDATE SKIP LOCKED);
+    IF l.rate IS NOT NULL THEN
+      SELECT x.starts_at, x.starts_n INTO l.starts_at, l.starts_n
+        FROM skiplock.limit_window(l.starts_at, l.starts_n, p_t, l.per_ms,
+                                   cardinality(v_ids)) x;
+      UPDATE skiplock.limits x SET starts_at = l.starts_at, starts_n = l.starts_n
+       WHERE x.kind = l.kind;
+    END IF;
+    RETURN v_ids;
+  END IF;
+  RETURN skiplock.claim_limited_keys(l, p_queues, p_skip, p_n, p_t);
+END
+$$;
+
+COMMENT ON FUNCTION skiplock.claim_limited_kind(l skiplock.limits, p_queues text[], p_skip text[], p_n integer, p_t timestamp with time zone) IS 'Internal: the due jobs of one limited kind a claim may start at p_t (room under max_running and the rate window), locked SKIP LOCKED; records their starts.';
+
+CREATE FUNCTION skiplock.claim_pick(p_owner text, p_kinds text[], p_queues text[], p_n integer, p_lease interval, p_after_priority integer, p_after_run_at_us bigint, p_after_id bigint, OUT ids bigint[], OUT started_at timestamp with time zone) RETURNS record
     LANGUAGE plpgsql
     AS $$
 DECLARE
   v_kinds text[] := p_kinds;
   v_skip text[] := '{}';
-  v_probes bigint[] := '{}';
-  v_ids bigint[];
   v_m int;
   v_after timestamptz;
 BEGIN
   PERFORM skiplock.check_claim_args(p_owner, p_kinds, p_n, p_lease);
   PERFORM skiplock.check_claim_names(p_kinds, p_queues);
+  ids := '{}';
+  started_at := now();
   IF EXISTS (SELECT 1 FROM skiplock.pauses) THEN
     v_kinds := ARRAY(SELECT unnest(p_kinds) EXCEPT
                      SELECT p.kind FROM skiplock.pauses p WHERE p.queue = '*');
@@ -571,48 +714,55 @@ BEGIN
   END IF;
   IF EXISTS (SELECT 1 FROM skiplock.breakers b
               WHERE b.kind = ANY (v_kinds) AND b.state <> 'closed') THEN
-    v_probes := skiplock.claim_probes(v_kinds, p_queues, p_n, v_skip);
+    ids := skiplock.claim_probes(v_kinds, p_queues, p_n, v_skip);
     v_kinds := ARRAY(SELECT unnest(v_kinds) EXCEPT
                      SELECT b.kind FROM skiplock.breakers b
                       WHERE b.kind = ANY (v_kinds) AND b.state <> 'closed');
   END IF;
-  v_m := p_n - cardinality(v_probes);
-  IF v_m <= 0 THEN
-    RETURN v_probes;
-  ELSIF p_after_id IS NULL THEN
-    v_ids := v_probes || ARRAY(
+  IF EXISTS (SELECT 1 FROM skiplock.limits x WHERE x.kind = ANY (v_kinds)) THEN
+    SELECT claim_pick.ids || c.ids, c.started_at INTO ids, started_at
+      FROM skiplock.claim_limited(v_kinds, p_queues, v_skip,
+                                  p_n - cardinality(claim_pick.ids)) c;
+    v_kinds := ARRAY(SELECT unnest(v_kinds) EXCEPT SELECT x.kind FROM skiplock.limits x);
+    p_after_id := NULL; -- the keyset mark is of a claim of every kind
+  END IF;
+  v_m := p_n - cardinality(ids);
+  IF v_m > 0 AND cardinality(v_kinds) > 0 AND p_after_id IS NULL THEN
+    ids := ids || ARRAY(
       SELECT j.id FROM skiplock.jobs j
        WHERE j.state = 'available' AND j.run_at <= now()
          AND (p_queues IS NULL OR j.queue = ANY (p_queues)) AND j.kind = ANY (v_kinds)
          AND j.queue <> ALL (v_skip)
        ORDER BY j.priority DESC, j.run_at, j.id LIMIT v_m FOR UPDATE SKIP LOCKED);
-    IF cardinality(v_ids) = 0 AND p_n > 0 THEN
+    IF cardinality(ids) = 0 AND p_n > 0 THEN
       PERFORM skiplock.worker_idle(p_owner, p_kinds, p_queues);
     END IF;
-    RETURN v_ids;
+  ELSIF v_m > 0 AND cardinality(v_kinds) > 0 THEN
+    v_after := timestamptz 'epoch' + p_after_run_at_us * interval '1 microsecond';
+    ids := ids || ARRAY(
+      SELECT a.id FROM (
+        SELECT j.id FROM skiplock.jobs j
+         WHERE j.state = 'available' AND j.run_at <= now()
+           AND (p_queues IS NULL OR j.queue = ANY (p_queues)) AND j.kind = ANY (v_kinds)
+           AND j.queue <> ALL (v_skip)
+           AND j.priority = p_after_priority AND (j.run_at, j.id) > (v_after, p_after_id)
+         ORDER BY j.priority DESC, j.run_at, j.id LIMIT v_m FOR UPDATE SKIP LOCKED) a
+      UNION ALL
+      SELECT b.id FROM (
+        SELECT j.id FROM skiplock.jobs j
+         WHERE j.state = 'available' AND j.run_at <= now()
+           AND (p_queues IS NULL OR j.queue = ANY (p_queues)) AND j.kind = ANY (v_kinds)
+           AND j.queue <> ALL (v_skip)
+           AND j.priority < p_after_priority
+         ORDER BY j.priority DESC, j.run_at, j.id LIMIT v_m FOR UPDATE SKIP LOCKED) b
+      LIMIT v_m);
+  ELSIF cardinality(ids) = 0 AND p_n > 0 THEN
+    PERFORM skiplock.worker_idle(p_owner, p_kinds, p_queues);
   END IF;
-  v_after := timestamptz 'epoch' + p_after_run_at_us * interval '1 microsecond';
-  RETURN v_probes || ARRAY(
-    SELECT a.id FROM (
-      SELECT j.id FROM skiplock.jobs j
-       WHERE j.state = 'available' AND j.run_at <= now()
-         AND (p_queues IS NULL OR j.queue = ANY (p_queues)) AND j.kind = ANY (v_kinds)
-         AND j.queue <> ALL (v_skip)
-         AND j.priority = p_after_priority AND (j.run_at, j.id) > (v_after, p_after_id)
-       ORDER BY j.priority DESC, j.run_at, j.id LIMIT v_m FOR UPDATE SKIP LOCKED) a
-    UNION ALL
-    SELECT b.id FROM (
-      SELECT j.id FROM skiplock.jobs j
-       WHERE j.state = 'available' AND j.run_at <= now()
-         AND (p_queues IS NULL OR j.queue = ANY (p_queues)) AND j.kind = ANY (v_kinds)
-         AND j.queue <> ALL (v_skip)
-         AND j.priority < p_after_priority
-       ORDER BY j.priority DESC, j.run_at, j.id LIMIT v_m FOR UPDATE SKIP LOCKED) b
-    LIMIT v_m);
 END
 $$;
 
-COMMENT ON FUNCTION skiplock.claim_pick(p_owner text, p_kinds text[], p_queues text[], p_n integer, p_lease interval, p_after_priority integer, p_after_run_at_us bigint, p_after_id bigint) IS 'the ids a claim takes (probes, then due jobs), locked SKIP LOCKED; record_claim updates them';
+COMMENT ON FUNCTION skiplock.claim_pick(p_owner text, p_kinds text[], p_queues text[], p_n integer, p_lease interval, p_after_priority integer, p_after_run_at_us bigint, p_after_id bigint, OUT ids bigint[], OUT started_at timestamp with time zone) IS 'Internal: the ids a claim takes (breaker probes, the room of limited kinds, then due jobs in claim order), locked SKIP LOCKED, and the start time to stamp on them; record_claim leases them.';
 
 CREATE FUNCTION skiplock.claim_probes(p_kinds text[], p_queues text[], p_n integer) RETURNS bigint[]
     LANGUAGE sql
@@ -2256,7 +2406,7 @@ BEGIN
   EXECUTE format('GRANT SELECT ON skiplock.retention, skiplock.maintenance, '
                  'skiplock.finished_partitions, skiplock.breakers, skiplock.breaker_events, '
                  'skiplock.schedules, skiplock.schema_version, skiplock.pauses, '
-                 'skiplock.workers TO %I', p_role);
+                 'skiplock.workers, skiplock.limits, skiplock.limit_windows TO %I', p_role);
   FOREACH t IN ARRAY ARRAY['skiplock.jobs', 'skiplock.finished_jobs', 'skiplock.all_jobs',
                            'skiplock.leases']::regclass[] LOOP
     IF p_kind = 'operator' THEN
@@ -2283,13 +2433,7 @@ BEGIN
                                  'partition_width', 'workers_seen', 'idle_workers',
                                  'payload_max')
                    OR (p_kind = 'worker' AND p.prosecdef
-                       AND p.proname NOT IN ('job_cancel', 'job_retry', 'jobs_prune',
-                                             'retention_set', 'retention_reset',
-                                             'partition_width_set', 'action_record', 'pause',
-                                             'resume', 'job_discard', 'jobs_act',
-                                             'schedule_run_now', 'schedule_set_paused',
-                                             'breaker_set', 'enqueue_many_unchecked',
-                                             'enqueue_one'))
+                       AND p.proname NOT IN (SELECT o.name FROM skiplock.operator_functions o))
                    OR (p_kind = 'operator' AND p.prosecdef))
   LOOP
     EXECUTE format('GRANT EXECUTE ON FUNCTION %s TO %I', f, p_role);
@@ -3368,6 +3512,143 @@ $$;
 
 COMMENT ON FUNCTION skiplock.leases_keep_rows() IS 'Trigger: refuses to delete lease rows, which keep the last fencing token of their name.';
 
+CREATE FUNCTION skiplock.limit_remove(kind text, actor text DEFAULT CURRENT_USER, role text DEFAULT 'sql'::text) RETURNS boolean
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+#variable_conflict use_variable
+BEGIN
+  PERFORM skiplock.check_actor(actor, role);
+  DELETE FROM skiplock.limits x WHERE x.kind = kind;
+  IF NOT FOUND THEN
+    RETURN false;
+  END IF;
+  PERFORM skiplock.action_record(actor, role, 'limit_remove', jsonb_build_object('kind', kind),
+                                 1, 1);
+  PERFORM pg_notify('skiplock_jobs', '');
+  RETURN true;
+END
+$$;
+
+COMMENT ON FUNCTION skiplock.limit_remove(kind text, actor text, role text) IS 'Removes the limit of a kind; true when there was one; logged (operators).';
+
+CREATE FUNCTION skiplock.limit_set(kind text, max_running integer DEFAULT NULL::integer, rate integer DEFAULT NULL::integer, per interval DEFAULT NULL::interval, key_field text DEFAULT NULL::text, actor text DEFAULT CURRENT_USER, role text DEFAULT 'sql'::text) RETURNS skiplock.limits
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+#variable_conflict use_variable
+DECLARE
+  v_per_ms bigint;
+  r skiplock.limits;
+BEGIN
+  PERFORM skiplock.check_actor(actor, role);
+  IF kind IS NULL OR length(kind) NOT BETWEEN 1 AND 128 THEN
+    RAISE EXCEPTION 'limit_set: a kind of 1 to 128 characters is required' USING ERRCODE = '22023';
+  END IF;
+  IF max_running IS NULL AND rate IS NULL THEN
+    RAISE EXCEPTION 'limit_set: give max_running, rate (with per), or both'
+      USING ERRCODE = '22023';
+  END IF;
+  IF max_running IS NOT NULL AND max_running NOT BETWEEN 1 AND 1000000 THEN
+    RAISE EXCEPTION 'limit_set: max_running must be 1 to 1000000, got %', max_running
+      USING ERRCODE = '22023';
+  END IF;
+  IF rate IS NOT NULL AND rate NOT BETWEEN 1 AND 1000000 THEN
+    RAISE EXCEPTION 'limit_set: rate must be 1 to 1000000 starts, got %', rate
+      USING ERRCODE = '22023';
+  END IF;
+  IF rate IS NULL AND per IS NOT NULL THEN
+    RAISE EXCEPTION 'limit_set: per is the window of a rate; give rate too'
+      USING ERRCODE = '22023';
+  END IF;
+  IF rate IS NOT NULL AND per IS NULL THEN
+    per := interval '1 second';
+  END IF;
+  v_per_ms := (extract(epoch FROM per) * 1000)::bigint;
+  IF per IS NOT NULL AND (v_per_ms NOT BETWEEN 1 AND 86400000
+                          OR per <> v_per_ms * interval '1 millisecond') THEN
+    RAISE EXCEPTION 'limit_set: per must be 1 ms to 1 day in whole milliseconds, got %', per
+      USING ERRCODE = '22023';
+  END IF;
+  IF key_field IS NOT NULL AND length(key_field) NOT BETWEEN 1 AND 128 THEN
+    RAISE EXCEPTION 'limit_set: key_field must be 1 to 128 characters' USING ERRCODE = '22023';
+  END IF;
+  IF skiplock.is_distributed() THEN
+    RAISE EXCEPTION 'limit_set: limits are not supported on the distributed layout yet'
+      USING ERRCODE = '0A000';
+  END IF;
+  INSERT INTO skiplock.limits AS x (kind, key_field, max_running, rate, per_ms, changed_by)
+  VALUES (kind, key_field, max_running, rate, v_per_ms, actor)
+  ON CONFLICT ON CONSTRAINT limits_pkey DO UPDATE
+     SET key_field = EXCLUDED.key_field, max_running = EXCLUDED.max_running,
+         rate = EXCLUDED.rate, per_ms = EXCLUDED.per_ms, changed_by = EXCLUDED.changed_by,
+         changed_at = now(),
+         -- a window of another width or key starts empty
+         starts_at = CASE WHEN x.per_ms = EXCLUDED.per_ms
+                           AND x.key_field IS NOT DISTINCT FROM EXCLUDED.key_field
+                          THEN x.starts_at ELSE '{}' END,
+         starts_n = CASE WHEN x.per_ms = EXCLUDED.per_ms
+                          AND x.key_field IS NOT DISTINCT FROM EXCLUDED.key_field
+                         THEN x.starts_n ELSE '{}' END
+  RETURNING x.* INTO r;
+  DELETE FROM skiplock.limit_windows w
+   WHERE w.kind = kind AND (r.key_field IS NULL OR r.rate IS NULL);
+  PERFORM skiplock.action_record(actor, role, 'limit_set',
+            jsonb_build_object('kind', kind, 'max_running', max_running, 'rate', rate,
+                               'per_ms', v_per_ms, 'key_field', key_field), 1, 1);
+  PERFORM pg_notify('skiplock_jobs', ''); -- more room, or less: workers look again
+  RETURN r;
+END
+$$;
+
+COMMENT ON FUNCTION skiplock.limit_set(kind text, max_running integer, rate integer, per interval, key_field text, actor text, role text) IS 'Sets the limit of a kind: at most max_running running, and/or rate starts per interval; per key (the payload''s key_field) or for the kind; logged (operators).';
+
+CREATE FUNCTION skiplock.limit_used(p_at timestamp with time zone[], p_n integer[], p_t timestamp with time zone, p_per_ms bigint) RETURNS bigint
+    LANGUAGE sql IMMUTABLE
+    AS $$
+  SELECT coalesce(sum(s.n), 0) FROM unnest(p_at, p_n) AS s(a, n)
+   WHERE s.a > p_t - p_per_ms * interval '1 millisecond'
+$$;
+
+COMMENT ON FUNCTION skiplock.limit_used(p_at timestamp with time zone[], p_n integer[], p_t timestamp with time zone, p_per_ms bigint) IS 'Internal: how many starts of a window (times, counts) fall in the per_ms before p_t.';
+
+CREATE FUNCTION skiplock.limit_window(p_at timestamp with time zone[], p_n integer[], p_t timestamp with time zone, p_per_ms bigint, p_got integer, OUT starts_at timestamp with time zone[], OUT starts_n integer[]) RETURNS record
+    LANGUAGE sql IMMUTABLE
+    AS $$
+  SELECT coalesce(array_agg(s.a ORDER BY s.o), '{}') || CASE WHEN p_got > 0 THEN ARRAY[p_t] ELSE '{}' END,
+         coalesce(array_agg(s.n ORDER BY s.o), '{}') || CASE WHEN p_got > 0 THEN ARRAY[p_got] ELSE '{}' END
+    FROM unnest(p_at, p_n) WITH ORDINALITY AS s(a, n, o)
+   WHERE s.a > p_t - p_per_ms * interval '1 millisecond'
+$$;
+
+COMMENT ON FUNCTION skiplock.limit_window(p_at timestamp with time zone[], p_n integer[], p_t timestamp with time zone, p_per_ms bigint, p_got integer, OUT starts_at timestamp with time zone[], OUT starts_n integer[]) IS 'Internal: a start window trimmed to the per_ms before p_t, with p_got starts at p_t appended.';
+
+CREATE FUNCTION skiplock.limits_status() RETURNS TABLE(kind text, key_field text, max_running integer, running bigint, rate integer, per_ms bigint, started bigint, waiting bigint, keys bigint, changed_at timestamp with time zone, changed_by text)
+    LANGUAGE sql STABLE SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+  SELECT l.kind, l.key_field, l.max_running,
+         (SELECT count(*) FROM skiplock.jobs j
+           WHERE j.state = 'running' AND j.kind = l.kind AND j.lease_expires_at > now()),
+         l.rate, l.per_ms,
+         CASE WHEN l.rate IS NULL THEN NULL
+              WHEN l.key_field IS NULL
+              THEN skiplock.limit_used(l.starts_at, l.starts_n, clock_timestamp(), l.per_ms)
+              ELSE (SELECT coalesce(sum(skiplock.limit_used(w.starts_at, w.starts_n,
+                                                            clock_timestamp(), l.per_ms)), 0)
+                      FROM skiplock.limit_windows w WHERE w.kind = l.kind)::bigint END,
+         (SELECT count(*) FROM skiplock.jobs j
+           WHERE j.state = 'available' AND j.kind = l.kind AND j.run_at <= now()),
+         CASE WHEN l.key_field IS NULL THEN NULL
+              ELSE (SELECT count(DISTINCT coalesce(j.payload ->> l.key_field, ''))
+                      FROM skiplock.jobs j
+                     WHERE j.kind = l.kind AND j.state IN ('available', 'running')) END,
+         l.changed_at, l.changed_by
+    FROM skiplock.limits l ORDER BY l.kind
+$$;
+
+COMMENT ON FUNCTION skiplock.limits_status() IS 'Each limit and its use now: running (live leases), starts in the current window, due jobs waiting, keys seen.';
+
 CREATE FUNCTION skiplock.maintain(owner text, fencing bigint, batch integer DEFAULT 10000) RETURNS skiplock.maintenance_result
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -3797,6 +4078,7 @@ DECLARE
   v_run_at timestamptz[];
   v_outcomes text[];
   v_delays bigint[];
+  v_at timestamptz;
 BEGIN
   PERFORM skiplock.check_record_args(ids, fencings, outcomes, results, errors, retry_after_ms,
                                      deferred, backoffs, backoff_bases_ms, backoff_caps_ms,
@@ -3829,19 +4111,23 @@ BEGIN
   IF record_claim.n = 0 THEN
     RETURN;
   END IF;
-  -- 3. the next jobs: picked (pauses, breakers, keyset), then leased
+  -- 3. the next jobs: picked (pauses, breakers, limits, keyset), then leased
   IF skiplock.is_distributed() THEN
-    RETURN QUERY SELECT * FROM skiplock.claim_by_queue(owner, kinds, queues, n, lease,
-                   after_priority, after_run_at_us, after_id);
+    v_kinds := ARRAY(SELECT unnest(kinds) EXCEPT SELECT x.kind FROM skiplock.limits x);
+    IF cardinality(v_kinds) > 0 OR cardinality(kinds) = 0 THEN
+      RETURN QUERY SELECT * FROM skiplock.claim_by_queue(owner, v_kinds, queues, n, lease,
+                     after_priority, after_run_at_us, after_id);
+    END IF;
     RETURN;
   END IF;
-  v_ids := skiplock.claim_pick(owner, kinds, queues, n, lease, after_priority,
-                               after_run_at_us, after_id);
+  SELECT p.ids, p.started_at INTO v_ids, v_at
+    FROM skiplock.claim_pick(owner, kinds, queues, n, lease, after_priority, after_run_at_us,
+                             after_id) p;
   RETURN QUERY
     UPDATE skiplock.jobs j
        SET state = 'running', attempt = j.attempt + 1, fencing = j.fencing + 1,
            lease_owner = record_claim.owner, lease_expires_at = now() + record_claim.lease,
-           attempted_at = now()
+           attempted_at = v_at
      WHERE j.id = ANY (v_ids)
     RETURNING 'claimed'::text, j.id, 'running'::text, j.run_at, NULL::bigint, j.queue, j.kind,
               j.payload, j.attempt, j.max_attempts, j.fencing, j.lease_expires_at,
@@ -3850,7 +4136,7 @@ BEGIN
 END
 $$;
 
-COMMENT ON FUNCTION skiplock.record_claim(ids bigint[], fencings bigint[], outcomes text[], results jsonb[], errors text[], retry_after_ms bigint[], deferred boolean[], backoffs text[], backoff_bases_ms bigint[], backoff_caps_ms bigint[], owner text, kinds text[], queues text[], n integer, lease interval, after_priority integer, after_run_at_us bigint, after_id bigint, job_queues text[]) IS 'record outcomes, then claim, in one call: rows tagged recorded / claimed; n = 0 records only; job_queues: the handles'' queues (protocol 2)';
+COMMENT ON FUNCTION skiplock.record_claim(ids bigint[], fencings bigint[], outcomes text[], results jsonb[], errors text[], retry_after_ms bigint[], deferred boolean[], backoffs text[], backoff_bases_ms bigint[], backoff_caps_ms bigint[], owner text, kinds text[], queues text[], n integer, lease interval, after_priority integer, after_run_at_us bigint, after_id bigint, job_queues text[]) IS 'record outcomes, then claim, in one call: rows tagged recorded / claimed; n = 0 records only; job_queues: the handles'' queues (protocol 2); limits hold (step 0029)';
 
 CREATE FUNCTION skiplock.record_outcomes(ids bigint[], fencings bigint[], outcomes text[], results jsonb[], errors text[], retry_after_ms bigint[], deferred boolean[], backoffs text[], backoff_bases_ms bigint[], backoff_caps_ms bigint[], job_queues text[]) RETURNS TABLE(id bigint, kind text, state text, run_at timestamp with time zone, outcome text, delay_ms bigint)
     LANGUAGE plpgsql
@@ -4542,7 +4828,7 @@ CREATE TABLE skiplock.actions (
     matched bigint DEFAULT 0 NOT NULL,
     changed bigint DEFAULT 0 NOT NULL,
     db_user text DEFAULT SESSION_USER,
-    CONSTRAINT actions_action_check CHECK ((action = ANY (ARRAY['retry'::text, 'cancel'::text, 'discard'::text, 'pause'::text, 'resume'::text, 'breaker_open'::text, 'breaker_close'::text, 'schedule_pause'::text, 'schedule_resume'::text, 'schedule_run'::text]))),
+    CONSTRAINT actions_action_check CHECK ((action = ANY (ARRAY['retry'::text, 'cancel'::text, 'discard'::text, 'pause'::text, 'resume'::text, 'breaker_open'::text, 'breaker_close'::text, 'schedule_pause'::text, 'schedule_resume'::text, 'schedule_run'::text, 'limit_set'::text, 'limit_remove'::text]))),
     CONSTRAINT actions_actor_check CHECK (((length(actor) >= 1) AND (length(actor) <= 200))),
     CONSTRAINT actions_changed_check CHECK ((changed >= 0)),
     CONSTRAINT actions_matched_check CHECK ((matched >= 0)),
@@ -4754,6 +5040,15 @@ WITH (fillfactor='50');
 
 COMMENT ON TABLE skiplock.leases IS 'named leases: one row per name, kept forever so fencing tokens never repeat';
 
+CREATE TABLE skiplock.limit_windows (
+    kind text NOT NULL,
+    limit_key text NOT NULL,
+    starts_at timestamp with time zone[] DEFAULT '{}'::timestamp with time zone[] NOT NULL,
+    starts_n integer[] DEFAULT '{}'::integer[] NOT NULL
+);
+
+COMMENT ON TABLE skiplock.limit_windows IS 'The start windows of the keys of rate limits with a key_field: start times and counts within the last per_ms (older entries are trimmed by the next claim of the key, and by maintenance).';
+
 CREATE TABLE skiplock.maintenance (
     one boolean DEFAULT true NOT NULL,
     partition_width interval,
@@ -4766,6 +5061,13 @@ CREATE TABLE skiplock.maintenance (
 );
 
 COMMENT ON TABLE skiplock.maintenance IS 'One row: the partition width of finished_jobs and when the maintenance last ran.';
+
+CREATE TABLE skiplock.operator_functions (
+    name text NOT NULL,
+    CONSTRAINT operator_functions_name_check CHECK (((length(name) >= 1) AND (length(name) <= 63)))
+);
+
+COMMENT ON TABLE skiplock.operator_functions IS 'The SECURITY DEFINER functions (by name) that grant_role gives to operators but not to workers.';
 
 CREATE TABLE skiplock.pauses (
     queue text NOT NULL,
@@ -4867,8 +5169,17 @@ ALTER TABLE ONLY skiplock.layout
 ALTER TABLE ONLY skiplock.leases
     ADD CONSTRAINT leases_pkey PRIMARY KEY (name);
 
+ALTER TABLE ONLY skiplock.limit_windows
+    ADD CONSTRAINT limit_windows_pkey PRIMARY KEY (kind, limit_key);
+
+ALTER TABLE ONLY skiplock.limits
+    ADD CONSTRAINT limits_pkey PRIMARY KEY (kind);
+
 ALTER TABLE ONLY skiplock.maintenance
     ADD CONSTRAINT maintenance_pkey PRIMARY KEY (one);
+
+ALTER TABLE ONLY skiplock.operator_functions
+    ADD CONSTRAINT operator_functions_pkey PRIMARY KEY (name);
 
 ALTER TABLE ONLY skiplock.pauses
     ADD CONSTRAINT pauses_pkey PRIMARY KEY (queue, kind);
@@ -4937,4 +5248,7 @@ CREATE TRIGGER leases_keep_rows BEFORE DELETE ON skiplock.leases FOR EACH STATEM
 CREATE TRIGGER leases_keep_rows_truncate BEFORE TRUNCATE ON skiplock.leases FOR EACH STATEMENT EXECUTE FUNCTION skiplock.leases_keep_rows();
 
 CREATE TRIGGER schedules_notify AFTER INSERT OR DELETE OR UPDATE ON skiplock.schedules FOR EACH STATEMENT EXECUTE FUNCTION skiplock.notify_jobs();
+
+ALTER TABLE ONLY skiplock.limit_windows
+    ADD CONSTRAINT limit_windows_kind_fkey FOREIGN KEY (kind) REFERENCES skiplock.limits(kind) ON DELETE CASCADE;
 
