@@ -551,7 +551,7 @@ $$;
 
 COMMENT ON FUNCTION skiplock.claim_by_queue(p_owner text, p_kinds text[], p_queues text[], p_n integer, p_lease interval, p_after_priority integer, p_after_run_at_us bigint, p_after_id bigint) IS 'Internal: the claim of record_claim on the distributed layout, one locking statement per queue (queues in random order; priority holds within a queue).';
 
-CREATE FUNCTION skiplock.claim_limited(p_kinds text[], p_queues text[], p_skip text[], p_n integer, OUT ids bigint[], OUT started_at timestamp with time zone) RETURNS record
+CREATE FUNCTION skiplock.claim_limited(p_kinds text[], p_queues text[], p_skip text[], p_n integer, OUT ids bigint[], OUT started_at timestamp with time zone, OUT wait_until timestamp with time zone) RETURNS record
     LANGUAGE plpgsql
     AS $$
 DECLARE
@@ -569,10 +569,20 @@ BEGIN
     ids := ids || skiplock.claim_limited_kind(l, p_queues, p_skip, p_n - cardinality(ids),
                                               started_at);
   END LOOP;
+  IF cardinality(ids) < p_n THEN
+    -- the rows as this claim left them (its own starts in their windows)
+    wait_until := (SELECT min(skiplock.limit_next_room(x, started_at)) FROM skiplock.limits x
+                    WHERE x.kind IN (SELECT u.kind FROM unnest(v_locked) u)
+                      AND EXISTS (SELECT 1 FROM skiplock.jobs j
+                                   WHERE j.state = 'available' AND j.run_at <= now()
+                                     AND j.kind = x.kind AND j.id <> ALL (claim_limited.ids)
+                                     AND (p_queues IS NULL OR j.queue = ANY (p_queues))
+                                     AND j.queue <> ALL (p_skip)));
+  END IF;
 END
 $$;
 
-COMMENT ON FUNCTION skiplock.claim_limited(p_kinds text[], p_queues text[], p_skip text[], p_n integer, OUT ids bigint[], OUT started_at timestamp with time zone) IS 'Internal: the jobs of the limited kinds a claim may start now (those whose limit no other claim holds), and the time their starts are recorded at.';
+COMMENT ON FUNCTION skiplock.claim_limited(p_kinds text[], p_queues text[], p_skip text[], p_n integer, OUT ids bigint[], OUT started_at timestamp with time zone, OUT wait_until timestamp with time zone) IS 'Internal: the jobs of the limited kinds a claim may start now (those whose limit no other claim holds), the time their starts are recorded at, and when a limit that held due jobs back may next have room.';
 
 CREATE TABLE skiplock.limits (
     kind text NOT NULL,
@@ -694,7 +704,7 @@ $$;
 
 COMMENT ON FUNCTION skiplock.claim_limited_kind(l skiplock.limits, p_queues text[], p_skip text[], p_n integer, p_t timestamp with time zone) IS 'Internal: the due jobs of one limited kind a claim may start at p_t (room under max_running and the rate window), locked SKIP LOCKED; records their starts.';
 
-CREATE FUNCTION skiplock.claim_pick(p_owner text, p_kinds text[], p_queues text[], p_n integer, p_lease interval, p_after_priority integer, p_after_run_at_us bigint, p_after_id bigint, OUT ids bigint[], OUT started_at timestamp with time zone) RETURNS record
+CREATE FUNCTION skiplock.claim_pick(p_owner text, p_kinds text[], p_queues text[], p_n integer, p_lease interval, p_after_priority integer, p_after_run_at_us bigint, p_after_id bigint, OUT ids bigint[], OUT started_at timestamp with time zone, OUT wait_until timestamp with time zone) RETURNS record
     LANGUAGE plpgsql
     AS $$
 DECLARE
@@ -720,7 +730,7 @@ BEGIN
                       WHERE b.kind = ANY (v_kinds) AND b.state <> 'closed');
   END IF;
   IF EXISTS (SELECT 1 FROM skiplock.limits x WHERE x.kind = ANY (v_kinds)) THEN
-    SELECT claim_pick.ids || c.ids, c.started_at INTO ids, started_at
+    SELECT claim_pick.ids || c.ids, c.started_at, c.wait_until INTO ids, started_at, wait_until
       FROM skiplock.claim_limited(v_kinds, p_queues, v_skip,
                                   p_n - cardinality(claim_pick.ids)) c;
     v_kinds := ARRAY(SELECT unnest(v_kinds) EXCEPT SELECT x.kind FROM skiplock.limits x);
@@ -762,7 +772,7 @@ BEGIN
 END
 $$;
 
-COMMENT ON FUNCTION skiplock.claim_pick(p_owner text, p_kinds text[], p_queues text[], p_n integer, p_lease interval, p_after_priority integer, p_after_run_at_us bigint, p_after_id bigint, OUT ids bigint[], OUT started_at timestamp with time zone) IS 'Internal: the ids a claim takes (breaker probes, the room of limited kinds, then due jobs in claim order), locked SKIP LOCKED, and the start time to stamp on them; record_claim leases them.';
+COMMENT ON FUNCTION skiplock.claim_pick(p_owner text, p_kinds text[], p_queues text[], p_n integer, p_lease interval, p_after_priority integer, p_after_run_at_us bigint, p_after_id bigint, OUT ids bigint[], OUT started_at timestamp with time zone, OUT wait_until timestamp with time zone) IS 'Internal: the ids a claim takes (breaker probes, the room of limited kinds, then due jobs in claim order), locked SKIP LOCKED, and the start time to stamp on them; record_claim leases them.';
 
 CREATE FUNCTION skiplock.claim_probes(p_kinds text[], p_queues text[], p_n integer) RETURNS bigint[]
     LANGUAGE sql
@@ -3512,6 +3522,25 @@ $$;
 
 COMMENT ON FUNCTION skiplock.leases_keep_rows() IS 'Trigger: refuses to delete lease rows, which keep the last fencing token of their name.';
 
+CREATE FUNCTION skiplock.limit_next_room(l skiplock.limits, p_t timestamp with time zone) RETURNS timestamp with time zone
+    LANGUAGE sql STABLE
+    AS $$
+  SELECT least(
+    CASE WHEN l.rate IS NULL THEN NULL
+         WHEN l.key_field IS NULL
+         THEN (SELECT min(a) FROM unnest(l.starts_at) a
+                WHERE a > p_t - l.per_ms * interval '1 millisecond')
+              + l.per_ms * interval '1 millisecond'
+         ELSE (SELECT min(a) FROM skiplock.limit_windows w, unnest(w.starts_at) a
+                WHERE w.kind = l.kind AND a > p_t - l.per_ms * interval '1 millisecond')
+              + l.per_ms * interval '1 millisecond' END,
+    CASE WHEN l.max_running IS NULL THEN NULL
+         ELSE (SELECT min(j.lease_expires_at) FROM skiplock.jobs j
+                WHERE j.state = 'running' AND j.kind = l.kind AND j.lease_expires_at > p_t) END)
+$$;
+
+COMMENT ON FUNCTION skiplock.limit_next_room(l skiplock.limits, p_t timestamp with time zone) IS 'Internal: the earliest time a limit may have room again, as far as it knows at p_t (a start leaving its window, a lease expiring); NULL when neither.';
+
 CREATE FUNCTION skiplock.limit_remove(kind text, actor text DEFAULT CURRENT_USER, role text DEFAULT 'sql'::text) RETURNS boolean
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -4066,7 +4095,7 @@ $$;
 
 COMMENT ON FUNCTION skiplock.record_by_queue(ids bigint[], fencings bigint[], outcomes text[], results jsonb[], errors text[], retry_after_ms bigint[], deferred boolean[], backoffs text[], backoff_bases_ms bigint[], backoff_caps_ms bigint[], job_queues text[]) IS 'Internal: record_outcomes on the distributed layout, one statement per queue with the times and the retention read beforehand.';
 
-CREATE FUNCTION skiplock.record_claim(ids bigint[], fencings bigint[], outcomes text[], results jsonb[], errors text[], retry_after_ms bigint[], deferred boolean[], backoffs text[], backoff_bases_ms bigint[], backoff_caps_ms bigint[], owner text, kinds text[], queues text[], n integer, lease interval, after_priority integer DEFAULT NULL::integer, after_run_at_us bigint DEFAULT NULL::bigint, after_id bigint DEFAULT NULL::bigint, job_queues text[] DEFAULT NULL::text[]) RETURNS SETOF skiplock.exchange_row
+CREATE FUNCTION skiplock.record_claim(ids bigint[], fencings bigint[], outcomes text[], results jsonb[], errors text[], retry_after_ms bigint[], deferred boolean[], backoffs text[], backoff_bases_ms bigint[], backoff_caps_ms bigint[], owner text, kinds text[], queues text[], n integer, lease interval, after_priority integer DEFAULT NULL::integer, after_run_at_us bigint DEFAULT NULL::bigint, after_id bigint DEFAULT NULL::bigint, job_queues text[] DEFAULT NULL::text[], wait_hints boolean DEFAULT false) RETURNS SETOF skiplock.exchange_row
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
@@ -4079,6 +4108,7 @@ DECLARE
   v_outcomes text[];
   v_delays bigint[];
   v_at timestamptz;
+  v_wait timestamptz;
 BEGIN
   PERFORM skiplock.check_record_args(ids, fencings, outcomes, results, errors, retry_after_ms,
                                      deferred, backoffs, backoff_bases_ms, backoff_caps_ms,
@@ -4120,9 +4150,14 @@ BEGIN
     END IF;
     RETURN;
   END IF;
-  SELECT p.ids, p.started_at INTO v_ids, v_at
+  SELECT p.ids, p.started_at, p.wait_until INTO v_ids, v_at, v_wait
     FROM skiplock.claim_pick(owner, kinds, queues, n, lease, after_priority, after_run_at_us,
                              after_id) p;
+  IF wait_hints AND v_wait IS NOT NULL THEN
+    RETURN NEXT ROW('wait', NULL, NULL, v_wait,
+                    greatest(0, ceil(extract(epoch FROM v_wait - clock_timestamp()) * 1000))::bigint,
+                    NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL)::skiplock.exchange_row;
+  END IF;
   RETURN QUERY
     UPDATE skiplock.jobs j
        SET state = 'running', attempt = j.attempt + 1, fencing = j.fencing + 1,
@@ -4136,7 +4171,7 @@ BEGIN
 END
 $$;
 
-COMMENT ON FUNCTION skiplock.record_claim(ids bigint[], fencings bigint[], outcomes text[], results jsonb[], errors text[], retry_after_ms bigint[], deferred boolean[], backoffs text[], backoff_bases_ms bigint[], backoff_caps_ms bigint[], owner text, kinds text[], queues text[], n integer, lease interval, after_priority integer, after_run_at_us bigint, after_id bigint, job_queues text[]) IS 'record outcomes, then claim, in one call: rows tagged recorded / claimed; n = 0 records only; job_queues: the handles'' queues (protocol 2); limits hold (step 0029)';
+COMMENT ON FUNCTION skiplock.record_claim(ids bigint[], fencings bigint[], outcomes text[], results jsonb[], errors text[], retry_after_ms bigint[], deferred boolean[], backoffs text[], backoff_bases_ms bigint[], backoff_caps_ms bigint[], owner text, kinds text[], queues text[], n integer, lease interval, after_priority integer, after_run_at_us bigint, after_id bigint, job_queues text[], wait_hints boolean) IS 'record outcomes, then claim, in one call: rows tagged recorded / claimed (and, with wait_hints, wait: when a limit may next have room); n = 0 records only; job_queues: the handles'' queues (protocol 2)';
 
 CREATE FUNCTION skiplock.record_outcomes(ids bigint[], fencings bigint[], outcomes text[], results jsonb[], errors text[], retry_after_ms bigint[], deferred boolean[], backoffs text[], backoff_bases_ms bigint[], backoff_caps_ms bigint[], job_queues text[]) RETURNS TABLE(id bigint, kind text, state text, run_at timestamp with time zone, outcome text, delay_ms bigint)
     LANGUAGE plpgsql

@@ -48,7 +48,7 @@ BEGIN
     (26, '0026_error_text', '45325c66277657a4b00afd65a566920d24280814f65a79bb40f0ec4d5b6bf369'),
     (27, '0027_handle_queue', '9ddca1a7b5f1217aaefaf4bc963dcecb4be50bd0317ee5ab077d7c871d6a45dc'),
     (28, '0028_distributed', '278103fa8f5fe85a2dc47491463c641df0aa1cb9c90b13341376c2b93cde0fef'),
-    (29, '0029_limits', '178f58ebcf47a6ebc33235c9721589eb26f8f8499c0508c7a2643cf5c7d5d4a3')) AS k(version, name, checksum)
+    (29, '0029_limits', '14255c2f1d145bcdfa1e880395079df2fab1a86c7a241d66a52426fdd9ad86ab')) AS k(version, name, checksum)
       ON k.version = v.version
    WHERE v.checksum <> k.checksum ORDER BY v.version LIMIT 1;
   IF FOUND THEN
@@ -9899,10 +9899,37 @@ $fn$;
 COMMENT ON FUNCTION skiplock.claim_limited_keys(skiplock.limits, text[], text[], integer, timestamptz) IS
   'Internal: claim_limited_kind for a limit per key (key_field): the room of each key among the first due jobs, the jobs that fit, locked; records their starts per key.';
 
+-- When a limit may next have room, from what it knows at p_t: the
+-- oldest start still in its window(s) leaving it, or the first of its
+-- running jobs' leases expiring (a completion frees a slot sooner, and the
+-- worker that records it claims in the same call).  NULL: no window, no
+-- running job.
+CREATE FUNCTION skiplock.limit_next_room(l skiplock.limits, p_t timestamptz) RETURNS timestamptz
+LANGUAGE sql STABLE
+AS $fn$
+  SELECT least(
+    CASE WHEN l.rate IS NULL THEN NULL
+         WHEN l.key_field IS NULL
+         THEN (SELECT min(a) FROM unnest(l.starts_at) a
+                WHERE a > p_t - l.per_ms * interval '1 millisecond')
+              + l.per_ms * interval '1 millisecond'
+         ELSE (SELECT min(a) FROM skiplock.limit_windows w, unnest(w.starts_at) a
+                WHERE w.kind = l.kind AND a > p_t - l.per_ms * interval '1 millisecond')
+              + l.per_ms * interval '1 millisecond' END,
+    CASE WHEN l.max_running IS NULL THEN NULL
+         ELSE (SELECT min(j.lease_expires_at) FROM skiplock.jobs j
+                WHERE j.state = 'running' AND j.kind = l.kind AND j.lease_expires_at > p_t) END)
+$fn$;
+COMMENT ON FUNCTION skiplock.limit_next_room(skiplock.limits, timestamptz) IS
+  'Internal: the earliest time a limit may have room again, as far as it knows at p_t (a start leaving its window, a lease expiring); NULL when neither.';
+
 -- Every limited kind of a claim whose limit row no other claim holds now.
--- Returns the jobs it may start and the time its decisions were taken at.
+-- Returns the jobs it may start, the time its decisions were taken at,
+-- and, when it took fewer than p_n while a limit held due jobs back, when
+-- room may next free (wait_until).
 CREATE FUNCTION skiplock.claim_limited(p_kinds text[], p_queues text[], p_skip text[],
-                                       p_n integer, OUT ids bigint[], OUT started_at timestamptz)
+                                       p_n integer, OUT ids bigint[], OUT started_at timestamptz,
+                                       OUT wait_until timestamptz)
 LANGUAGE plpgsql
 AS $fn$
 DECLARE
@@ -9920,19 +9947,30 @@ BEGIN
     ids := ids || skiplock.claim_limited_kind(l, p_queues, p_skip, p_n - cardinality(ids),
                                               started_at);
   END LOOP;
+  IF cardinality(ids) < p_n THEN
+    -- the rows as this claim left them (its own starts in their windows)
+    wait_until := (SELECT min(skiplock.limit_next_room(x, started_at)) FROM skiplock.limits x
+                    WHERE x.kind IN (SELECT u.kind FROM unnest(v_locked) u)
+                      AND EXISTS (SELECT 1 FROM skiplock.jobs j
+                                   WHERE j.state = 'available' AND j.run_at <= now()
+                                     AND j.kind = x.kind AND j.id <> ALL (claim_limited.ids)
+                                     AND (p_queues IS NULL OR j.queue = ANY (p_queues))
+                                     AND j.queue <> ALL (p_skip)));
+  END IF;
 END
 $fn$;
 COMMENT ON FUNCTION skiplock.claim_limited(text[], text[], text[], integer) IS
-  'Internal: the jobs of the limited kinds a claim may start now (those whose limit no other claim holds), and the time their starts are recorded at.';
+  'Internal: the jobs of the limited kinds a claim may start now (those whose limit no other claim holds), the time their starts are recorded at, and when a limit that held due jobs back may next have room.';
 
 -- The claim's pick, now with limits: limited kinds first (within their
--- room), then the rest in claim order.  Returns the ids and the start
--- time record_claim stamps on them.
+-- room), then the rest in claim order.  Returns the ids, the start time
+-- record_claim stamps on them, and when a limit may next have room.
 DROP FUNCTION skiplock.claim_pick(text, text[], text[], integer, interval, integer, bigint, bigint);
 CREATE FUNCTION skiplock.claim_pick(p_owner text, p_kinds text[], p_queues text[], p_n integer,
                                     p_lease interval, p_after_priority integer,
                                     p_after_run_at_us bigint, p_after_id bigint,
-                                    OUT ids bigint[], OUT started_at timestamptz)
+                                    OUT ids bigint[], OUT started_at timestamptz,
+                                    OUT wait_until timestamptz)
 LANGUAGE plpgsql
 AS $fn$
 DECLARE
@@ -9958,7 +9996,7 @@ BEGIN
                       WHERE b.kind = ANY (v_kinds) AND b.state <> 'closed');
   END IF;
   IF EXISTS (SELECT 1 FROM skiplock.limits x WHERE x.kind = ANY (v_kinds)) THEN
-    SELECT claim_pick.ids || c.ids, c.started_at INTO ids, started_at
+    SELECT claim_pick.ids || c.ids, c.started_at, c.wait_until INTO ids, started_at, wait_until
       FROM skiplock.claim_limited(v_kinds, p_queues, v_skip,
                                   p_n - cardinality(claim_pick.ids)) c;
     v_kinds := ARRAY(SELECT unnest(v_kinds) EXCEPT SELECT x.kind FROM skiplock.limits x);
@@ -10003,13 +10041,23 @@ COMMENT ON FUNCTION skiplock.claim_pick(text, text[], text[], integer, interval,
   'Internal: the ids a claim takes (breaker probes, the room of limited kinds, then due jobs in claim order), locked SKIP LOCKED, and the start time to stamp on them; record_claim leases them.';
 
 -- As in step 0028, with the start time of the pick stamped on the jobs it
--- leases, and limited kinds left out of the per-queue claim.
-CREATE OR REPLACE FUNCTION skiplock.record_claim(ids bigint[], fencings bigint[], outcomes text[],
+-- leases, limited kinds left out of the per-queue claim, and wait_hints:
+-- a caller that passes true may get one more row, row_type 'wait', when a
+-- limit held due jobs back: run_at is when it may next have room and
+-- delay_ms how far that is from now (its other columns are NULL).  A
+-- caller uses it to claim again then instead of backing off; callers that
+-- do not pass it never see such a row.  (Dropped and created again: the
+-- new argument is last with a default, so every earlier call resolves.)
+DROP FUNCTION skiplock.record_claim(bigint[], bigint[], text[], jsonb[], text[], bigint[],
+                                    boolean[], text[], bigint[], bigint[], text, text[], text[],
+                                    integer, interval, integer, bigint, bigint, text[]);
+CREATE FUNCTION skiplock.record_claim(ids bigint[], fencings bigint[], outcomes text[],
     results jsonb[], errors text[], retry_after_ms bigint[], deferred boolean[],
     backoffs text[], backoff_bases_ms bigint[], backoff_caps_ms bigint[], owner text,
     kinds text[], queues text[], n integer, lease interval,
     after_priority integer DEFAULT NULL, after_run_at_us bigint DEFAULT NULL,
-    after_id bigint DEFAULT NULL, job_queues text[] DEFAULT NULL)
+    after_id bigint DEFAULT NULL, job_queues text[] DEFAULT NULL,
+    wait_hints boolean DEFAULT false)
 RETURNS SETOF skiplock.exchange_row
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
 #variable_conflict use_column
@@ -10021,6 +10069,7 @@ DECLARE
   v_outcomes text[];
   v_delays bigint[];
   v_at timestamptz;
+  v_wait timestamptz;
 BEGIN
   PERFORM skiplock.check_record_args(ids, fencings, outcomes, results, errors, retry_after_ms,
                                      deferred, backoffs, backoff_bases_ms, backoff_caps_ms,
@@ -10062,9 +10111,14 @@ BEGIN
     END IF;
     RETURN;
   END IF;
-  SELECT p.ids, p.started_at INTO v_ids, v_at
+  SELECT p.ids, p.started_at, p.wait_until INTO v_ids, v_at, v_wait
     FROM skiplock.claim_pick(owner, kinds, queues, n, lease, after_priority, after_run_at_us,
                              after_id) p;
+  IF wait_hints AND v_wait IS NOT NULL THEN
+    RETURN NEXT ROW('wait', NULL, NULL, v_wait,
+                    greatest(0, ceil(extract(epoch FROM v_wait - clock_timestamp()) * 1000))::bigint,
+                    NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL)::skiplock.exchange_row;
+  END IF;
   RETURN QUERY
     UPDATE skiplock.jobs j
        SET state = 'running', attempt = j.attempt + 1, fencing = j.fencing + 1,
@@ -10197,8 +10251,8 @@ $fn$;
 
 COMMENT ON FUNCTION skiplock.record_claim(bigint[], bigint[], text[], jsonb[], text[], bigint[],
     boolean[], text[], bigint[], bigint[], text, text[], text[], integer, interval, integer,
-    bigint, bigint, text[]) IS
-  'record outcomes, then claim, in one call: rows tagged recorded / claimed; n = 0 records only; job_queues: the handles'' queues (protocol 2); limits hold (step 0029)';
+    bigint, bigint, text[], boolean) IS
+  'record outcomes, then claim, in one call: rows tagged recorded / claimed (and, with wait_hints, wait: when a limit may next have room); n = 0 records only; job_queues: the handles'' queues (protocol 2)';
 COMMENT ON FUNCTION skiplock.limit_set(text, integer, integer, interval, text, text, text) IS
   'Sets the limit of a kind: at most max_running running, and/or rate starts per interval; per key (the payload''s key_field) or for the kind; logged (operators).';
 COMMENT ON FUNCTION skiplock.limit_remove(text, text, text) IS
@@ -10287,7 +10341,7 @@ SELECT skiplock.grant_role(g.role_name, g.kind) FROM skiplock.granted_roles g
  WHERE EXISTS (SELECT 1 FROM pg_roles x WHERE x.rolname = g.role_name);
 $skiplock_step$;
     INSERT INTO skiplock.schema_version (version, name, checksum)
-    VALUES (29, '0029_limits', '178f58ebcf47a6ebc33235c9721589eb26f8f8499c0508c7a2643cf5c7d5d4a3');
+    VALUES (29, '0029_limits', '14255c2f1d145bcdfa1e880395079df2fab1a86c7a241d66a52426fdd9ad86ab');
   END IF;
 END
 $skiplock_install$;

@@ -73,6 +73,7 @@ psql_direct -f "$HERE/setup.sql" >/dev/null || fail "setup.sql"
 enqueue "'conf.unknown', n => 20" >/dev/null
 
 . "$HERE/cases.sh"
+. "$HERE/cases_limits.sh"
 case_all_done_once
 case_outcomes
 case_heartbeat
@@ -80,6 +81,8 @@ case_kill
 case_stop
 case_drain
 case_startup
+case_rate_limit
+case_concurrency_key
 
 section "end"
 invariants all

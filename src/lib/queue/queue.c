@@ -332,11 +332,13 @@ static const char *const claim_cols[CJ_NCOLS] = {CLAIM_COLUMNS(COL_NAME) "row_ty
 static const char *const claim_sql =
 	"SELECT " CLAIM_COLUMNS(COL_LIST) "'claimed'::text AS row_type"
 	"  FROM skiplock.claim(" SKL_CLAIM_ARGS("$1", "$2", "$3", "$4", "$5", "$6", "$7", "$8") ")";
-/* The handles' queues ($11, protocol 2) go last, after the claim's own. */
+/* The handles' queues ($11, protocol 2) go after the claim's own, then
+ * whether to return a 'wait' row when a limit held jobs back ($20). */
 static const char *const record_claim_sql =
 	"SELECT " CLAIM_COLUMNS(COL_LIST) "row_type, state, delay_ms"
 	"  FROM skiplock.record_claim(" SKL_RECORD_ARGS ", "
-	SKL_CLAIM_ARGS("$12", "$13", "$14", "$15", "$16", "$17", "$18", "$19") ", $11::text[])";
+	SKL_CLAIM_ARGS("$12", "$13", "$14", "$15", "$16", "$17", "$18", "$19")
+	", job_queues => $11::text[], wait_hints => $20::boolean)";
 enum { RC_ID, RC_STATE, RC_DELAY, RC_NCOLS };
 static const char *const record_cols[RC_NCOLS] = {"id", "state", "delay_ms"};
 static const char *const record_sql =
@@ -362,9 +364,10 @@ static skl_rc columns_error(skl_error *err)
 typedef struct claim_call {
 	const char *sql;
 	int nparams;
-	const char *params[19];
+	const char *params[20];
 	skl_job *jobs;
 	size_t n;
+	int64_t wait_ms;         /* a 'wait' row's delay_ms, or -1 */
 	size_t nouts;            /* with outcomes: what became of each */
 	const skl_outcome *outs;
 	skl_recorded *rec;
@@ -438,8 +441,11 @@ static skl_rc claim_fn(skl_client *c, void *ctx, skl_error *err)
 	recorded_reset(cc->rec, cc->nouts);
 	static const int rec_cols[3] = {CJ_ID, CJ_STATE, CJ_DELAY};
 	for (int i = 0; i < rows; i++) {
-		if (PQgetvalue(res, i, CJ_ROW_TYPE)[0] == 'r') {
+		char type = PQgetvalue(res, i, CJ_ROW_TYPE)[0];
+		if (type == 'r') {
 			mark_recorded(cc->rec, cc->outs, cc->nouts, res, i, rec_cols);
+		} else if (type == 'w') {
+			cc->wait_ms = strtoll(PQgetvalue(res, i, CJ_DELAY), NULL, 10);
 		} else if (fill_job(&cc->jobs[cc->n], res, i)) {
 			cc->n++;
 		} else {
@@ -652,14 +658,17 @@ skl_rc skl__record(skl_client *c, const skl_outcome *outs, size_t n, skl_recorde
 
 skl_rc skl__record_and_claim(skl_client *c, const skl_outcome *outs, size_t nouts,
                              skl_recorded *rec, const skl_claim_opts *o, skl_job **jobs,
-                             size_t *n, skl_error *err)
+                             size_t *n, int64_t *wait_ms, skl_error *err)
 {
 	*jobs = NULL;
 	*n = 0;
-	if (nouts == 0)
+	if (wait_ms)
+		*wait_ms = -1;
+	if (nouts == 0 && wait_ms == NULL)
 		return skl_claim(c, o, jobs, n, err);
-	claim_call cc = {.sql = record_claim_sql, .nparams = 19, .outs = outs, .nouts = nouts,
-	                 .rec = rec};
+	claim_call cc = {.sql = record_claim_sql, .nparams = 20, .outs = outs, .nouts = nouts,
+	                 .rec = rec, .wait_ms = -1};
+	cc.params[19] = wait_ms ? "t" : "f";
 	claim_params p;
 	outcome_cols oc;
 	skl_rc rc = outcome_columns(&oc, outs, nouts, cc.params, err);
@@ -668,6 +677,8 @@ skl_rc skl__record_and_claim(skl_client *c, const skl_outcome *outs, size_t nout
 		rc = prc;
 	if (rc == SKL_OK)
 		rc = run_claim(c, &cc, jobs, n, err);
+	if (wait_ms && (rc == SKL_OK || rc == SKL_EMPTY))
+		*wait_ms = cc.wait_ms;
 	outcome_columns_free(&oc);
 	claim_params_free(&p);
 	return rc;
@@ -705,7 +716,7 @@ skl_rc skl_record_and_claim(skl_client *c, const skl_outcome *outs, size_t nouts
 	skl_recorded *rec = recorded_new(nouts);
 	if (rec == NULL)
 		return skl__seterr(err, SKL_NOMEM, "out of memory");
-	skl_rc rc = skl__record_and_claim(c, outs, nouts, rec, o, jobs, n, err);
+	skl_rc rc = skl__record_and_claim(c, outs, nouts, rec, o, jobs, n, NULL, err);
 	if (rc == SKL_OK || rc == SKL_EMPTY)
 		recorded_accepted(rec, accepted, nouts);
 	free(rec);

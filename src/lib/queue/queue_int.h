@@ -39,11 +39,13 @@ typedef struct skl_recorded {
 	int64_t delay_ms;         /* a retry: the delay the database chose */
 } skl_recorded;
 /* skl_record and skl_record_and_claim with rec[i] (n entries, caller-owned)
- * for outs[i]. */
+ * for outs[i].  With wait_ms, skl__record_and_claim always goes through
+ * skiplock.record_claim (outcomes or not) and sets *wait_ms to how soon a
+ * limit that held due jobs back may have room (its 'wait' row), or -1. */
 skl_rc skl__record(skl_client *c, const skl_outcome *outs, size_t n, skl_recorded *rec,
                    skl_error *err);
 skl_rc skl__record_and_claim(skl_client *c, const skl_outcome *outs, size_t nouts,
                              skl_recorded *rec, const skl_claim_opts *o, skl_job **jobs,
-                             size_t *n, skl_error *err);
+                             size_t *n, int64_t *wait_ms, skl_error *err);
 
 #endif

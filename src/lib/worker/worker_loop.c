@@ -360,14 +360,18 @@ static void move_mark(lane *l, const skl_job *jobs, size_t n, size_t want, bool 
 
 /* Records finished outcomes and, when `claim` slots are wanted, claims in
  * the same statement.  Returns the number of jobs claimed, or -1 when the
- * database call failed (the outcomes are kept and tried again).  Only a
+ * database call failed (the outcomes are kept and tried again); *wait_ms
+ * receives how soon a limit that held due jobs back may have room, or -1
+ * (docs/flow-control.md).  Only a
  * claim of every kind uses and moves the mark: one that leaves a full kind
  * out (claim_kinds) starts from the front and leaves the mark as it was,
  * or the jobs of the kind it left out would end up before the mark. */
-static int exchange(lane *l, size_t claim, const char *const *kinds, size_t nkinds)
+static int exchange(lane *l, size_t claim, const char *const *kinds, size_t nkinds,
+                    int64_t *wait_ms)
 {
 	skl_worker *w = l->w;
 	size_t ndone;
+	*wait_ms = -1;
 	slot *list = take_done(l, &ndone);
 	settle_in_tx(l, skl__take_completed_in_tx(&list, &ndone));
 	if (ndone == 0 && claim == 0)
@@ -388,7 +392,7 @@ static int exchange(lane *l, size_t claim, const char *const *kinds, size_t nkin
 	skl_error err;
 	skl_rc rc = SKL_NOMEM;
 	if (outs && ok)
-		rc = claim ? skl__record_and_claim(l->db, outs, ndone, ok, &o, &jobs, &n, &err)
+		rc = claim ? skl__record_and_claim(l->db, outs, ndone, ok, &o, &jobs, &n, wait_ms, &err)
 		           : skl__record(l->db, outs, ndone, ok, &err);
 	if (rc == SKL_OK || rc == SKL_EMPTY) {
 		if (claim && every)
@@ -875,37 +879,16 @@ static size_t claim_kinds(lane *l, loop_state *ls, size_t free_slots, size_t *n)
 	return *n > 0 ? limit : 0;
 }
 
-/* Records outcomes and claims into free slots when a claim is due; an
- * empty claim backs off up to poll_max_ms, and after idle_after() without
- * work the worker turns idle.  While every kind with room is full, the
- * claim waits for a slot or for room (skl__worker_room_opened). */
-static void claim_turn(lane *l, loop_state *ls, int64_t now)
+/* After a claim that took nothing: the next one when a limit that held
+ * due jobs back may have room (wait_ms, spread over a quarter of poll_ms
+ * so that the fleet does not come at once), else backed off up to
+ * poll_max_ms; after idle_after() without work the worker turns idle. */
+static void after_empty(lane *l, loop_state *ls, int64_t now, int got, int64_t wait_ms)
 {
 	skl_worker *w = l->w;
-	size_t ndone = done_count(l), nkinds = 0;
-	size_t free_slots = capacity(l) - pending_count(l) + ndone;
-	bool want = !w->stop && !ls->idle && free_slots > 0 && (now >= ls->next_claim || ndone > 0);
-	size_t limit = want ? claim_kinds(l, ls, free_slots, &nkinds) : 0;
-	if (ndone > 0)
-		ls->last_work = now;
-	if (want && limit == 0)
-		ls->next_claim = now + ls->poll; /* every kind is full */
-	if (limit == 0) {
-		exchange(l, 0, NULL, 0); /* outcomes only */
-		return;
-	}
-	int got = exchange(l, limit, ls->pick, nkinds);
-	reserve(w, ls, nkinds, -(int)limit); /* what it took is held now */
-	if (got >= 0) {
-		w->st_claims++;
-		w->st_empty_claims += got == 0;
-		ls->empty = got == 0;
-		ls->empty_at = now;
-	}
-	if (got > 0) {
-		ls->poll = w->wo.poll_ms;
-		ls->next_claim = now; /* more may be due as soon as a slot frees */
-		ls->last_work = now;
+	if (got == 0 && wait_ms >= 0) {
+		ls->next_claim = now + wait_ms + jitter(w, w->wo.poll_ms / 4 + 1) / 2;
+		ls->last_work = now; /* work is waiting: not idle */
 		return;
 	}
 	ls->next_claim = now + jitter(w, ls->poll);
@@ -919,6 +902,42 @@ static void claim_turn(lane *l, loop_state *ls, int64_t now)
 		skl__wlog(w, SKL_LOG_DEBUG, "idle: polling every %" PRId64 " ms at most",
 		          w->wo.poll_idle_ms);
 	}
+}
+
+/* Records outcomes and claims into free slots when a claim is due (see
+ * after_empty for an empty one).  While every kind with room is full, the
+ * claim waits for a slot or for room (skl__worker_room_opened). */
+static void claim_turn(lane *l, loop_state *ls, int64_t now)
+{
+	skl_worker *w = l->w;
+	size_t ndone = done_count(l), nkinds = 0;
+	size_t free_slots = capacity(l) - pending_count(l) + ndone;
+	bool want = !w->stop && !ls->idle && free_slots > 0 && (now >= ls->next_claim || ndone > 0);
+	size_t limit = want ? claim_kinds(l, ls, free_slots, &nkinds) : 0;
+	int64_t wait_ms;
+	if (ndone > 0)
+		ls->last_work = now;
+	if (want && limit == 0)
+		ls->next_claim = now + ls->poll; /* every kind is full */
+	if (limit == 0) {
+		exchange(l, 0, NULL, 0, &wait_ms); /* outcomes only */
+		return;
+	}
+	int got = exchange(l, limit, ls->pick, nkinds, &wait_ms);
+	reserve(w, ls, nkinds, -(int)limit); /* what it took is held now */
+	if (got >= 0) {
+		w->st_claims++;
+		w->st_empty_claims += got == 0;
+		ls->empty = got == 0;
+		ls->empty_at = now;
+	}
+	if (got > 0) {
+		ls->poll = w->wo.poll_ms;
+		ls->next_claim = now; /* more may be due as soon as a slot frees */
+		ls->last_work = now;
+		return;
+	}
+	after_empty(l, ls, now, got, wait_ms);
 }
 
 /* One turn of the loop; returns false when the drain is complete. */
