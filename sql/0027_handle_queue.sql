@@ -21,8 +21,11 @@
 -- job's makes the handle stale, like a wrong token: 'fenced_out', lost,
 -- or SK001.  protocol_version() says which protocol the schema speaks.
 --
--- Each function is dropped and created again (its argument list
--- changed); grant_role gives the new ones to the roles at the end.
+-- Each function is created again with the new argument list; the old
+-- one is renamed NAME_p1, not dropped, so that a statement in flight while
+-- this step commits (a worker of the release before, mid-claim) still
+-- finds the function it resolved; nothing calls them after that.
+-- grant_role gives the new ones to the roles at the end.
 
 CREATE FUNCTION skiplock.protocol_version() RETURNS integer
 LANGUAGE sql IMMUTABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp
@@ -31,8 +34,8 @@ AS $fn$ SELECT 2 $fn$;
 COMMENT ON FUNCTION skiplock.protocol_version() IS
   'The worker protocol the schema speaks: 2, the job handle is (queue, id, fencing).';
 
-DROP FUNCTION skiplock.check_record_args(bigint[], bigint[], text[], jsonb[], text[], bigint[],
-                                         boolean[], text[], bigint[], bigint[]);
+ALTER FUNCTION skiplock.check_record_args(bigint[], bigint[], text[], jsonb[], text[], bigint[],
+                                         boolean[], text[], bigint[], bigint[]) RENAME TO check_record_args_p1;
 
 -- As in step 0023, and job_queues NULL or one per outcome.
 CREATE FUNCTION skiplock.check_record_args(ids bigint[], fencings bigint[], outcomes text[],
@@ -68,8 +71,8 @@ BEGIN
 END
 $fn$;
 
-DROP FUNCTION skiplock.record_outcomes(bigint[], bigint[], text[], jsonb[], text[], bigint[],
-                                       boolean[], text[], bigint[], bigint[]);
+ALTER FUNCTION skiplock.record_outcomes(bigint[], bigint[], text[], jsonb[], text[], bigint[],
+                                       boolean[], text[], bigint[], bigint[]) RENAME TO record_outcomes_p1;
 
 -- As in step 0026's tree, and each outcome's job found under its queue
 -- when the caller gave one.
@@ -150,11 +153,11 @@ BEGIN
 END
 $fn$;
 
-DROP FUNCTION skiplock.record(bigint[], bigint[], text[], jsonb[], text[], bigint[], boolean[],
-                              text[], bigint[], bigint[]);
-DROP FUNCTION skiplock.record_claim(bigint[], bigint[], text[], jsonb[], text[], bigint[],
+ALTER FUNCTION skiplock.record(bigint[], bigint[], text[], jsonb[], text[], bigint[], boolean[],
+                              text[], bigint[], bigint[]) RENAME TO record_p1;
+ALTER FUNCTION skiplock.record_claim(bigint[], bigint[], text[], jsonb[], text[], bigint[],
                                     boolean[], text[], bigint[], bigint[], text, text[], text[],
-                                    integer, interval, integer, bigint, bigint);
+                                    integer, interval, integer, bigint, bigint) RENAME TO record_claim_p1;
 
 -- As in step 0023, with the handles' queues passed on to record_outcomes.
 CREATE FUNCTION skiplock.record_claim(ids bigint[], fencings bigint[], outcomes text[],
@@ -237,7 +240,7 @@ BEGIN
 END
 $fn$;
 
-DROP FUNCTION skiplock.complete(bigint, bigint, jsonb);
+ALTER FUNCTION skiplock.complete(bigint, bigint, jsonb) RENAME TO complete_p1;
 
 CREATE FUNCTION skiplock.complete(id bigint, fencing bigint, result jsonb DEFAULT NULL,
                                   queue text DEFAULT NULL)
@@ -265,7 +268,7 @@ BEGIN
 END
 $fn$;
 
-DROP FUNCTION skiplock.fail(bigint, bigint, text, boolean, interval);
+ALTER FUNCTION skiplock.fail(bigint, bigint, text, boolean, interval) RENAME TO fail_p1;
 
 CREATE FUNCTION skiplock.fail(id bigint, fencing bigint, error text,
                               retryable boolean DEFAULT true, retry_after interval DEFAULT NULL,
@@ -289,7 +292,7 @@ BEGIN
 END
 $fn$;
 
-DROP FUNCTION skiplock.heartbeat(bigint[], bigint[], interval);
+ALTER FUNCTION skiplock.heartbeat(bigint[], bigint[], interval) RENAME TO heartbeat_p1;
 
 -- As in step 0020, with each claim found under its queue when given.
 CREATE FUNCTION skiplock.heartbeat(ids bigint[], fencings bigint[],
@@ -348,7 +351,7 @@ BEGIN
 END
 $fn$;
 
-DROP FUNCTION skiplock.job_fence(bigint, bigint);
+ALTER FUNCTION skiplock.job_fence(bigint, bigint) RENAME TO job_fence_p1;
 
 -- As in step 0019, with the job found under its queue when given.
 CREATE FUNCTION skiplock.job_fence(id bigint, fencing bigint, queue text DEFAULT NULL)
@@ -379,7 +382,7 @@ BEGIN
 END
 $fn$;
 
-DROP FUNCTION skiplock.job_complete(bigint, bigint, jsonb);
+ALTER FUNCTION skiplock.job_complete(bigint, bigint, jsonb) RENAME TO job_complete_p1;
 
 -- As in step 0019, with the job found under its queue when given.
 CREATE FUNCTION skiplock.job_complete(id bigint, fencing bigint, result jsonb DEFAULT NULL,
@@ -450,6 +453,47 @@ COMMENT ON FUNCTION skiplock.job_fence(bigint, bigint, text) IS
   'In an effect''s transaction: holds the job''s row and raises SK001 unless the claim (and queue) is current.';
 COMMENT ON FUNCTION skiplock.job_complete(bigint, bigint, jsonb, text) IS
   'In an effect''s transaction: raises SK001 unless the claim (and queue) is current, then completes the job there.';
+
+-- The renamed functions of protocol 1 now call the new ones: a statement
+-- that resolved one before this step committed runs it after (its old
+-- body named itself, which no longer resolves once renamed).  Only such
+-- statements call them; a later release drops them.
+CREATE OR REPLACE FUNCTION skiplock.check_record_args_p1(ids bigint[], fencings bigint[], outcomes text[], results jsonb[], errors text[], retry_after_ms bigint[], deferred boolean[], backoffs text[], backoff_bases_ms bigint[], backoff_caps_ms bigint[])
+RETURNS void
+LANGUAGE sql IMMUTABLE AS $fn$ SELECT skiplock.check_record_args($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, NULL) $fn$;
+COMMENT ON FUNCTION skiplock.check_record_args_p1(bigint[], bigint[], text[], jsonb[], text[], bigint[], boolean[], text[], bigint[], bigint[]) IS 'Internal: protocol 1''s check_record_args, renamed by step 0027 for the statements in flight as it committed; calls the new one.';
+CREATE OR REPLACE FUNCTION skiplock.record_outcomes_p1(ids bigint[], fencings bigint[], outcomes text[], results jsonb[], errors text[], retry_after_ms bigint[], deferred boolean[], backoffs text[], backoff_bases_ms bigint[], backoff_caps_ms bigint[])
+RETURNS TABLE(id bigint, kind text, state text, run_at timestamp with time zone, outcome text, delay_ms bigint)
+LANGUAGE sql VOLATILE AS $fn$ SELECT * FROM skiplock.record_outcomes($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, NULL) $fn$;
+COMMENT ON FUNCTION skiplock.record_outcomes_p1(bigint[], bigint[], text[], jsonb[], text[], bigint[], boolean[], text[], bigint[], bigint[]) IS 'Internal: protocol 1''s record_outcomes, renamed by step 0027 for the statements in flight as it committed; calls the new one.';
+CREATE OR REPLACE FUNCTION skiplock.record_p1(ids bigint[], fencings bigint[], outcomes text[], results jsonb[] DEFAULT NULL, errors text[] DEFAULT NULL, retry_after_ms bigint[] DEFAULT NULL, deferred boolean[] DEFAULT NULL, backoffs text[] DEFAULT NULL, backoff_bases_ms bigint[] DEFAULT NULL, backoff_caps_ms bigint[] DEFAULT NULL)
+RETURNS SETOF skiplock.recorded_outcome
+LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$ SELECT * FROM skiplock.record($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) $fn$;
+COMMENT ON FUNCTION skiplock.record_p1(bigint[], bigint[], text[], jsonb[], text[], bigint[], boolean[], text[], bigint[], bigint[]) IS 'Internal: protocol 1''s record, renamed by step 0027 for the statements in flight as it committed; calls the new one.';
+CREATE OR REPLACE FUNCTION skiplock.record_claim_p1(ids bigint[], fencings bigint[], outcomes text[], results jsonb[], errors text[], retry_after_ms bigint[], deferred boolean[], backoffs text[], backoff_bases_ms bigint[], backoff_caps_ms bigint[], owner text, kinds text[], queues text[], n integer, lease interval, after_priority integer DEFAULT NULL, after_run_at_us bigint DEFAULT NULL, after_id bigint DEFAULT NULL)
+RETURNS SETOF skiplock.exchange_row
+LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$ SELECT * FROM skiplock.record_claim($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18) $fn$;
+COMMENT ON FUNCTION skiplock.record_claim_p1(bigint[], bigint[], text[], jsonb[], text[], bigint[], boolean[], text[], bigint[], bigint[], text, text[], text[], integer, interval, integer, bigint, bigint) IS 'Internal: protocol 1''s record_claim, renamed by step 0027 for the statements in flight as it committed; calls the new one.';
+CREATE OR REPLACE FUNCTION skiplock.complete_p1(id bigint, fencing bigint, result jsonb DEFAULT NULL)
+RETURNS text
+LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$ SELECT skiplock.complete($1, $2, $3) $fn$;
+COMMENT ON FUNCTION skiplock.complete_p1(bigint, bigint, jsonb) IS 'Internal: protocol 1''s complete, renamed by step 0027 for the statements in flight as it committed; calls the new one.';
+CREATE OR REPLACE FUNCTION skiplock.fail_p1(id bigint, fencing bigint, error text, retryable boolean DEFAULT true, retry_after interval DEFAULT NULL)
+RETURNS text
+LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$ SELECT skiplock.fail($1, $2, $3, $4, $5) $fn$;
+COMMENT ON FUNCTION skiplock.fail_p1(bigint, bigint, text, boolean, interval) IS 'Internal: protocol 1''s fail, renamed by step 0027 for the statements in flight as it committed; calls the new one.';
+CREATE OR REPLACE FUNCTION skiplock.heartbeat_p1(ids bigint[], fencings bigint[], lease interval DEFAULT '00:00:30')
+RETURNS SETOF skiplock.heartbeat_result
+LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$ SELECT * FROM skiplock.heartbeat($1, $2, $3) $fn$;
+COMMENT ON FUNCTION skiplock.heartbeat_p1(bigint[], bigint[], interval) IS 'Internal: protocol 1''s heartbeat, renamed by step 0027 for the statements in flight as it committed; calls the new one.';
+CREATE OR REPLACE FUNCTION skiplock.job_fence_p1(id bigint, fencing bigint)
+RETURNS void
+LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$ SELECT skiplock.job_fence($1, $2) $fn$;
+COMMENT ON FUNCTION skiplock.job_fence_p1(bigint, bigint) IS 'Internal: protocol 1''s job_fence, renamed by step 0027 for the statements in flight as it committed; calls the new one.';
+CREATE OR REPLACE FUNCTION skiplock.job_complete_p1(id bigint, fencing bigint, result jsonb DEFAULT NULL)
+RETURNS void
+LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$ SELECT skiplock.job_complete($1, $2, $3) $fn$;
+COMMENT ON FUNCTION skiplock.job_complete_p1(bigint, bigint, jsonb) IS 'Internal: protocol 1''s job_complete, renamed by step 0027 for the statements in flight as it committed; calls the new one.';
 
 -- New functions are executable by PUBLIC until revoked; grant_role gives
 -- the new SECURITY DEFINER ones to the worker and operator roles again.

@@ -256,9 +256,11 @@ COMMENT ON FUNCTION skiplock.claim_limited(text[], text[], text[], integer) IS
 
 -- The claim's pick, now with limits: limited kinds first (within their
 -- room), then the rest in claim order.  Returns the ids, the start time
--- record_claim stamps on them, and when a limit may next have room.
-DROP FUNCTION skiplock.claim_pick(text, text[], text[], integer, interval, integer, bigint, bigint);
-CREATE FUNCTION skiplock.claim_pick(p_owner text, p_kinds text[], p_queues text[], p_n integer,
+-- record_claim stamps on them, and when a limit may next have room.  (A
+-- new name: claim_pick stays, for the sessions that run an earlier
+-- record_claim while this step commits; no function a worker calls is
+-- dropped, so none is missing under a running statement.)
+CREATE FUNCTION skiplock.claim_take(p_owner text, p_kinds text[], p_queues text[], p_n integer,
                                     p_lease interval, p_after_priority integer,
                                     p_after_run_at_us bigint, p_after_id bigint,
                                     OUT ids bigint[], OUT started_at timestamptz,
@@ -288,9 +290,9 @@ BEGIN
                       WHERE b.kind = ANY (v_kinds) AND b.state <> 'closed');
   END IF;
   IF EXISTS (SELECT 1 FROM skiplock.limits x WHERE x.kind = ANY (v_kinds)) THEN
-    SELECT claim_pick.ids || c.ids, c.started_at, c.wait_until INTO ids, started_at, wait_until
+    SELECT claim_take.ids || c.ids, c.started_at, c.wait_until INTO ids, started_at, wait_until
       FROM skiplock.claim_limited(v_kinds, p_queues, v_skip,
-                                  p_n - cardinality(claim_pick.ids)) c;
+                                  p_n - cardinality(claim_take.ids)) c;
     v_kinds := ARRAY(SELECT unnest(v_kinds) EXCEPT SELECT x.kind FROM skiplock.limits x);
     p_after_id := NULL; -- the keyset mark is of a claim of every kind
   END IF;
@@ -329,27 +331,43 @@ BEGIN
   END IF;
 END
 $fn$;
+COMMENT ON FUNCTION skiplock.claim_take(text, text[], text[], integer, interval, integer, bigint, bigint) IS
+  'Internal: the ids a claim takes (breaker probes, the room of limited kinds, then due jobs in claim order), locked SKIP LOCKED, the start time to stamp on them, and when a limit that held jobs back may next have room; record_claim leases them.';
+
+-- As before, for callers of earlier steps: claim_take's ids.
+CREATE OR REPLACE FUNCTION skiplock.claim_pick(p_owner text, p_kinds text[], p_queues text[],
+    p_n integer, p_lease interval, p_after_priority integer, p_after_run_at_us bigint,
+    p_after_id bigint) RETURNS bigint[]
+LANGUAGE plpgsql
+AS $fn$
+DECLARE
+  v_ids bigint[];
+BEGIN
+  SELECT t.ids INTO v_ids FROM skiplock.claim_take(p_owner, p_kinds, p_queues, p_n, p_lease,
+    p_after_priority, p_after_run_at_us, p_after_id) t;
+  RETURN v_ids;
+END
+$fn$;
 COMMENT ON FUNCTION skiplock.claim_pick(text, text[], text[], integer, interval, integer, bigint, bigint) IS
-  'Internal: the ids a claim takes (breaker probes, the room of limited kinds, then due jobs in claim order), locked SKIP LOCKED, and the start time to stamp on them; record_claim leases them.';
+  'Internal: the ids of claim_take, for the record_claim of earlier steps.';
 
 -- As in step 0028, with the start time of the pick stamped on the jobs it
 -- leases, limited kinds left out of the per-queue claim, and wait_hints:
 -- a caller that passes true may get one more row, row_type 'wait', when a
 -- limit held due jobs back: run_at is when it may next have room and
 -- delay_ms how far that is from now (its other columns are NULL).  A
--- caller uses it to claim again then instead of backing off; callers that
--- do not pass it never see such a row.  (Dropped and created again: the
--- new argument is last with a default, so every earlier call resolves.)
-DROP FUNCTION skiplock.record_claim(bigint[], bigint[], text[], jsonb[], text[], bigint[],
-                                    boolean[], text[], bigint[], bigint[], text, text[], text[],
-                                    integer, interval, integer, bigint, bigint, text[]);
+-- caller uses it to claim again then instead of backing off.
+--
+-- wait_hints is a new argument, so this is a second record_claim; it has
+-- no default, so a call without it (every earlier caller, positional or
+-- named) resolves to the 19-argument one below, unchanged for them and
+-- never dropped (no statement in flight loses its function).
 CREATE FUNCTION skiplock.record_claim(ids bigint[], fencings bigint[], outcomes text[],
     results jsonb[], errors text[], retry_after_ms bigint[], deferred boolean[],
     backoffs text[], backoff_bases_ms bigint[], backoff_caps_ms bigint[], owner text,
     kinds text[], queues text[], n integer, lease interval,
-    after_priority integer DEFAULT NULL, after_run_at_us bigint DEFAULT NULL,
-    after_id bigint DEFAULT NULL, job_queues text[] DEFAULT NULL,
-    wait_hints boolean DEFAULT false)
+    after_priority integer, after_run_at_us bigint, after_id bigint, job_queues text[],
+    wait_hints boolean)
 RETURNS SETOF skiplock.exchange_row
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
 #variable_conflict use_column
@@ -404,7 +422,7 @@ BEGIN
     RETURN;
   END IF;
   SELECT p.ids, p.started_at, p.wait_until INTO v_ids, v_at, v_wait
-    FROM skiplock.claim_pick(owner, kinds, queues, n, lease, after_priority, after_run_at_us,
+    FROM skiplock.claim_take(owner, kinds, queues, n, lease, after_priority, after_run_at_us,
                              after_id) p;
   IF wait_hints AND v_wait IS NOT NULL THEN
     RETURN NEXT ROW('wait', NULL, NULL, v_wait,
@@ -421,6 +439,23 @@ BEGIN
               j.payload, j.attempt, j.max_attempts, j.fencing, j.lease_expires_at,
               coalesce(j.timeout_ms, 0), j.priority,
               (extract(epoch FROM j.run_at) * 1000000)::bigint;
+END
+$fn$;
+
+-- The record_claim of protocol 2 (step 0027): the one above without wait
+-- rows.
+CREATE OR REPLACE FUNCTION skiplock.record_claim(ids bigint[], fencings bigint[],
+    outcomes text[], results jsonb[], errors text[], retry_after_ms bigint[],
+    deferred boolean[], backoffs text[], backoff_bases_ms bigint[], backoff_caps_ms bigint[],
+    owner text, kinds text[], queues text[], n integer, lease interval,
+    after_priority integer DEFAULT NULL, after_run_at_us bigint DEFAULT NULL,
+    after_id bigint DEFAULT NULL, job_queues text[] DEFAULT NULL)
+RETURNS SETOF skiplock.exchange_row
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
+BEGIN
+  RETURN QUERY SELECT * FROM skiplock.record_claim(ids, fencings, outcomes, results, errors,
+    retry_after_ms, deferred, backoffs, backoff_bases_ms, backoff_caps_ms, owner, kinds, queues,
+    n, lease, after_priority, after_run_at_us, after_id, job_queues, false);
 END
 $fn$;
 
@@ -541,6 +576,10 @@ LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $f
     FROM skiplock.limits l ORDER BY l.kind
 $fn$;
 
+COMMENT ON FUNCTION skiplock.record_claim(bigint[], bigint[], text[], jsonb[], text[], bigint[],
+    boolean[], text[], bigint[], bigint[], text, text[], text[], integer, interval, integer,
+    bigint, bigint, text[]) IS
+  'record outcomes, then claim, in one call (protocol 2): rows tagged recorded / claimed; n = 0 records only; job_queues: the handles'' queues';
 COMMENT ON FUNCTION skiplock.record_claim(bigint[], bigint[], text[], jsonb[], text[], bigint[],
     boolean[], text[], bigint[], bigint[], text, text[], text[], integer, interval, integer,
     bigint, bigint, text[], boolean) IS

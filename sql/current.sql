@@ -412,6 +412,19 @@ $$;
 
 COMMENT ON FUNCTION skiplock.check_job_times(p_run_at timestamp with time zone, p_delay_ms bigint) IS 'Internal: refuses a run_at outside 1970-2199 or a negative delay (22023), before any enqueue writes.';
 
+CREATE FUNCTION skiplock.check_parent_policy(p_policy text) RETURNS void
+    LANGUAGE plpgsql IMMUTABLE
+    AS $$
+BEGIN
+  IF p_policy IS NULL OR p_policy NOT IN ('cancel', 'run') THEN
+    RAISE EXCEPTION 'on_parent_failure must be cancel or run, got %', coalesce(p_policy, 'NULL')
+      USING ERRCODE = '22023';
+  END IF;
+END
+$$;
+
+COMMENT ON FUNCTION skiplock.check_parent_policy(p_policy text) IS 'Internal: refuses a policy for a failed parent other than cancel or run (22023).';
+
 CREATE FUNCTION skiplock.check_record_args(ids bigint[], fencings bigint[], outcomes text[], results jsonb[], errors text[], retry_after_ms bigint[], deferred boolean[], backoffs text[], backoff_bases_ms bigint[], backoff_caps_ms bigint[], job_queues text[]) RETURNS void
     LANGUAGE plpgsql IMMUTABLE
     AS $$
@@ -444,6 +457,12 @@ END
 $$;
 
 COMMENT ON FUNCTION skiplock.check_record_args(ids bigint[], fencings bigint[], outcomes text[], results jsonb[], errors text[], retry_after_ms bigint[], deferred boolean[], backoffs text[], backoff_bases_ms bigint[], backoff_caps_ms bigint[], job_queues text[]) IS 'Internal: refuses a batch of outcomes whose arrays disagree in length or hold an unknown outcome or backoff.';
+
+CREATE FUNCTION skiplock.check_record_args_p1(ids bigint[], fencings bigint[], outcomes text[], results jsonb[], errors text[], retry_after_ms bigint[], deferred boolean[], backoffs text[], backoff_bases_ms bigint[], backoff_caps_ms bigint[]) RETURNS void
+    LANGUAGE sql IMMUTABLE
+    AS $_$ SELECT skiplock.check_record_args($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, NULL) $_$;
+
+COMMENT ON FUNCTION skiplock.check_record_args_p1(ids bigint[], fencings bigint[], outcomes text[], results jsonb[], errors text[], retry_after_ms bigint[], deferred boolean[], backoffs text[], backoff_bases_ms bigint[], backoff_caps_ms bigint[]) IS 'Internal: protocol 1''s check_record_args, renamed by step 0027 for the statements in flight as it committed; calls the new one.';
 
 CREATE FUNCTION skiplock.claim(owner text, kinds text[], queues text[] DEFAULT NULL::text[], n integer DEFAULT 1, lease interval DEFAULT '00:00:30'::interval, after_priority integer DEFAULT NULL::integer, after_run_at_us bigint DEFAULT NULL::bigint, after_id bigint DEFAULT NULL::bigint) RETURNS SETOF skiplock.claimed_job
     LANGUAGE plpgsql SECURITY DEFINER
@@ -704,75 +723,19 @@ $$;
 
 COMMENT ON FUNCTION skiplock.claim_limited_kind(l skiplock.limits, p_queues text[], p_skip text[], p_n integer, p_t timestamp with time zone) IS 'Internal: the due jobs of one limited kind a claim may start at p_t (room under max_running and the rate window), locked SKIP LOCKED; records their starts.';
 
-CREATE FUNCTION skiplock.claim_pick(p_owner text, p_kinds text[], p_queues text[], p_n integer, p_lease interval, p_after_priority integer, p_after_run_at_us bigint, p_after_id bigint, OUT ids bigint[], OUT started_at timestamp with time zone, OUT wait_until timestamp with time zone) RETURNS record
+CREATE FUNCTION skiplock.claim_pick(p_owner text, p_kinds text[], p_queues text[], p_n integer, p_lease interval, p_after_priority integer, p_after_run_at_us bigint, p_after_id bigint) RETURNS bigint[]
     LANGUAGE plpgsql
     AS $$
 DECLARE
-  v_kinds text[] := p_kinds;
-  v_skip text[] := '{}';
-  v_m int;
-  v_after timestamptz;
+  v_ids bigint[];
 BEGIN
-  PERFORM skiplock.check_claim_args(p_owner, p_kinds, p_n, p_lease);
-  PERFORM skiplock.check_claim_names(p_kinds, p_queues);
-  ids := '{}';
-  started_at := now();
-  IF EXISTS (SELECT 1 FROM skiplock.pauses) THEN
-    v_kinds := ARRAY(SELECT unnest(p_kinds) EXCEPT
-                     SELECT p.kind FROM skiplock.pauses p WHERE p.queue = '*');
-    v_skip := ARRAY(SELECT p.queue FROM skiplock.pauses p WHERE p.kind = '*');
-  END IF;
-  IF EXISTS (SELECT 1 FROM skiplock.breakers b
-              WHERE b.kind = ANY (v_kinds) AND b.state <> 'closed') THEN
-    ids := skiplock.claim_probes(v_kinds, p_queues, p_n, v_skip);
-    v_kinds := ARRAY(SELECT unnest(v_kinds) EXCEPT
-                     SELECT b.kind FROM skiplock.breakers b
-                      WHERE b.kind = ANY (v_kinds) AND b.state <> 'closed');
-  END IF;
-  IF EXISTS (SELECT 1 FROM skiplock.limits x WHERE x.kind = ANY (v_kinds)) THEN
-    SELECT claim_pick.ids || c.ids, c.started_at, c.wait_until INTO ids, started_at, wait_until
-      FROM skiplock.claim_limited(v_kinds, p_queues, v_skip,
-                                  p_n - cardinality(claim_pick.ids)) c;
-    v_kinds := ARRAY(SELECT unnest(v_kinds) EXCEPT SELECT x.kind FROM skiplock.limits x);
-    p_after_id := NULL; -- the keyset mark is of a claim of every kind
-  END IF;
-  v_m := p_n - cardinality(ids);
-  IF v_m > 0 AND cardinality(v_kinds) > 0 AND p_after_id IS NULL THEN
-    ids := ids || ARRAY(
-      SELECT j.id FROM skiplock.jobs j
-       WHERE j.state = 'available' AND j.run_at <= now()
-         AND (p_queues IS NULL OR j.queue = ANY (p_queues)) AND j.kind = ANY (v_kinds)
-         AND j.queue <> ALL (v_skip)
-       ORDER BY j.priority DESC, j.run_at, j.id LIMIT v_m FOR UPDATE SKIP LOCKED);
-    IF cardinality(ids) = 0 AND p_n > 0 THEN
-      PERFORM skiplock.worker_idle(p_owner, p_kinds, p_queues);
-    END IF;
-  ELSIF v_m > 0 AND cardinality(v_kinds) > 0 THEN
-    v_after := timestamptz 'epoch' + p_after_run_at_us * interval '1 microsecond';
-    ids := ids || ARRAY(
-      SELECT a.id FROM (
-        SELECT j.id FROM skiplock.jobs j
-         WHERE j.state = 'available' AND j.run_at <= now()
-           AND (p_queues IS NULL OR j.queue = ANY (p_queues)) AND j.kind = ANY (v_kinds)
-           AND j.queue <> ALL (v_skip)
-           AND j.priority = p_after_priority AND (j.run_at, j.id) > (v_after, p_after_id)
-         ORDER BY j.priority DESC, j.run_at, j.id LIMIT v_m FOR UPDATE SKIP LOCKED) a
-      UNION ALL
-      SELECT b.id FROM (
-        SELECT j.id FROM skiplock.jobs j
-         WHERE j.state = 'available' AND j.run_at <= now()
-           AND (p_queues IS NULL OR j.queue = ANY (p_queues)) AND j.kind = ANY (v_kinds)
-           AND j.queue <> ALL (v_skip)
-           AND j.priority < p_after_priority
-         ORDER BY j.priority DESC, j.run_at, j.id LIMIT v_m FOR UPDATE SKIP LOCKED) b
-      LIMIT v_m);
-  ELSIF cardinality(ids) = 0 AND p_n > 0 THEN
-    PERFORM skiplock.worker_idle(p_owner, p_kinds, p_queues);
-  END IF;
+  SELECT t.ids INTO v_ids FROM skiplock.claim_take(p_owner, p_kinds, p_queues, p_n, p_lease,
+    p_after_priority, p_after_run_at_us, p_after_id) t;
+  RETURN v_ids;
 END
 $$;
 
-COMMENT ON FUNCTION skiplock.claim_pick(p_owner text, p_kinds text[], p_queues text[], p_n integer, p_lease interval, p_after_priority integer, p_after_run_at_us bigint, p_after_id bigint, OUT ids bigint[], OUT started_at timestamp with time zone, OUT wait_until timestamp with time zone) IS 'Internal: the ids a claim takes (breaker probes, the room of limited kinds, then due jobs in claim order), locked SKIP LOCKED, and the start time to stamp on them; record_claim leases them.';
+COMMENT ON FUNCTION skiplock.claim_pick(p_owner text, p_kinds text[], p_queues text[], p_n integer, p_lease interval, p_after_priority integer, p_after_run_at_us bigint, p_after_id bigint) IS 'Internal: the ids of claim_take, for the record_claim of earlier steps.';
 
 CREATE FUNCTION skiplock.claim_probes(p_kinds text[], p_queues text[], p_n integer) RETURNS bigint[]
     LANGUAGE sql
@@ -830,6 +793,76 @@ $$;
 
 COMMENT ON FUNCTION skiplock.claim_probes(p_kinds text[], p_queues text[], p_n integer, p_skip text[]) IS 'Internal: the half-open breakers'' probe jobs a claim may take, skipping paused queues and kinds.';
 
+CREATE FUNCTION skiplock.claim_take(p_owner text, p_kinds text[], p_queues text[], p_n integer, p_lease interval, p_after_priority integer, p_after_run_at_us bigint, p_after_id bigint, OUT ids bigint[], OUT started_at timestamp with time zone, OUT wait_until timestamp with time zone) RETURNS record
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+  v_kinds text[] := p_kinds;
+  v_skip text[] := '{}';
+  v_m int;
+  v_after timestamptz;
+BEGIN
+  PERFORM skiplock.check_claim_args(p_owner, p_kinds, p_n, p_lease);
+  PERFORM skiplock.check_claim_names(p_kinds, p_queues);
+  ids := '{}';
+  started_at := now();
+  IF EXISTS (SELECT 1 FROM skiplock.pauses) THEN
+    v_kinds := ARRAY(SELECT unnest(p_kinds) EXCEPT
+                     SELECT p.kind FROM skiplock.pauses p WHERE p.queue = '*');
+    v_skip := ARRAY(SELECT p.queue FROM skiplock.pauses p WHERE p.kind = '*');
+  END IF;
+  IF EXISTS (SELECT 1 FROM skiplock.breakers b
+              WHERE b.kind = ANY (v_kinds) AND b.state <> 'closed') THEN
+    ids := skiplock.claim_probes(v_kinds, p_queues, p_n, v_skip);
+    v_kinds := ARRAY(SELECT unnest(v_kinds) EXCEPT
+                     SELECT b.kind FROM skiplock.breakers b
+                      WHERE b.kind = ANY (v_kinds) AND b.state <> 'closed');
+  END IF;
+  IF EXISTS (SELECT 1 FROM skiplock.limits x WHERE x.kind = ANY (v_kinds)) THEN
+    SELECT claim_take.ids || c.ids, c.started_at, c.wait_until INTO ids, started_at, wait_until
+      FROM skiplock.claim_limited(v_kinds, p_queues, v_skip,
+                                  p_n - cardinality(claim_take.ids)) c;
+    v_kinds := ARRAY(SELECT unnest(v_kinds) EXCEPT SELECT x.kind FROM skiplock.limits x);
+    p_after_id := NULL; -- the keyset mark is of a claim of every kind
+  END IF;
+  v_m := p_n - cardinality(ids);
+  IF v_m > 0 AND cardinality(v_kinds) > 0 AND p_after_id IS NULL THEN
+    ids := ids || ARRAY(
+      SELECT j.id FROM skiplock.jobs j
+       WHERE j.state = 'available' AND j.run_at <= now()
+         AND (p_queues IS NULL OR j.queue = ANY (p_queues)) AND j.kind = ANY (v_kinds)
+         AND j.queue <> ALL (v_skip)
+       ORDER BY j.priority DESC, j.run_at, j.id LIMIT v_m FOR UPDATE SKIP LOCKED);
+    IF cardinality(ids) = 0 AND p_n > 0 THEN
+      PERFORM skiplock.worker_idle(p_owner, p_kinds, p_queues);
+    END IF;
+  ELSIF v_m > 0 AND cardinality(v_kinds) > 0 THEN
+    v_after := timestamptz 'epoch' + p_after_run_at_us * interval '1 microsecond';
+    ids := ids || ARRAY(
+      SELECT a.id FROM (
+        SELECT j.id FROM skiplock.jobs j
+         WHERE j.state = 'available' AND j.run_at <= now()
+           AND (p_queues IS NULL OR j.queue = ANY (p_queues)) AND j.kind = ANY (v_kinds)
+           AND j.queue <> ALL (v_skip)
+           AND j.priority = p_after_priority AND (j.run_at, j.id) > (v_after, p_after_id)
+         ORDER BY j.priority DESC, j.run_at, j.id LIMIT v_m FOR UPDATE SKIP LOCKED) a
+      UNION ALL
+      SELECT b.id FROM (
+        SELECT j.id FROM skiplock.jobs j
+         WHERE j.state = 'available' AND j.run_at <= now()
+           AND (p_queues IS NULL OR j.queue = ANY (p_queues)) AND j.kind = ANY (v_kinds)
+           AND j.queue <> ALL (v_skip)
+           AND j.priority < p_after_priority
+         ORDER BY j.priority DESC, j.run_at, j.id LIMIT v_m FOR UPDATE SKIP LOCKED) b
+      LIMIT v_m);
+  ELSIF cardinality(ids) = 0 AND p_n > 0 THEN
+    PERFORM skiplock.worker_idle(p_owner, p_kinds, p_queues);
+  END IF;
+END
+$$;
+
+COMMENT ON FUNCTION skiplock.claim_take(p_owner text, p_kinds text[], p_queues text[], p_n integer, p_lease interval, p_after_priority integer, p_after_run_at_us bigint, p_after_id bigint, OUT ids bigint[], OUT started_at timestamp with time zone, OUT wait_until timestamp with time zone) IS 'Internal: the ids a claim takes (breaker probes, the room of limited kinds, then due jobs in claim order), locked SKIP LOCKED, the start time to stamp on them, and when a limit that held jobs back may next have room; record_claim leases them.';
+
 CREATE FUNCTION skiplock.complete(id bigint, fencing bigint, result jsonb DEFAULT NULL::jsonb, queue text DEFAULT NULL::text) RETURNS text
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -857,6 +890,13 @@ END
 $$;
 
 COMMENT ON FUNCTION skiplock.complete(id bigint, fencing bigint, result jsonb, queue text) IS 'Completes a running job under its claim (id, fencing, and queue in protocol 2): completed or fenced_out.';
+
+CREATE FUNCTION skiplock.complete_p1(id bigint, fencing bigint, result jsonb DEFAULT NULL::jsonb) RETURNS text
+    LANGUAGE sql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $_$ SELECT skiplock.complete($1, $2, $3) $_$;
+
+COMMENT ON FUNCTION skiplock.complete_p1(id bigint, fencing bigint, result jsonb) IS 'Internal: protocol 1''s complete, renamed by step 0027 for the statements in flight as it committed; calls the new one.';
 
 CREATE FUNCTION skiplock.count_for_breakers(kinds text[], outcomes text[]) RETURNS void
     LANGUAGE plpgsql
@@ -1616,6 +1656,138 @@ $_$;
 
 COMMENT ON FUNCTION skiplock.cron_zone_check(zone text) IS 'Refuses (22023) a zone name the tz database does not have, or one PostgreSQL reads as a fixed-offset abbreviation.';
 
+CREATE FUNCTION skiplock.deps_attach(p_child bigint, p_run_at timestamp with time zone, p_policy text, p_report boolean, p_parents bigint[]) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+  v_ids bigint[];
+  v_states text[];
+BEGIN
+  INSERT INTO skiplock.job_waits (child_id, run_at, on_parent_failure, report, parents, waiting)
+  VALUES (p_child, p_run_at, p_policy, p_report, cardinality(p_parents), cardinality(p_parents));
+  INSERT INTO skiplock.job_deps (parent_id, child_id)
+  SELECT p, p_child FROM unnest(p_parents) p;
+  SELECT array_agg(f.id), array_agg(f.state) INTO v_ids, v_states
+    FROM skiplock.finished_jobs f
+   WHERE f.id = ANY (p_parents) AND NOT EXISTS (SELECT 1 FROM skiplock.jobs j WHERE j.id = f.id);
+  IF v_ids IS NOT NULL THEN
+    PERFORM skiplock.deps_resolve(v_ids, v_states);
+  END IF;
+END
+$$;
+
+COMMENT ON FUNCTION skiplock.deps_attach(p_child bigint, p_run_at timestamp with time zone, p_policy text, p_report boolean, p_parents bigint[]) IS 'Internal: records what a new job waits for (job_waits, job_deps); parents already finished count at once.';
+
+CREATE FUNCTION skiplock.deps_parents(p_ids bigint[], p_keys text[]) RETURNS bigint[]
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+  v_ids bigint[];
+  v_key text;
+  v_id bigint;
+  v_missing bigint;
+BEGIN
+  IF coalesce(cardinality(p_ids), 0) + coalesce(cardinality(p_keys), 0) > 1000 THEN
+    RAISE EXCEPTION 'depends_on: at most 1000 parents' USING ERRCODE = '22023';
+  END IF;
+  IF array_position(p_ids, NULL) IS NOT NULL OR array_position(p_keys, NULL) IS NOT NULL THEN
+    RAISE EXCEPTION 'depends_on: a parent id or key must not be NULL' USING ERRCODE = '22004';
+  END IF;
+  v_ids := coalesce(p_ids, '{}');
+  FOREACH v_key IN ARRAY coalesce(p_keys, '{}') LOOP
+    v_id := coalesce(
+      (SELECT j.id FROM skiplock.jobs j
+        WHERE j.unique_key = v_key AND j.state IN ('available', 'running') LIMIT 1),
+      (SELECT f.id FROM skiplock.finished_jobs f WHERE f.unique_key = v_key
+        ORDER BY f.id DESC LIMIT 1));
+    IF v_id IS NULL THEN
+      RAISE EXCEPTION 'depends_on_keys: no job holds the unique key %', v_key
+        USING ERRCODE = '23503',
+              HINT = 'A parent must exist first: live, or finished and kept by retention.';
+    END IF;
+    v_ids := v_ids || v_id;
+  END LOOP;
+  v_ids := ARRAY(SELECT DISTINCT u FROM unnest(v_ids) u ORDER BY u);
+  PERFORM 1 FROM skiplock.jobs j WHERE j.id = ANY (v_ids) FOR KEY SHARE OF j;
+  SELECT u INTO v_missing FROM unnest(v_ids) u
+   WHERE NOT EXISTS (SELECT 1 FROM skiplock.jobs j WHERE j.id = u)
+     AND NOT EXISTS (SELECT 1 FROM skiplock.finished_jobs f WHERE f.id = u)
+   LIMIT 1;
+  IF FOUND THEN
+    RAISE EXCEPTION 'depends_on: job % does not exist', v_missing
+      USING ERRCODE = '23503',
+            HINT = 'A parent must exist first: live, or finished and kept by retention.';
+  END IF;
+  RETURN v_ids;
+END
+$$;
+
+COMMENT ON FUNCTION skiplock.deps_parents(p_ids bigint[], p_keys text[]) IS 'Internal: the parent ids a child names (ids and unique keys), live ones locked FOR KEY SHARE; 23503 for a parent neither live nor kept, 22023/22004 for bad lists.';
+
+CREATE FUNCTION skiplock.deps_resolve(p_ids bigint[], p_states text[]) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+  v_ids bigint[] := p_ids;
+  v_states text[] := p_states;
+  v_free bigint[];
+  v_doomed bigint[];
+  v_moved record;
+BEGIN
+  WHILE coalesce(cardinality(v_ids), 0) > 0 LOOP
+    -- an ended job waits for nothing any more
+    DELETE FROM skiplock.job_waits w WHERE w.child_id = ANY (v_ids);
+    WITH closed AS (
+      DELETE FROM skiplock.job_deps d USING unnest(v_ids, v_states) AS f(id, state)
+       WHERE d.parent_id = f.id
+      RETURNING d.child_id, f.state),
+    counted AS (
+      SELECT c.child_id, count(*) AS n,
+             count(*) FILTER (WHERE c.state = 'completed') AS ok,
+             count(*) FILTER (WHERE c.state = 'discarded') AS disc,
+             count(*) FILTER (WHERE c.state = 'cancelled') AS canc
+        FROM closed c GROUP BY c.child_id),
+    waits AS (
+      UPDATE skiplock.job_waits w
+         SET waiting = w.waiting - c.n, completed = w.completed + c.ok,
+             discarded = w.discarded + c.disc, cancelled = w.cancelled + c.canc
+        FROM counted c WHERE w.child_id = c.child_id
+      RETURNING w.child_id, w.waiting,
+                w.on_parent_failure = 'cancel' AND w.discarded + w.cancelled > 0 AS doomed)
+    SELECT array_agg(x.child_id) FILTER (WHERE x.waiting = 0 AND NOT x.doomed),
+           array_agg(x.child_id) FILTER (WHERE x.doomed)
+      INTO v_free, v_doomed FROM waits x;
+    IF v_free IS NOT NULL THEN
+      UPDATE skiplock.jobs j
+         SET run_at = w.run_at,
+             payload = CASE WHEN w.report
+                            THEN j.payload || jsonb_build_object('batch', jsonb_build_object(
+                                   'size', w.parents, 'completed', w.completed,
+                                   'discarded', w.discarded, 'cancelled', w.cancelled))
+                            ELSE j.payload END
+        FROM skiplock.job_waits w
+       WHERE w.child_id = j.id AND j.id = ANY (v_free) AND j.state = 'available'
+         AND j.run_at = skiplock.waiting_run_at();
+      DELETE FROM skiplock.job_waits w WHERE w.child_id = ANY (v_free);
+      PERFORM pg_notify('skiplock_jobs', '');
+    END IF;
+    EXIT WHEN v_doomed IS NULL;
+    -- cancelled by their policy: a parent failed; what waits for them follows
+    UPDATE skiplock.jobs j
+       SET state = 'cancelled', finished_at = now(),
+           errors = skiplock.errors_append(j.errors, j.attempt,
+                      'cancelled: a job it depends on was discarded or cancelled', now())
+     WHERE j.id = ANY (v_doomed) AND j.state = 'available';
+    DELETE FROM skiplock.job_waits w WHERE w.child_id = ANY (v_doomed);
+    SELECT * INTO v_moved FROM skiplock.finish_moved(v_doomed);
+    v_ids := v_moved.ids;
+    v_states := v_moved.states;
+  END LOOP;
+END
+$$;
+
+COMMENT ON FUNCTION skiplock.deps_resolve(p_ids bigint[], p_states text[]) IS 'Internal: closes the dependencies of ended jobs (ids, final states) in the caller''s transaction: children made due when none is left, or cancelled by their policy, iteratively.';
+
 CREATE FUNCTION skiplock.distribute() RETURNS boolean
     LANGUAGE plpgsql
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -1682,6 +1854,83 @@ END
 $$;
 
 COMMENT ON FUNCTION skiplock.enqueue(kind text, payload jsonb, queue text, run_at timestamp with time zone, priority integer, unique_key text, max_attempts integer, timeout interval, backoff text, backoff_base interval, backoff_cap interval) IS 'enqueue one job in the caller''s transaction; the holder''s id when unique_key is taken';
+
+CREATE FUNCTION skiplock.enqueue_after(depends_on bigint[], kind text, payload jsonb DEFAULT '{}'::jsonb, queue text DEFAULT 'default'::text, run_at timestamp with time zone DEFAULT now(), priority integer DEFAULT 0, unique_key text DEFAULT NULL::text, max_attempts integer DEFAULT 25, timeout interval DEFAULT NULL::interval, backoff text DEFAULT NULL::text, backoff_base interval DEFAULT NULL::interval, backoff_cap interval DEFAULT NULL::interval, depends_on_keys text[] DEFAULT NULL::text[], on_parent_failure text DEFAULT 'cancel'::text) RETURNS bigint
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+#variable_conflict use_variable
+DECLARE
+  v_parents bigint[];
+  v_id bigint;
+BEGIN
+  IF depends_on IS NOT NULL OR depends_on_keys IS NOT NULL THEN
+    PERFORM skiplock.check_parent_policy(on_parent_failure);
+    IF skiplock.is_distributed() THEN
+      RAISE EXCEPTION 'enqueue_after: dependencies are not supported on the distributed layout yet'
+        USING ERRCODE = '0A000';
+    END IF;
+    PERFORM skiplock.check_job_times(coalesce(run_at, now()), 0);
+    v_parents := skiplock.deps_parents(depends_on, depends_on_keys);
+  END IF;
+  v_id := (skiplock.enqueue_many(NULL, ARRAY[kind], ARRAY[payload],
+            ARRAY[coalesce(queue, 'default')],
+            ARRAY[CASE WHEN cardinality(v_parents) > 0 THEN skiplock.waiting_run_at()
+                       ELSE coalesce(run_at, now()) END], NULL, ARRAY[priority],
+            ARRAY[unique_key], ARRAY[max_attempts],
+            ARRAY[skiplock.interval_ms(timeout, 'timeout')::int],
+            ARRAY[skiplock.interval_ms(backoff_base, 'backoff_base')::int],
+            ARRAY[skiplock.interval_ms(backoff_cap, 'backoff_cap')::int], ARRAY[backoff]))[1];
+  -- with parents, unless its unique key was held by another job (returned)
+  IF cardinality(v_parents) > 0
+     AND EXISTS (SELECT 1 FROM skiplock.jobs j
+                  WHERE j.id = v_id AND j.run_at = skiplock.waiting_run_at())
+     AND NOT EXISTS (SELECT 1 FROM skiplock.job_waits w WHERE w.child_id = v_id) THEN
+    PERFORM skiplock.deps_attach(v_id, coalesce(run_at, now()), on_parent_failure, false,
+                                 v_parents);
+  END IF;
+  RETURN v_id;
+END
+$$;
+
+COMMENT ON FUNCTION skiplock.enqueue_after(depends_on bigint[], kind text, payload jsonb, queue text, run_at timestamp with time zone, priority integer, unique_key text, max_attempts integer, timeout interval, backoff text, backoff_base interval, backoff_cap interval, depends_on_keys text[], on_parent_failure text) IS 'enqueue one job (as enqueue) that waits for its parents to finish: depends_on (ids) and depends_on_keys (unique keys); on_parent_failure: cancel (default) or run';
+
+CREATE FUNCTION skiplock.enqueue_batch(kind text, payloads jsonb[], callback_kind text, callback_payload jsonb DEFAULT '{}'::jsonb, queue text DEFAULT 'default'::text, priority integer DEFAULT 0, max_attempts integer DEFAULT 25) RETURNS bigint[]
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+#variable_conflict use_variable
+DECLARE
+  v_n int := coalesce(cardinality(payloads), 0);
+  v_ids bigint[];
+  v_cb bigint;
+  v_nulls int[];
+BEGIN
+  IF v_n NOT BETWEEN 1 AND 1000 THEN
+    RAISE EXCEPTION 'enqueue_batch: 1 to 1000 payloads, got %', v_n USING ERRCODE = '22023';
+  END IF;
+  IF callback_kind IS NULL THEN
+    RAISE EXCEPTION 'enqueue_batch: callback_kind is required' USING ERRCODE = '22023';
+  END IF;
+  IF skiplock.is_distributed() THEN
+    RAISE EXCEPTION 'enqueue_batch: dependencies are not supported on the distributed layout yet'
+      USING ERRCODE = '0A000';
+  END IF;
+  v_nulls := array_fill(NULL::int, ARRAY[v_n]);
+  v_ids := skiplock.enqueue_many(NULL, array_fill(kind, ARRAY[v_n]), payloads,
+             array_fill(coalesce(queue, 'default'), ARRAY[v_n]), array_fill(now(), ARRAY[v_n]),
+             NULL, array_fill(priority, ARRAY[v_n]), array_fill(NULL::text, ARRAY[v_n]),
+             array_fill(max_attempts, ARRAY[v_n]), v_nulls, v_nulls, v_nulls);
+  v_cb := (skiplock.enqueue_many(NULL, ARRAY[callback_kind], ARRAY[callback_payload],
+             ARRAY[coalesce(queue, 'default')], ARRAY[skiplock.waiting_run_at()], NULL,
+             ARRAY[priority], ARRAY[NULL::text], ARRAY[max_attempts], ARRAY[NULL::int],
+             ARRAY[NULL::int], ARRAY[NULL::int]))[1];
+  PERFORM skiplock.deps_attach(v_cb, now(), 'run', true, skiplock.deps_parents(v_ids, NULL));
+  RETURN v_ids || v_cb;
+END
+$$;
+
+COMMENT ON FUNCTION skiplock.enqueue_batch(kind text, payloads jsonb[], callback_kind text, callback_payload jsonb, queue text, priority integer, max_attempts integer) IS 'Enqueues one job per payload and a callback job that runs once after all of them finished, with {"batch": {size, completed, discarded, cancelled}} in its payload; returns their ids, the callback''s last.';
 
 CREATE FUNCTION skiplock.enqueue_many(p_token text, p_kinds text[], p_payloads jsonb[], p_queues text[], p_run_ats timestamp with time zone[], p_delays_ms bigint[], p_priorities integer[], p_unique_keys text[], p_max_attempts integer[], p_timeouts integer[], p_backoff_bases integer[], p_backoff_caps integer[], p_backoffs text[] DEFAULT NULL::text[]) RETURNS bigint[]
     LANGUAGE plpgsql SECURITY DEFINER
@@ -1901,6 +2150,34 @@ END
 $$;
 
 COMMENT ON FUNCTION skiplock.fail(id bigint, fencing bigint, error text, retryable boolean, retry_after interval, queue text) IS 'Records a failed attempt under its claim (and queue, protocol 2): available (retried), discarded or fenced_out.';
+
+CREATE FUNCTION skiplock.fail_p1(id bigint, fencing bigint, error text, retryable boolean DEFAULT true, retry_after interval DEFAULT NULL::interval) RETURNS text
+    LANGUAGE sql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $_$ SELECT skiplock.fail($1, $2, $3, $4, $5) $_$;
+
+COMMENT ON FUNCTION skiplock.fail_p1(id bigint, fencing bigint, error text, retryable boolean, retry_after interval) IS 'Internal: protocol 1''s fail, renamed by step 0027 for the statements in flight as it committed; calls the new one.';
+
+CREATE FUNCTION skiplock.finish_moved(p_ids bigint[], OUT n integer, OUT ids bigint[], OUT states text[]) RETURNS record
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+  WITH m AS (
+    DELETE FROM skiplock.jobs j
+     WHERE j.id = ANY (p_ids) AND j.state IN ('completed', 'discarded', 'cancelled')
+    RETURNING j.*),
+  k AS (
+    INSERT INTO skiplock.finished_jobs
+    SELECT m.*, x.expires_at
+      FROM m CROSS JOIN LATERAL (SELECT skiplock.keep_until(m.queue, m.state,
+                                          coalesce(m.finished_at, now())) AS expires_at) x
+     WHERE x.expires_at > now()
+    RETURNING 1)
+  SELECT count(*)::int, array_agg(m.id), array_agg(m.state) INTO n, ids, states FROM m;
+END
+$$;
+
+COMMENT ON FUNCTION skiplock.finish_moved(p_ids bigint[], OUT n integer, OUT ids bigint[], OUT states text[]) IS 'Internal: moves finished jobs by id from jobs to finished_jobs (one PostgreSQL), kept until their retention; returns how many, their ids and states.';
 
 CREATE FUNCTION skiplock.finished_act(p_action text, p_batch integer) RETURNS bigint
     LANGUAGE plpgsql
@@ -2635,6 +2912,13 @@ $$;
 
 COMMENT ON FUNCTION skiplock.heartbeat_by_queue(ids bigint[], fencings bigint[], lease interval, job_queues text[]) IS 'Internal: heartbeat on the distributed layout, one locking statement per queue, never waiting.';
 
+CREATE FUNCTION skiplock.heartbeat_p1(ids bigint[], fencings bigint[], lease interval DEFAULT '00:00:30'::interval) RETURNS SETOF skiplock.heartbeat_result
+    LANGUAGE sql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $_$ SELECT * FROM skiplock.heartbeat($1, $2, $3) $_$;
+
+COMMENT ON FUNCTION skiplock.heartbeat_p1(ids bigint[], fencings bigint[], lease interval) IS 'Internal: protocol 1''s heartbeat, renamed by step 0027 for the statements in flight as it committed; calls the new one.';
+
 CREATE FUNCTION skiplock.idem_claim(key text, request_hash text, ttl interval DEFAULT '24:00:00'::interval, recovery interval DEFAULT '00:01:00'::interval) RETURNS TABLE(outcome text, response_code integer, response_body jsonb, holder text)
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -2981,6 +3265,13 @@ $$;
 
 COMMENT ON FUNCTION skiplock.job_complete(id bigint, fencing bigint, result jsonb, queue text) IS 'In an effect''s transaction: raises SK001 unless the claim (and queue) is current, then completes the job there.';
 
+CREATE FUNCTION skiplock.job_complete_p1(id bigint, fencing bigint, result jsonb DEFAULT NULL::jsonb) RETURNS void
+    LANGUAGE sql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $_$ SELECT skiplock.job_complete($1, $2, $3) $_$;
+
+COMMENT ON FUNCTION skiplock.job_complete_p1(id bigint, fencing bigint, result jsonb) IS 'Internal: protocol 1''s job_complete, renamed by step 0027 for the statements in flight as it committed; calls the new one.';
+
 CREATE FUNCTION skiplock.job_discard(id bigint) RETURNS skiplock.job_action_result
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -3048,6 +3339,13 @@ $$;
 
 COMMENT ON FUNCTION skiplock.job_fence(id bigint, fencing bigint, queue text) IS 'In an effect''s transaction: holds the job''s row and raises SK001 unless the claim (and queue) is current.';
 
+CREATE FUNCTION skiplock.job_fence_p1(id bigint, fencing bigint) RETURNS void
+    LANGUAGE sql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $_$ SELECT skiplock.job_fence($1, $2) $_$;
+
+COMMENT ON FUNCTION skiplock.job_fence_p1(id bigint, fencing bigint) IS 'Internal: protocol 1''s job_fence, renamed by step 0027 for the statements in flight as it committed; calls the new one.';
+
 CREATE FUNCTION skiplock.job_retry(id bigint, attempts integer DEFAULT NULL::integer) RETURNS skiplock.job_action_result
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -3093,6 +3391,47 @@ END
 $$;
 
 COMMENT ON FUNCTION skiplock.job_retry(id bigint, attempts integer) IS 'retry a discarded, cancelled or waiting job now (operators)';
+
+CREATE FUNCTION skiplock.job_waits_for(id bigint) RETURNS text
+    LANGUAGE plpgsql STABLE SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+#variable_conflict use_column
+DECLARE
+  j record;
+  w skiplock.job_waits;
+  l skiplock.limits;
+BEGIN
+  SELECT x.kind, x.queue, x.state, x.run_at INTO j FROM skiplock.jobs x
+   WHERE x.id = job_waits_for.id;
+  IF NOT FOUND OR j.state <> 'available' THEN
+    RETURN NULL;
+  END IF;
+  SELECT * INTO w FROM skiplock.job_waits x WHERE x.child_id = job_waits_for.id;
+  IF FOUND THEN
+    RETURN format('dependencies: %s of %s parent(s) not finished', w.waiting, w.parents);
+  END IF;
+  IF j.run_at > now() THEN
+    RETURN format('due at %s', j.run_at);
+  END IF;
+  IF EXISTS (SELECT 1 FROM skiplock.pauses p WHERE p.queue = j.queue OR p.kind = j.kind) THEN
+    RETURN 'paused';
+  END IF;
+  IF EXISTS (SELECT 1 FROM skiplock.breakers b WHERE b.kind = j.kind AND b.state <> 'closed') THEN
+    RETURN 'breaker not closed';
+  END IF;
+  SELECT * INTO l FROM skiplock.limits x WHERE x.kind = j.kind;
+  IF FOUND THEN
+    RETURN format('limit: %s', concat_ws(', ',
+      CASE WHEN l.max_running IS NOT NULL THEN format('at most %s running', l.max_running) END,
+      CASE WHEN l.rate IS NOT NULL THEN format('%s starts per %s ms', l.rate, l.per_ms) END,
+      CASE WHEN l.key_field IS NOT NULL THEN format('per %s', l.key_field) END));
+  END IF;
+  RETURN 'due: waiting for a worker';
+END
+$$;
+
+COMMENT ON FUNCTION skiplock.job_waits_for(id bigint) IS 'Why an available job is not running now: its dependencies, its due time, a pause, a breaker, a limit, or no free worker; NULL for a job that is not available.';
 
 CREATE FUNCTION skiplock.jobs_act(p_action_id bigint, p_ids bigint[], OUT visited integer, OUT changed integer, OUT last_id bigint) RETURNS record
     LANGUAGE plpgsql SECURITY DEFINER
@@ -3830,21 +4169,14 @@ DECLARE
   v_hc boolean;
   v_hd boolean;
   v_hx boolean;
+  v_moved record;
 BEGIN
   IF NOT skiplock.is_distributed() THEN
-    WITH m AS (
-      DELETE FROM skiplock.jobs j
-       WHERE j.id = ANY (p_ids) AND j.state IN ('completed', 'discarded', 'cancelled')
-      RETURNING j.*),
-    k AS (
-      INSERT INTO skiplock.finished_jobs
-      SELECT m.*, x.expires_at
-        FROM m CROSS JOIN LATERAL (SELECT skiplock.keep_until(m.queue, m.state,
-                                            coalesce(m.finished_at, now())) AS expires_at) x
-       WHERE x.expires_at > now()
-      RETURNING 1)
-    SELECT count(*)::int INTO v_n FROM m;
-    RETURN v_n;
+    SELECT * INTO v_moved FROM skiplock.finish_moved(p_ids);
+    IF v_moved.n > 0 AND EXISTS (SELECT 1 FROM skiplock.job_waits) THEN
+      PERFORM skiplock.deps_resolve(v_moved.ids, v_moved.states);
+    END IF;
+    RETURN v_moved.n;
   END IF;
   IF coalesce(cardinality(p_ids), 0) = 0 THEN
     RETURN 0;
@@ -3880,7 +4212,7 @@ BEGIN
 END
 $$;
 
-COMMENT ON FUNCTION skiplock.move_finished(p_ids bigint[]) IS 'Internal: moves finished jobs by id from jobs to finished_jobs, kept until their retention; returns how many left jobs.';
+COMMENT ON FUNCTION skiplock.move_finished(p_ids bigint[]) IS 'Internal: moves finished jobs by id from jobs to finished_jobs, kept until their retention, and resolves what waits for them; returns how many left jobs.';
 
 CREATE FUNCTION skiplock.notify_jobs() RETURNS trigger
     LANGUAGE plpgsql
@@ -4095,7 +4427,20 @@ $$;
 
 COMMENT ON FUNCTION skiplock.record_by_queue(ids bigint[], fencings bigint[], outcomes text[], results jsonb[], errors text[], retry_after_ms bigint[], deferred boolean[], backoffs text[], backoff_bases_ms bigint[], backoff_caps_ms bigint[], job_queues text[]) IS 'Internal: record_outcomes on the distributed layout, one statement per queue with the times and the retention read beforehand.';
 
-CREATE FUNCTION skiplock.record_claim(ids bigint[], fencings bigint[], outcomes text[], results jsonb[], errors text[], retry_after_ms bigint[], deferred boolean[], backoffs text[], backoff_bases_ms bigint[], backoff_caps_ms bigint[], owner text, kinds text[], queues text[], n integer, lease interval, after_priority integer DEFAULT NULL::integer, after_run_at_us bigint DEFAULT NULL::bigint, after_id bigint DEFAULT NULL::bigint, job_queues text[] DEFAULT NULL::text[], wait_hints boolean DEFAULT false) RETURNS SETOF skiplock.exchange_row
+CREATE FUNCTION skiplock.record_claim(ids bigint[], fencings bigint[], outcomes text[], results jsonb[], errors text[], retry_after_ms bigint[], deferred boolean[], backoffs text[], backoff_bases_ms bigint[], backoff_caps_ms bigint[], owner text, kinds text[], queues text[], n integer, lease interval, after_priority integer DEFAULT NULL::integer, after_run_at_us bigint DEFAULT NULL::bigint, after_id bigint DEFAULT NULL::bigint, job_queues text[] DEFAULT NULL::text[]) RETURNS SETOF skiplock.exchange_row
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+BEGIN
+  RETURN QUERY SELECT * FROM skiplock.record_claim(ids, fencings, outcomes, results, errors,
+    retry_after_ms, deferred, backoffs, backoff_bases_ms, backoff_caps_ms, owner, kinds, queues,
+    n, lease, after_priority, after_run_at_us, after_id, job_queues, false);
+END
+$$;
+
+COMMENT ON FUNCTION skiplock.record_claim(ids bigint[], fencings bigint[], outcomes text[], results jsonb[], errors text[], retry_after_ms bigint[], deferred boolean[], backoffs text[], backoff_bases_ms bigint[], backoff_caps_ms bigint[], owner text, kinds text[], queues text[], n integer, lease interval, after_priority integer, after_run_at_us bigint, after_id bigint, job_queues text[]) IS 'record outcomes, then claim, in one call (protocol 2): rows tagged recorded / claimed; n = 0 records only; job_queues: the handles'' queues';
+
+CREATE FUNCTION skiplock.record_claim(ids bigint[], fencings bigint[], outcomes text[], results jsonb[], errors text[], retry_after_ms bigint[], deferred boolean[], backoffs text[], backoff_bases_ms bigint[], backoff_caps_ms bigint[], owner text, kinds text[], queues text[], n integer, lease interval, after_priority integer, after_run_at_us bigint, after_id bigint, job_queues text[], wait_hints boolean) RETURNS SETOF skiplock.exchange_row
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
@@ -4114,8 +4459,9 @@ BEGIN
                                      deferred, backoffs, backoff_bases_ms, backoff_caps_ms,
                                      job_queues);
   -- 1. the outcomes, each recorded once
-  IF cardinality(record_claim.ids) > 0 AND NOT EXISTS (SELECT 1 FROM skiplock.breakers) THEN
-    -- no breaker anywhere: nothing to count, the rows go straight out
+  IF cardinality(record_claim.ids) > 0 AND NOT EXISTS (SELECT 1 FROM skiplock.breakers)
+     AND NOT EXISTS (SELECT 1 FROM skiplock.job_waits) THEN
+    -- no breaker and no waiting job anywhere: the rows go straight out
     RETURN QUERY
     SELECT 'recorded'::text, o.id, o.state, o.run_at, o.delay_ms, NULL::text, NULL::text,
            NULL::jsonb, NULL::int, NULL::int, NULL::bigint, NULL::timestamptz, NULL::int,
@@ -4130,8 +4476,14 @@ BEGIN
       FROM skiplock.record_outcomes(ids, fencings, outcomes, results, errors, retry_after_ms,
                                     deferred, backoffs, backoff_bases_ms, backoff_caps_ms,
                                     job_queues) o;
-    -- 2. what they say about each kind's downstream, for its breaker
+    -- 2. what they say about each kind's downstream, for its breaker, and
+    -- what the jobs they ended mean for the jobs that wait for them
     PERFORM skiplock.count_for_breakers(v_kinds, v_outcomes);
+    IF EXISTS (SELECT 1 FROM skiplock.job_waits) THEN
+      PERFORM skiplock.deps_resolve(
+        ARRAY(SELECT r.id FROM unnest(v_ids, v_states) r(id, s) WHERE r.s <> 'available'),
+        ARRAY(SELECT r.s FROM unnest(v_ids, v_states) r(id, s) WHERE r.s <> 'available'));
+    END IF;
     RETURN QUERY
     SELECT 'recorded'::text, r.id, r.state, r.run_at, r.delay_ms, NULL::text, NULL::text,
            NULL::jsonb, NULL::int, NULL::int, NULL::bigint, NULL::timestamptz, NULL::int,
@@ -4151,7 +4503,7 @@ BEGIN
     RETURN;
   END IF;
   SELECT p.ids, p.started_at, p.wait_until INTO v_ids, v_at, v_wait
-    FROM skiplock.claim_pick(owner, kinds, queues, n, lease, after_priority, after_run_at_us,
+    FROM skiplock.claim_take(owner, kinds, queues, n, lease, after_priority, after_run_at_us,
                              after_id) p;
   IF wait_hints AND v_wait IS NOT NULL THEN
     RETURN NEXT ROW('wait', NULL, NULL, v_wait,
@@ -4172,6 +4524,13 @@ END
 $$;
 
 COMMENT ON FUNCTION skiplock.record_claim(ids bigint[], fencings bigint[], outcomes text[], results jsonb[], errors text[], retry_after_ms bigint[], deferred boolean[], backoffs text[], backoff_bases_ms bigint[], backoff_caps_ms bigint[], owner text, kinds text[], queues text[], n integer, lease interval, after_priority integer, after_run_at_us bigint, after_id bigint, job_queues text[], wait_hints boolean) IS 'record outcomes, then claim, in one call: rows tagged recorded / claimed (and, with wait_hints, wait: when a limit may next have room); n = 0 records only; job_queues: the handles'' queues (protocol 2)';
+
+CREATE FUNCTION skiplock.record_claim_p1(ids bigint[], fencings bigint[], outcomes text[], results jsonb[], errors text[], retry_after_ms bigint[], deferred boolean[], backoffs text[], backoff_bases_ms bigint[], backoff_caps_ms bigint[], owner text, kinds text[], queues text[], n integer, lease interval, after_priority integer DEFAULT NULL::integer, after_run_at_us bigint DEFAULT NULL::bigint, after_id bigint DEFAULT NULL::bigint) RETURNS SETOF skiplock.exchange_row
+    LANGUAGE sql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $_$ SELECT * FROM skiplock.record_claim($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18) $_$;
+
+COMMENT ON FUNCTION skiplock.record_claim_p1(ids bigint[], fencings bigint[], outcomes text[], results jsonb[], errors text[], retry_after_ms bigint[], deferred boolean[], backoffs text[], backoff_bases_ms bigint[], backoff_caps_ms bigint[], owner text, kinds text[], queues text[], n integer, lease interval, after_priority integer, after_run_at_us bigint, after_id bigint) IS 'Internal: protocol 1''s record_claim, renamed by step 0027 for the statements in flight as it committed; calls the new one.';
 
 CREATE FUNCTION skiplock.record_outcomes(ids bigint[], fencings bigint[], outcomes text[], results jsonb[], errors text[], retry_after_ms bigint[], deferred boolean[], backoffs text[], backoff_bases_ms bigint[], backoff_caps_ms bigint[], job_queues text[]) RETURNS TABLE(id bigint, kind text, state text, run_at timestamp with time zone, outcome text, delay_ms bigint)
     LANGUAGE plpgsql
@@ -4254,6 +4613,19 @@ END
 $$;
 
 COMMENT ON FUNCTION skiplock.record_outcomes(ids bigint[], fencings bigint[], outcomes text[], results jsonb[], errors text[], retry_after_ms bigint[], deferred boolean[], backoffs text[], backoff_bases_ms bigint[], backoff_caps_ms bigint[], job_queues text[]) IS 'Internal: record a batch of outcomes (ended, kept, decided, retried), each guarded by its fencing token and queue; one row per outcome recorded.';
+
+CREATE FUNCTION skiplock.record_outcomes_p1(ids bigint[], fencings bigint[], outcomes text[], results jsonb[], errors text[], retry_after_ms bigint[], deferred boolean[], backoffs text[], backoff_bases_ms bigint[], backoff_caps_ms bigint[]) RETURNS TABLE(id bigint, kind text, state text, run_at timestamp with time zone, outcome text, delay_ms bigint)
+    LANGUAGE sql
+    AS $_$ SELECT * FROM skiplock.record_outcomes($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, NULL) $_$;
+
+COMMENT ON FUNCTION skiplock.record_outcomes_p1(ids bigint[], fencings bigint[], outcomes text[], results jsonb[], errors text[], retry_after_ms bigint[], deferred boolean[], backoffs text[], backoff_bases_ms bigint[], backoff_caps_ms bigint[]) IS 'Internal: protocol 1''s record_outcomes, renamed by step 0027 for the statements in flight as it committed; calls the new one.';
+
+CREATE FUNCTION skiplock.record_p1(ids bigint[], fencings bigint[], outcomes text[], results jsonb[] DEFAULT NULL::jsonb[], errors text[] DEFAULT NULL::text[], retry_after_ms bigint[] DEFAULT NULL::bigint[], deferred boolean[] DEFAULT NULL::boolean[], backoffs text[] DEFAULT NULL::text[], backoff_bases_ms bigint[] DEFAULT NULL::bigint[], backoff_caps_ms bigint[] DEFAULT NULL::bigint[]) RETURNS SETOF skiplock.recorded_outcome
+    LANGUAGE sql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $_$ SELECT * FROM skiplock.record($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) $_$;
+
+COMMENT ON FUNCTION skiplock.record_p1(ids bigint[], fencings bigint[], outcomes text[], results jsonb[], errors text[], retry_after_ms bigint[], deferred boolean[], backoffs text[], backoff_bases_ms bigint[], backoff_caps_ms bigint[]) IS 'Internal: protocol 1''s record, renamed by step 0027 for the statements in flight as it committed; calls the new one.';
 
 CREATE FUNCTION skiplock.rescue(n integer DEFAULT 1000) RETURNS SETOF skiplock.rescued_job
     LANGUAGE plpgsql SECURITY DEFINER
@@ -4785,6 +5157,12 @@ $$;
 
 COMMENT ON FUNCTION skiplock.schedules_declare(schedules jsonb, force boolean) IS 'Applies schedules declared in an application''s code: created, updated, unchanged, or superseded by a newer definition (force applies it anyway).';
 
+CREATE FUNCTION skiplock.waiting_run_at() RETURNS timestamp with time zone
+    LANGUAGE sql IMMUTABLE
+    AS $$ SELECT timestamptz '2199-12-31 00:00:00+00' $$;
+
+COMMENT ON FUNCTION skiplock.waiting_run_at() IS 'Internal: the run_at that holds a job waiting for its parents (never due).';
+
 CREATE FUNCTION skiplock.worker_idle(p_owner text, p_kinds text[], p_queues text[]) RETURNS void
     LANGUAGE plpgsql
     AS $$
@@ -5051,6 +5429,31 @@ COMMENT ON TABLE skiplock.idempotency_keys IS 'Idempotency keys: the request fin
 
 COMMENT ON COLUMN skiplock.idempotency_keys.holder_hash IS 'SHA-256 of the holder token idem_claim returned with acquired; NULL for claims before step 0020';
 
+CREATE TABLE skiplock.job_deps (
+    parent_id bigint NOT NULL,
+    child_id bigint NOT NULL
+);
+
+COMMENT ON TABLE skiplock.job_deps IS 'One row per dependency still open: parent_id must finish before child_id may run.';
+
+CREATE TABLE skiplock.job_waits (
+    child_id bigint NOT NULL,
+    run_at timestamp with time zone NOT NULL,
+    on_parent_failure text DEFAULT 'cancel'::text NOT NULL,
+    report boolean DEFAULT false NOT NULL,
+    parents integer NOT NULL,
+    waiting integer NOT NULL,
+    completed integer DEFAULT 0 NOT NULL,
+    discarded integer DEFAULT 0 NOT NULL,
+    cancelled integer DEFAULT 0 NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT job_waits_on_parent_failure_check CHECK ((on_parent_failure = ANY (ARRAY['cancel'::text, 'run'::text]))),
+    CONSTRAINT job_waits_parents_check CHECK ((parents >= 1)),
+    CONSTRAINT job_waits_waiting_check CHECK ((waiting >= 0))
+);
+
+COMMENT ON TABLE skiplock.job_waits IS 'Jobs waiting for their parents: the run_at each asked for, its policy when a parent fails (cancel or run), how many parents are left, and their outcomes so far.';
+
 CREATE TABLE skiplock.layout (
     one boolean DEFAULT true NOT NULL,
     distributed boolean DEFAULT false NOT NULL,
@@ -5195,6 +5598,12 @@ ALTER TABLE ONLY skiplock.granted_roles
 ALTER TABLE ONLY skiplock.idempotency_keys
     ADD CONSTRAINT idempotency_keys_pkey PRIMARY KEY (key);
 
+ALTER TABLE ONLY skiplock.job_deps
+    ADD CONSTRAINT job_deps_pkey PRIMARY KEY (parent_id, child_id);
+
+ALTER TABLE ONLY skiplock.job_waits
+    ADD CONSTRAINT job_waits_pkey PRIMARY KEY (child_id);
+
 ALTER TABLE ONLY skiplock.jobs
     ADD CONSTRAINT jobs_pkey PRIMARY KEY (id);
 
@@ -5254,6 +5663,8 @@ CREATE INDEX finished_jobs_forever_id_idx ON skiplock.finished_jobs_forever USIN
 
 CREATE INDEX idempotency_keys_expires_idx ON skiplock.idempotency_keys USING btree (expires_at);
 
+CREATE INDEX job_deps_child_idx ON skiplock.job_deps USING btree (child_id);
+
 CREATE INDEX jobs_claim_idx ON skiplock.jobs USING btree (priority DESC, run_at, id) WHERE (state = 'available'::text);
 
 CREATE INDEX jobs_finished_idx ON skiplock.jobs USING btree (finished_at) WHERE (state = ANY (ARRAY['completed'::text, 'discarded'::text, 'cancelled'::text]));
@@ -5283,6 +5694,9 @@ CREATE TRIGGER leases_keep_rows BEFORE DELETE ON skiplock.leases FOR EACH STATEM
 CREATE TRIGGER leases_keep_rows_truncate BEFORE TRUNCATE ON skiplock.leases FOR EACH STATEMENT EXECUTE FUNCTION skiplock.leases_keep_rows();
 
 CREATE TRIGGER schedules_notify AFTER INSERT OR DELETE OR UPDATE ON skiplock.schedules FOR EACH STATEMENT EXECUTE FUNCTION skiplock.notify_jobs();
+
+ALTER TABLE ONLY skiplock.job_deps
+    ADD CONSTRAINT job_deps_child_id_fkey FOREIGN KEY (child_id) REFERENCES skiplock.job_waits(child_id) ON DELETE CASCADE;
 
 ALTER TABLE ONLY skiplock.limit_windows
     ADD CONSTRAINT limit_windows_kind_fkey FOREIGN KEY (kind) REFERENCES skiplock.limits(kind) ON DELETE CASCADE;

@@ -9,7 +9,7 @@
 #   unlimited kind claimed alongside meanwhile;
 # - bad input to limit_set: its SQLSTATE, and nothing written.
 # The per-key limit through kill -9, in every language, is the conformance
-# suite's (tests/conformance/cases_limits.sh).
+# suite's (tests/conformance/cases_flow.sh).
 . "$(dirname "$0")/lib.sh"
 SRC=$SKL_SOURCE_DIR
 

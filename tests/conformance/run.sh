@@ -73,7 +73,7 @@ psql_direct -f "$HERE/setup.sql" >/dev/null || fail "setup.sql"
 enqueue "'conf.unknown', n => 20" >/dev/null
 
 . "$HERE/cases.sh"
-. "$HERE/cases_limits.sh"
+. "$HERE/cases_flow.sh"
 case_all_done_once
 case_outcomes
 case_heartbeat
@@ -83,6 +83,7 @@ case_drain
 case_startup
 case_rate_limit
 case_concurrency_key
+case_dependencies
 
 section "end"
 invariants all

@@ -1,9 +1,9 @@
 # shellcheck shell=bash
-# cases_limits.sh — the conformance cases of the limits on job starts
-# (docs/flow-control.md), sourced by run.sh after cases.sh.  The claim
-# enforces a limit, so every implementation must obey it with no code of
-# its own; each case sets a limit on one of the suite's kinds and removes
-# it at the end.
+# cases_flow.sh — the conformance cases of flow control (docs/flow-control.md):
+# limits on job starts and dependencies between jobs, sourced by run.sh
+# after cases.sh.  The claim and the outcome statement enforce them, so
+# every implementation must obey them with no code of its own; each case
+# sets its limit on one of the suite's kinds and removes it at the end.
 
 # limit_set SQL-ARGS: skiplock.limit_set(SQL-ARGS), checked.
 limit_set() { q "SELECT kind FROM skiplock.limit_set($1)" >/dev/null || fail "limit_set($1)"; }
@@ -42,9 +42,10 @@ case_rate_limit() {
 }
 
 # At most 2 running conf.sleep per key "k", two instances at concurrency 4
-# (room for 8), and one of them killed with its jobs: the dead instance's
-# slots stay taken until its leases expire, then its jobs run elsewhere;
-# sampled every 0.1 s, no key ever has 3 jobs under a live lease.
+# (room for 8); the first, once it holds limited jobs and the second runs,
+# is killed with its jobs: its slots stay taken until its leases expire,
+# then its jobs run elsewhere; sampled every 0.1 s, no key ever has 3
+# jobs under a live lease.
 case_concurrency_key() {
 	section "a concurrency limit per key holds through kill -9"
 	local ids most
@@ -52,12 +53,13 @@ case_concurrency_key() {
 	ids=$(q "SELECT string_agg(id::text, ',') FROM (
 	           SELECT conformance.enqueue('conf.sleep', '{\"ms\": 1200, \"k\": \"a\"}', n => 5)
 	           UNION ALL SELECT conformance.enqueue('conf.sleep', '{\"ms\": 1200, \"k\": \"b\"}', n => 3)) s(id)")
-	start_worker ck-A 4
-	start_worker ck-B 4
 	sample_running "$ids" &
 	local sampler=$!
+	start_worker ck-A 4
 	wait_for "SELECT count(*) > 0 FROM skiplock.jobs WHERE id IN ($ids) AND state = 'running'
 	            AND lease_owner = 'ck-A'" t 10 || fail "ck-A claimed none of the limited jobs in 10 s"
+	start_worker ck-B 4
+	sleep 0.3
 	kill_session KILL "${WPID[ck-A]}"
 	{ wait "${WPID[ck-A]}"; } 2>/dev/null
 	unset "WPID[ck-A]"
@@ -86,4 +88,51 @@ sample_running() {
 		     GROUP BY payload ->> 'k') s" >>"$TMP/running" 2>/dev/null
 		sleep 0.1
 	done
+}
+
+# A diamond, A -> B, C -> D, of conf.sleep jobs (300 ms), and a batch of 20
+# conf.ok jobs with a conf.ok callback, on two instances, one killed while
+# the diamond runs: D takes effect once, after B's and C's effects; the
+# callback once, after every child's, with the children's outcomes counted
+# in its payload.
+case_dependencies() {
+	section "dependencies: a diamond and a batch through kill -9"
+	local a b c d ids cb
+	a=$(enqueue "'conf.sleep', '{\"ms\": 300}'")
+	b=$(q "SELECT skiplock.enqueue_after(ARRAY[$a], 'conf.sleep', '{\"ms\": 300}')")
+	c=$(q "SELECT skiplock.enqueue_after(ARRAY[$a], 'conf.sleep', '{\"ms\": 300}')")
+	d=$(q "SELECT skiplock.enqueue_after(ARRAY[$b, $c], 'conf.ok', '{}')")
+	ids=$(q "SELECT array_to_string(skiplock.enqueue_batch('conf.ok', array_fill('{}'::jsonb, ARRAY[20]),
+	           'conf.ok', '{\"callback\": true}'), ',')")
+	cb=${ids##*,}
+	q "INSERT INTO conformance.enqueued SELECT id, kind FROM skiplock.all_jobs
+	    WHERE id IN ($b, $c, $d, $ids)" >/dev/null
+	check_eq "D waits for its two parents" "$(q "SELECT skiplock.job_waits_for($d)")" \
+		"dependencies: 2 of 2 parent(s) not finished"
+	start_worker deps-A 2
+	wait_for "SELECT count(*) > 0 FROM skiplock.jobs WHERE id IN ($a, $b, $c) AND state = 'running'
+	            AND lease_owner = 'deps-A'" t 10 || fail "deps-A ran none of the diamond in 10 s"
+	kill_session KILL "${WPID[deps-A]}"
+	{ wait "${WPID[deps-A]}"; } 2>/dev/null
+	unset "WPID[deps-A]"
+	start_worker deps-B 2
+	wait_for "SELECT count(*) FROM skiplock.all_jobs WHERE id IN ($a, $b, $c, $d, $ids)
+	            AND state = 'completed'" 25 $((LEASE + 25)) ||
+		fail "the diamond and the batch did not complete: $(q "SELECT string_agg(id || ' ' || state, ', ') FROM skiplock.all_jobs WHERE id IN ($a, $b, $c, $d, $cb)")"
+	check_eq "D took effect once, after B's and C's effects" \
+		"$(q "SELECT count(*) = 1 AND min(l.at) > (SELECT max(p.at) FROM conformance.ledger p WHERE p.job_id IN ($b, $c))
+		        FROM conformance.ledger l WHERE l.job_id = $d")" t
+	check_eq "B and C after A" \
+		"$(q "SELECT min(l.at) > (SELECT max(p.at) FROM conformance.ledger p WHERE p.job_id = $a)
+		        FROM conformance.ledger l WHERE l.job_id IN ($b, $c)")" t
+	check_eq "the callback took effect once, after every child's" \
+		"$(q "SELECT count(*) = 1 AND min(l.at) > (SELECT max(p.at) FROM conformance.ledger p
+		                                           WHERE p.job_id IN ($ids) AND p.job_id <> $cb)
+		        FROM conformance.ledger l WHERE l.job_id = $cb")" t
+	check_eq "the callback's payload counts the batch" \
+		"$(q "SELECT payload -> 'batch' FROM skiplock.all_jobs WHERE id = $cb")" \
+		'{"size": 20, "cancelled": 0, "completed": 20, "discarded": 0}'
+	check_eq "nothing left waiting" "$(q "SELECT count(*) FROM skiplock.job_waits")" 0
+	invariants all
+	stop_worker deps-B
 }
