@@ -24,6 +24,7 @@
 #include "skiplock/inspect.h"
 #include "skiplock/control.h"
 #include "skiplock/workers.h"
+#include "skiplock/limits.h"
 #include "skiplock/retention.h"
 #include "skiplock/cron.h"
 #include "skiplock/idem.h"
@@ -47,6 +48,8 @@
 #define SKL_HAS_RETRY 1
 #define SKL_HAS_DIAGNOSE 1
 #define SKL_HAS_WORKERS 1
+/* skl_limit_set, skl_limit_remove, skl_limits_list (schema step 0029) */
+#define SKL_HAS_LIMITS 1
 
 #ifdef __cplusplus
 extern "C" {

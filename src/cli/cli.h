@@ -179,6 +179,7 @@ int cmd_migrate(int argc, char **argv);
 int cmd_doctor(int argc, char **argv);
 int cmd_doctor_locks(int argc, char **argv);
 int cmd_breakers(int argc, char **argv);
+int cmd_limits(int argc, char **argv);
 int cmd_retention(int argc, char **argv);
 int cmd_doctor_pooler(int argc, char **argv);
 int cmd_doctor_indexes(int argc, char **argv);

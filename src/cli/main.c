@@ -18,6 +18,7 @@ static const cli_sub commands[] = {
 	{"idem", cmd_idem, .summary = "idempotency keys: prune the expired"},
 	{"status", cmd_status, .summary = "counts and ages per queue and kind"},
 	{"breakers", cmd_breakers, .summary = "fleet-wide circuit breakers: list, open, close"},
+	{"limits", cmd_limits, .summary = "fleet-wide limits on job starts: show, set, remove"},
 	{"retention", cmd_retention, .summary = "how long finished jobs are kept; maintenance"},
 	{"lease", cmd_lease, .summary = "run a command only while holding a lease; list leases"},
 	{"migrate", cmd_migrate, .summary = "apply SQL migrations safely behind poolers; status, verify"},

@@ -44,7 +44,7 @@ static skl_rc check_name(const char *what, const char *s, skl_error *err)
 }
 
 /* Runs one action statement; its single value (NULL: none) into out. */
-static skl_rc act(skl_client *c, skl_stmt *s, bool *isnull, const char **out, skl_error *err)
+skl_rc skl__act(skl_client *c, skl_stmt *s, bool *isnull, const char **out, skl_error *err)
 {
 	skl_rc rc = skl__run_stmt(c, &act_opts, s, err);
 	if (rc == SKL_OK && (PQntuples(s->res) != 1 || PQnfields(s->res) != 1)) {
@@ -78,7 +78,7 @@ static skl_rc pause_call(skl_client *c, const char *sql, const char *queue, cons
 	skl_stmt s = {.sql = sql, .nparams = 4, .params = {queue, kind, who->name, who->role}};
 	bool isnull = true;
 	const char *v = NULL;
-	rc = act(c, &s, &isnull, &v, err);
+	rc = skl__act(c, &s, &isnull, &v, err);
 	if (rc == SKL_OK && changed)
 		*changed = !isnull && v[0] == 't';
 	PQclear(s.res);
@@ -116,7 +116,7 @@ skl_rc skl_schedule_run_now(skl_client *c, const char *name, const skl_actor *wh
 	              .params = {name, who->name, who->role}};
 	bool isnull = true;
 	const char *v = NULL;
-	rc = act(c, &s, &isnull, &v, err);
+	rc = skl__act(c, &s, &isnull, &v, err);
 	if (rc == SKL_OK && isnull)
 		rc = skl__seterr(err, SKL_EMPTY, "no schedule \"%s\"", name);
 	else if (rc == SKL_OK && job_id)
@@ -140,7 +140,7 @@ skl_rc skl_schedule_set_paused(skl_client *c, const char *name, bool paused,
 	                                       who->role}};
 	bool isnull = true;
 	const char *v = NULL;
-	rc = act(c, &s, &isnull, &v, err);
+	rc = skl__act(c, &s, &isnull, &v, err);
 	if (rc == SKL_OK && isnull)
 		rc = skl__seterr(err, SKL_EMPTY, "no schedule \"%s\"", name);
 	else if (rc == SKL_OK && changed)
@@ -164,7 +164,7 @@ skl_rc skl_breaker_set(skl_client *c, const char *kind, bool open, const skl_act
 	              .params = {kind, open ? "true" : "false", who->name, who->role}};
 	bool isnull = true;
 	const char *v = NULL;
-	rc = act(c, &s, &isnull, &v, err);
+	rc = skl__act(c, &s, &isnull, &v, err);
 	if (rc == SKL_OK && isnull)
 		rc = skl__seterr(err, SKL_EMPTY, "kind \"%s\" has no breaker", kind);
 	PQclear(s.res);
