@@ -456,43 +456,44 @@ COMMENT ON FUNCTION skiplock.job_complete(bigint, bigint, jsonb, text) IS
 
 -- The renamed functions of protocol 1 now call the new ones: a statement
 -- that resolved one before this step committed runs it after (its old
--- body named itself, which no longer resolves once renamed).  Only such
+-- body named itself, which no longer resolves once renamed).  They stay
+-- plpgsql, the language such a statement has already looked up.  Only such
 -- statements call them; a later release drops them.
 CREATE OR REPLACE FUNCTION skiplock.check_record_args_p1(ids bigint[], fencings bigint[], outcomes text[], results jsonb[], errors text[], retry_after_ms bigint[], deferred boolean[], backoffs text[], backoff_bases_ms bigint[], backoff_caps_ms bigint[])
 RETURNS void
-LANGUAGE sql IMMUTABLE AS $fn$ SELECT skiplock.check_record_args($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, NULL) $fn$;
+LANGUAGE plpgsql IMMUTABLE AS $fn$ BEGIN PERFORM skiplock.check_record_args($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, NULL); END $fn$;
 COMMENT ON FUNCTION skiplock.check_record_args_p1(bigint[], bigint[], text[], jsonb[], text[], bigint[], boolean[], text[], bigint[], bigint[]) IS 'Internal: protocol 1''s check_record_args, renamed by step 0027 for the statements in flight as it committed; calls the new one.';
 CREATE OR REPLACE FUNCTION skiplock.record_outcomes_p1(ids bigint[], fencings bigint[], outcomes text[], results jsonb[], errors text[], retry_after_ms bigint[], deferred boolean[], backoffs text[], backoff_bases_ms bigint[], backoff_caps_ms bigint[])
 RETURNS TABLE(id bigint, kind text, state text, run_at timestamp with time zone, outcome text, delay_ms bigint)
-LANGUAGE sql VOLATILE AS $fn$ SELECT * FROM skiplock.record_outcomes($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, NULL) $fn$;
+LANGUAGE plpgsql VOLATILE AS $fn$ BEGIN RETURN QUERY SELECT * FROM skiplock.record_outcomes($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, NULL); END $fn$;
 COMMENT ON FUNCTION skiplock.record_outcomes_p1(bigint[], bigint[], text[], jsonb[], text[], bigint[], boolean[], text[], bigint[], bigint[]) IS 'Internal: protocol 1''s record_outcomes, renamed by step 0027 for the statements in flight as it committed; calls the new one.';
 CREATE OR REPLACE FUNCTION skiplock.record_p1(ids bigint[], fencings bigint[], outcomes text[], results jsonb[] DEFAULT NULL, errors text[] DEFAULT NULL, retry_after_ms bigint[] DEFAULT NULL, deferred boolean[] DEFAULT NULL, backoffs text[] DEFAULT NULL, backoff_bases_ms bigint[] DEFAULT NULL, backoff_caps_ms bigint[] DEFAULT NULL)
 RETURNS SETOF skiplock.recorded_outcome
-LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$ SELECT * FROM skiplock.record($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) $fn$;
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$ BEGIN RETURN QUERY SELECT * FROM skiplock.record($1, $2, $3, $4, $5, $6, $7, $8, $9, $10); END $fn$;
 COMMENT ON FUNCTION skiplock.record_p1(bigint[], bigint[], text[], jsonb[], text[], bigint[], boolean[], text[], bigint[], bigint[]) IS 'Internal: protocol 1''s record, renamed by step 0027 for the statements in flight as it committed; calls the new one.';
 CREATE OR REPLACE FUNCTION skiplock.record_claim_p1(ids bigint[], fencings bigint[], outcomes text[], results jsonb[], errors text[], retry_after_ms bigint[], deferred boolean[], backoffs text[], backoff_bases_ms bigint[], backoff_caps_ms bigint[], owner text, kinds text[], queues text[], n integer, lease interval, after_priority integer DEFAULT NULL, after_run_at_us bigint DEFAULT NULL, after_id bigint DEFAULT NULL)
 RETURNS SETOF skiplock.exchange_row
-LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$ SELECT * FROM skiplock.record_claim($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18) $fn$;
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$ BEGIN RETURN QUERY SELECT * FROM skiplock.record_claim($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18); END $fn$;
 COMMENT ON FUNCTION skiplock.record_claim_p1(bigint[], bigint[], text[], jsonb[], text[], bigint[], boolean[], text[], bigint[], bigint[], text, text[], text[], integer, interval, integer, bigint, bigint) IS 'Internal: protocol 1''s record_claim, renamed by step 0027 for the statements in flight as it committed; calls the new one.';
 CREATE OR REPLACE FUNCTION skiplock.complete_p1(id bigint, fencing bigint, result jsonb DEFAULT NULL)
 RETURNS text
-LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$ SELECT skiplock.complete($1, $2, $3) $fn$;
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$ BEGIN RETURN (SELECT skiplock.complete($1, $2, $3)); END $fn$;
 COMMENT ON FUNCTION skiplock.complete_p1(bigint, bigint, jsonb) IS 'Internal: protocol 1''s complete, renamed by step 0027 for the statements in flight as it committed; calls the new one.';
 CREATE OR REPLACE FUNCTION skiplock.fail_p1(id bigint, fencing bigint, error text, retryable boolean DEFAULT true, retry_after interval DEFAULT NULL)
 RETURNS text
-LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$ SELECT skiplock.fail($1, $2, $3, $4, $5) $fn$;
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$ BEGIN RETURN (SELECT skiplock.fail($1, $2, $3, $4, $5)); END $fn$;
 COMMENT ON FUNCTION skiplock.fail_p1(bigint, bigint, text, boolean, interval) IS 'Internal: protocol 1''s fail, renamed by step 0027 for the statements in flight as it committed; calls the new one.';
 CREATE OR REPLACE FUNCTION skiplock.heartbeat_p1(ids bigint[], fencings bigint[], lease interval DEFAULT '00:00:30')
 RETURNS SETOF skiplock.heartbeat_result
-LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$ SELECT * FROM skiplock.heartbeat($1, $2, $3) $fn$;
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$ BEGIN RETURN QUERY SELECT * FROM skiplock.heartbeat($1, $2, $3); END $fn$;
 COMMENT ON FUNCTION skiplock.heartbeat_p1(bigint[], bigint[], interval) IS 'Internal: protocol 1''s heartbeat, renamed by step 0027 for the statements in flight as it committed; calls the new one.';
 CREATE OR REPLACE FUNCTION skiplock.job_fence_p1(id bigint, fencing bigint)
 RETURNS void
-LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$ SELECT skiplock.job_fence($1, $2) $fn$;
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$ BEGIN PERFORM skiplock.job_fence($1, $2); END $fn$;
 COMMENT ON FUNCTION skiplock.job_fence_p1(bigint, bigint) IS 'Internal: protocol 1''s job_fence, renamed by step 0027 for the statements in flight as it committed; calls the new one.';
 CREATE OR REPLACE FUNCTION skiplock.job_complete_p1(id bigint, fencing bigint, result jsonb DEFAULT NULL)
 RETURNS void
-LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$ SELECT skiplock.job_complete($1, $2, $3) $fn$;
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$ BEGIN PERFORM skiplock.job_complete($1, $2, $3); END $fn$;
 COMMENT ON FUNCTION skiplock.job_complete_p1(bigint, bigint, jsonb) IS 'Internal: protocol 1''s job_complete, renamed by step 0027 for the statements in flight as it committed; calls the new one.';
 
 -- New functions are executable by PUBLIC until revoked; grant_role gives

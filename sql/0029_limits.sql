@@ -86,49 +86,70 @@ $fn$;
 COMMENT ON FUNCTION skiplock.limit_window(timestamptz[], integer[], timestamptz, bigint, integer) IS
   'Internal: a start window trimmed to the per_ms before p_t, with p_got starts at p_t appended.';
 
--- The jobs of one limited kind a claim may start now, locked, and the
--- window bookkeeping of their starts.  The caller holds the limit's row.
-CREATE FUNCTION skiplock.claim_limited_kind(l skiplock.limits, p_queues text[], p_skip text[],
-                                            p_n integer, p_t timestamptz) RETURNS bigint[]
+-- The jobs of the kind-wide limits a claim may start now, in one pass:
+-- each kind's room (max_running minus its running jobs, rate minus the
+-- starts in its window), then the first due jobs of those kinds in claim
+-- order (at most 20 times what the claim wants, at least 1,000), each kind
+-- within its room, locked SKIP LOCKED; their starts go into the windows.
+-- The caller holds the limits' rows.  full receives the kinds with no room.
+CREATE FUNCTION skiplock.claim_limited_kinds(p_limits skiplock.limits[], p_queues text[],
+                                             p_skip text[], p_n integer, p_t timestamptz,
+                                             OUT ids bigint[], OUT full_kinds text[])
 LANGUAGE plpgsql
 AS $fn$
 DECLARE
-  v_allow bigint := p_n;
-  v_ids bigint[];
-  w record;
+  v_kinds text[];
+  v_rooms bigint[];
+  v_pick bigint[];
 BEGIN
-  IF l.key_field IS NULL THEN
-    IF l.max_running IS NOT NULL THEN
-      v_allow := least(v_allow, l.max_running - (
-        SELECT count(*) FROM skiplock.jobs j
-         WHERE j.state = 'running' AND j.kind = l.kind AND j.lease_expires_at > p_t));
-    END IF;
-    IF l.rate IS NOT NULL THEN
-      v_allow := least(v_allow, l.rate - skiplock.limit_used(l.starts_at, l.starts_n, p_t,
-                                                             l.per_ms));
-    END IF;
-    IF v_allow <= 0 THEN
-      RETURN '{}';
-    END IF;
-    v_ids := ARRAY(
-      SELECT j.id FROM skiplock.jobs j
-       WHERE j.state = 'available' AND j.run_at <= now() AND j.kind = l.kind
-         AND (p_queues IS NULL OR j.queue = ANY (p_queues)) AND j.queue <> ALL (p_skip)
-       ORDER BY j.priority DESC, j.run_at, j.id LIMIT v_allow FOR UPDATE SKIP LOCKED);
-    IF l.rate IS NOT NULL THEN
-      SELECT x.starts_at, x.starts_n INTO l.starts_at, l.starts_n
-        FROM skiplock.limit_window(l.starts_at, l.starts_n, p_t, l.per_ms,
-                                   cardinality(v_ids)) x;
-      UPDATE skiplock.limits x SET starts_at = l.starts_at, starts_n = l.starts_n
-       WHERE x.kind = l.kind;
-    END IF;
-    RETURN v_ids;
+  WITH lim AS (SELECT * FROM unnest(p_limits) x),
+  run AS (
+    SELECT j.kind, count(*) AS n FROM skiplock.jobs j
+     WHERE j.state = 'running' AND j.lease_expires_at > p_t
+       AND j.kind IN (SELECT l.kind FROM lim l WHERE l.max_running IS NOT NULL)
+     GROUP BY j.kind),
+  room AS (
+    SELECT l.kind,
+           least(p_n::bigint, coalesce(l.max_running - coalesce(r.n, 0), p_n),
+                 coalesce(l.rate - skiplock.limit_used(l.starts_at, l.starts_n, p_t, l.per_ms),
+                          p_n)) AS room
+      FROM lim l LEFT JOIN run r ON r.kind = l.kind)
+  SELECT array_agg(r.kind) FILTER (WHERE r.room > 0), array_agg(r.room) FILTER (WHERE r.room > 0),
+         array_agg(r.kind) FILTER (WHERE r.room <= 0)
+    INTO v_kinds, v_rooms, full_kinds FROM room r;
+  ids := '{}';
+  IF v_kinds IS NULL THEN
+    RETURN;
   END IF;
-  RETURN skiplock.claim_limited_keys(l, p_queues, p_skip, p_n, p_t);
+  v_pick := ARRAY(
+    SELECT c.id FROM (
+      SELECT d.id, d.kind, d.ord, row_number() OVER (PARTITION BY d.kind ORDER BY d.ord) AS nth
+        FROM (SELECT j.id, j.kind,
+                     row_number() OVER (ORDER BY j.priority DESC, j.run_at, j.id) AS ord
+                FROM (SELECT j.id, j.kind, j.priority, j.run_at FROM skiplock.jobs j
+                       WHERE j.state = 'available' AND j.run_at <= now()
+                         AND j.kind = ANY (v_kinds)
+                         AND (p_queues IS NULL OR j.queue = ANY (p_queues))
+                         AND j.queue <> ALL (p_skip)
+                       ORDER BY j.priority DESC, j.run_at, j.id
+                       LIMIT greatest(1000, 20 * p_n)) j) d) c
+      JOIN unnest(v_kinds, v_rooms) AS r(kind, room) ON r.kind = c.kind
+     WHERE c.nth <= r.room
+     ORDER BY c.ord LIMIT p_n);
+  ids := ARRAY(SELECT j.id FROM skiplock.jobs j
+                WHERE j.id = ANY (v_pick) AND j.state = 'available'
+                FOR UPDATE SKIP LOCKED);
+  UPDATE skiplock.limits x
+     SET (starts_at, starts_n) = (SELECT w.starts_at, w.starts_n
+                                    FROM skiplock.limit_window(x.starts_at, x.starts_n, p_t,
+                                                               x.per_ms, c.n) w)
+    FROM (SELECT j.kind, count(*)::int AS n FROM skiplock.jobs j
+           WHERE j.id = ANY (claim_limited_kinds.ids) GROUP BY j.kind) c
+   WHERE x.kind = c.kind AND x.rate IS NOT NULL;
 END
 $fn$;
-COMMENT ON FUNCTION skiplock.claim_limited_kind(skiplock.limits, text[], text[], integer, timestamptz) IS
-  'Internal: the due jobs of one limited kind a claim may start at p_t (room under max_running and the rate window), locked SKIP LOCKED; records their starts.';
+COMMENT ON FUNCTION skiplock.claim_limited_kinds(skiplock.limits[], text[], text[], integer, timestamptz) IS
+  'Internal: the due jobs of the kind-wide limits a claim may start at p_t, each kind within its room (max_running, the rate window), locked SKIP LOCKED, in one pass; records their starts; full_kinds: those with no room.';
 
 -- Per key: the first due jobs of the kind in claim order (at most 20 times
 -- what the claim wants, at least 1,000), each key's room from its running
@@ -189,7 +210,7 @@ BEGIN
 END
 $fn$;
 COMMENT ON FUNCTION skiplock.claim_limited_keys(skiplock.limits, text[], text[], integer, timestamptz) IS
-  'Internal: claim_limited_kind for a limit per key (key_field): the room of each key among the first due jobs, the jobs that fit, locked; records their starts per key.';
+  'Internal: the claim of one limit per key (key_field): the room of each key among the first due jobs, the jobs that fit, locked; records their starts per key.';
 
 -- When a limit may next have room, from what it knows at p_t: the
 -- oldest start still in its window(s) leaving it, or the first of its
@@ -227,6 +248,8 @@ AS $fn$
 DECLARE
   l skiplock.limits;
   v_locked skiplock.limits[];
+  v_full text[];
+  v_k record;
 BEGIN
   ids := '{}';
   v_locked := ARRAY(SELECT x FROM skiplock.limits x WHERE x.kind = ANY (p_kinds)
@@ -234,15 +257,23 @@ BEGIN
   -- after the locks: the claim before ours on these rows has committed,
   -- so this clock is past every start it recorded
   started_at := clock_timestamp();
+  SELECT k.ids, k.full_kinds INTO v_k
+    FROM skiplock.claim_limited_kinds(ARRAY(SELECT x FROM unnest(v_locked) x
+                                             WHERE x.key_field IS NULL),
+                                      p_queues, p_skip, p_n, started_at) k;
+  ids := v_k.ids;
+  v_full := coalesce(v_k.full_kinds, '{}');
   FOREACH l IN ARRAY v_locked LOOP
+    CONTINUE WHEN l.key_field IS NULL;
     EXIT WHEN cardinality(ids) >= p_n;
-    ids := ids || skiplock.claim_limited_kind(l, p_queues, p_skip, p_n - cardinality(ids),
+    ids := ids || skiplock.claim_limited_keys(l, p_queues, p_skip, p_n - cardinality(ids),
                                               started_at);
+    v_full := v_full || l.kind;
   END LOOP;
-  IF cardinality(ids) < p_n THEN
+  IF cardinality(ids) < p_n AND cardinality(v_full) > 0 THEN
     -- the rows as this claim left them (its own starts in their windows)
     wait_until := (SELECT min(skiplock.limit_next_room(x, started_at)) FROM skiplock.limits x
-                    WHERE x.kind IN (SELECT u.kind FROM unnest(v_locked) u)
+                    WHERE x.kind = ANY (v_full)
                       AND EXISTS (SELECT 1 FROM skiplock.jobs j
                                    WHERE j.state = 'available' AND j.run_at <= now()
                                      AND j.kind = x.kind AND j.id <> ALL (claim_limited.ids)

@@ -20,8 +20,9 @@
 -- job_deps one row per edge.  The functions that end a job (the outcome
 -- statement and move_finished: complete, fail, cancel, discard, rescue,
 -- the bulk actions) call deps_resolve in the same transaction, so a
--- completion that unblocks children does it as it commits.  With no job
--- waiting anywhere, the cost is one EXISTS on an empty table.
+-- completion that unblocks children does it as it commits.  The outcome
+-- statement looks its batch up in job_deps' key (one index scan) and does
+-- no more when none of its jobs is a parent.
 --
 -- A parent must exist when its child is enqueued (a live job, or a
 -- finished one still kept by retention), so a cycle cannot be formed;
@@ -246,8 +247,9 @@ BEGIN
                                      job_queues);
   -- 1. the outcomes, each recorded once
   IF cardinality(record_claim.ids) > 0 AND NOT EXISTS (SELECT 1 FROM skiplock.breakers)
-     AND NOT EXISTS (SELECT 1 FROM skiplock.job_waits) THEN
-    -- no breaker and no waiting job anywhere: the rows go straight out
+     AND NOT EXISTS (SELECT 1 FROM skiplock.job_deps d WHERE d.parent_id = ANY (record_claim.ids)) THEN
+    -- no breaker anywhere, no job of the batch that another waits for:
+    -- the rows go straight out
     RETURN QUERY
     SELECT 'recorded'::text, o.id, o.state, o.run_at, o.delay_ms, NULL::text, NULL::text,
            NULL::jsonb, NULL::int, NULL::int, NULL::bigint, NULL::timestamptz, NULL::int,
@@ -265,7 +267,7 @@ BEGIN
     -- 2. what they say about each kind's downstream, for its breaker, and
     -- what the jobs they ended mean for the jobs that wait for them
     PERFORM skiplock.count_for_breakers(v_kinds, v_outcomes);
-    IF EXISTS (SELECT 1 FROM skiplock.job_waits) THEN
+    IF EXISTS (SELECT 1 FROM skiplock.job_deps d WHERE d.parent_id = ANY (record_claim.ids)) THEN
       PERFORM skiplock.deps_resolve(
         ARRAY(SELECT r.id FROM unnest(v_ids, v_states) r(id, s) WHERE r.s <> 'available'),
         ARRAY(SELECT r.s FROM unnest(v_ids, v_states) r(id, s) WHERE r.s <> 'available'));

@@ -459,8 +459,8 @@ $$;
 COMMENT ON FUNCTION skiplock.check_record_args(ids bigint[], fencings bigint[], outcomes text[], results jsonb[], errors text[], retry_after_ms bigint[], deferred boolean[], backoffs text[], backoff_bases_ms bigint[], backoff_caps_ms bigint[], job_queues text[]) IS 'Internal: refuses a batch of outcomes whose arrays disagree in length or hold an unknown outcome or backoff.';
 
 CREATE FUNCTION skiplock.check_record_args_p1(ids bigint[], fencings bigint[], outcomes text[], results jsonb[], errors text[], retry_after_ms bigint[], deferred boolean[], backoffs text[], backoff_bases_ms bigint[], backoff_caps_ms bigint[]) RETURNS void
-    LANGUAGE sql IMMUTABLE
-    AS $_$ SELECT skiplock.check_record_args($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, NULL) $_$;
+    LANGUAGE plpgsql IMMUTABLE
+    AS $_$ BEGIN PERFORM skiplock.check_record_args($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, NULL); END $_$;
 
 COMMENT ON FUNCTION skiplock.check_record_args_p1(ids bigint[], fencings bigint[], outcomes text[], results jsonb[], errors text[], retry_after_ms bigint[], deferred boolean[], backoffs text[], backoff_bases_ms bigint[], backoff_caps_ms bigint[]) IS 'Internal: protocol 1''s check_record_args, renamed by step 0027 for the statements in flight as it committed; calls the new one.';
 
@@ -576,6 +576,8 @@ CREATE FUNCTION skiplock.claim_limited(p_kinds text[], p_queues text[], p_skip t
 DECLARE
   l skiplock.limits;
   v_locked skiplock.limits[];
+  v_full text[];
+  v_k record;
 BEGIN
   ids := '{}';
   v_locked := ARRAY(SELECT x FROM skiplock.limits x WHERE x.kind = ANY (p_kinds)
@@ -583,15 +585,23 @@ BEGIN
   -- after the locks: the claim before ours on these rows has committed,
   -- so this clock is past every start it recorded
   started_at := clock_timestamp();
+  SELECT k.ids, k.full_kinds INTO v_k
+    FROM skiplock.claim_limited_kinds(ARRAY(SELECT x FROM unnest(v_locked) x
+                                             WHERE x.key_field IS NULL),
+                                      p_queues, p_skip, p_n, started_at) k;
+  ids := v_k.ids;
+  v_full := coalesce(v_k.full_kinds, '{}');
   FOREACH l IN ARRAY v_locked LOOP
+    CONTINUE WHEN l.key_field IS NULL;
     EXIT WHEN cardinality(ids) >= p_n;
-    ids := ids || skiplock.claim_limited_kind(l, p_queues, p_skip, p_n - cardinality(ids),
+    ids := ids || skiplock.claim_limited_keys(l, p_queues, p_skip, p_n - cardinality(ids),
                                               started_at);
+    v_full := v_full || l.kind;
   END LOOP;
-  IF cardinality(ids) < p_n THEN
+  IF cardinality(ids) < p_n AND cardinality(v_full) > 0 THEN
     -- the rows as this claim left them (its own starts in their windows)
     wait_until := (SELECT min(skiplock.limit_next_room(x, started_at)) FROM skiplock.limits x
-                    WHERE x.kind IN (SELECT u.kind FROM unnest(v_locked) u)
+                    WHERE x.kind = ANY (v_full)
                       AND EXISTS (SELECT 1 FROM skiplock.jobs j
                                    WHERE j.state = 'available' AND j.run_at <= now()
                                      AND j.kind = x.kind AND j.id <> ALL (claim_limited.ids)
@@ -680,48 +690,64 @@ BEGIN
 END
 $$;
 
-COMMENT ON FUNCTION skiplock.claim_limited_keys(l skiplock.limits, p_queues text[], p_skip text[], p_n integer, p_t timestamp with time zone) IS 'Internal: claim_limited_kind for a limit per key (key_field): the room of each key among the first due jobs, the jobs that fit, locked; records their starts per key.';
+COMMENT ON FUNCTION skiplock.claim_limited_keys(l skiplock.limits, p_queues text[], p_skip text[], p_n integer, p_t timestamp with time zone) IS 'Internal: the claim of one limit per key (key_field): the room of each key among the first due jobs, the jobs that fit, locked; records their starts per key.';
 
-CREATE FUNCTION skiplock.claim_limited_kind(l skiplock.limits, p_queues text[], p_skip text[], p_n integer, p_t timestamp with time zone) RETURNS bigint[]
+CREATE FUNCTION skiplock.claim_limited_kinds(p_limits skiplock.limits[], p_queues text[], p_skip text[], p_n integer, p_t timestamp with time zone, OUT ids bigint[], OUT full_kinds text[]) RETURNS record
     LANGUAGE plpgsql
     AS $$
 DECLARE
-  v_allow bigint := p_n;
-  v_ids bigint[];
-  w record;
+  v_kinds text[];
+  v_rooms bigint[];
+  v_pick bigint[];
 BEGIN
-  IF l.key_field IS NULL THEN
-    IF l.max_running IS NOT NULL THEN
-      v_allow := least(v_allow, l.max_running - (
-        SELECT count(*) FROM skiplock.jobs j
-         WHERE j.state = 'running' AND j.kind = l.kind AND j.lease_expires_at > p_t));
-    END IF;
-    IF l.rate IS NOT NULL THEN
-      v_allow := least(v_allow, l.rate - skiplock.limit_used(l.starts_at, l.starts_n, p_t,
-                                                             l.per_ms));
-    END IF;
-    IF v_allow <= 0 THEN
-      RETURN '{}';
-    END IF;
-    v_ids := ARRAY(
-      SELECT j.id FROM skiplock.jobs j
-       WHERE j.state = 'available' AND j.run_at <= now() AND j.kind = l.kind
-         AND (p_queues IS NULL OR j.queue = ANY (p_queues)) AND j.queue <> ALL (p_skip)
-       ORDER BY j.priority DESC, j.run_at, j.id LIMIT v_allow FOR UPDATE SKIP LOCKED);
-    IF l.rate IS NOT NULL THEN
-      SELECT x.starts_at, x.starts_n INTO l.starts_at, l.starts_n
-        FROM skiplock.limit_window(l.starts_at, l.starts_n, p_t, l.per_ms,
-                                   cardinality(v_ids)) x;
-      UPDATE skiplock.limits x SET starts_at = l.starts_at, starts_n = l.starts_n
-       WHERE x.kind = l.kind;
-    END IF;
-    RETURN v_ids;
+  WITH lim AS (SELECT * FROM unnest(p_limits) x),
+  run AS (
+    SELECT j.kind, count(*) AS n FROM skiplock.jobs j
+     WHERE j.state = 'running' AND j.lease_expires_at > p_t
+       AND j.kind IN (SELECT l.kind FROM lim l WHERE l.max_running IS NOT NULL)
+     GROUP BY j.kind),
+  room AS (
+    SELECT l.kind,
+           least(p_n::bigint, coalesce(l.max_running - coalesce(r.n, 0), p_n),
+                 coalesce(l.rate - skiplock.limit_used(l.starts_at, l.starts_n, p_t, l.per_ms),
+                          p_n)) AS room
+      FROM lim l LEFT JOIN run r ON r.kind = l.kind)
+  SELECT array_agg(r.kind) FILTER (WHERE r.room > 0), array_agg(r.room) FILTER (WHERE r.room > 0),
+         array_agg(r.kind) FILTER (WHERE r.room <= 0)
+    INTO v_kinds, v_rooms, full_kinds FROM room r;
+  ids := '{}';
+  IF v_kinds IS NULL THEN
+    RETURN;
   END IF;
-  RETURN skiplock.claim_limited_keys(l, p_queues, p_skip, p_n, p_t);
+  v_pick := ARRAY(
+    SELECT c.id FROM (
+      SELECT d.id, d.kind, d.ord, row_number() OVER (PARTITION BY d.kind ORDER BY d.ord) AS nth
+        FROM (SELECT j.id, j.kind,
+                     row_number() OVER (ORDER BY j.priority DESC, j.run_at, j.id) AS ord
+                FROM (SELECT j.id, j.kind, j.priority, j.run_at FROM skiplock.jobs j
+                       WHERE j.state = 'available' AND j.run_at <= now()
+                         AND j.kind = ANY (v_kinds)
+                         AND (p_queues IS NULL OR j.queue = ANY (p_queues))
+                         AND j.queue <> ALL (p_skip)
+                       ORDER BY j.priority DESC, j.run_at, j.id
+                       LIMIT greatest(1000, 20 * p_n)) j) d) c
+      JOIN unnest(v_kinds, v_rooms) AS r(kind, room) ON r.kind = c.kind
+     WHERE c.nth <= r.room
+     ORDER BY c.ord LIMIT p_n);
+  ids := ARRAY(SELECT j.id FROM skiplock.jobs j
+                WHERE j.id = ANY (v_pick) AND j.state = 'available'
+                FOR UPDATE SKIP LOCKED);
+  UPDATE skiplock.limits x
+     SET (starts_at, starts_n) = (SELECT w.starts_at, w.starts_n
+                                    FROM skiplock.limit_window(x.starts_at, x.starts_n, p_t,
+                                                               x.per_ms, c.n) w)
+    FROM (SELECT j.kind, count(*)::int AS n FROM skiplock.jobs j
+           WHERE j.id = ANY (claim_limited_kinds.ids) GROUP BY j.kind) c
+   WHERE x.kind = c.kind AND x.rate IS NOT NULL;
 END
 $$;
 
-COMMENT ON FUNCTION skiplock.claim_limited_kind(l skiplock.limits, p_queues text[], p_skip text[], p_n integer, p_t timestamp with time zone) IS 'Internal: the due jobs of one limited kind a claim may start at p_t (room under max_running and the rate window), locked SKIP LOCKED; records their starts.';
+COMMENT ON FUNCTION skiplock.claim_limited_kinds(p_limits skiplock.limits[], p_queues text[], p_skip text[], p_n integer, p_t timestamp with time zone, OUT ids bigint[], OUT full_kinds text[]) IS 'Internal: the due jobs of the kind-wide limits a claim may start at p_t, each kind within its room (max_running, the rate window), locked SKIP LOCKED, in one pass; records their starts; full_kinds: those with no room.';
 
 CREATE FUNCTION skiplock.claim_pick(p_owner text, p_kinds text[], p_queues text[], p_n integer, p_lease interval, p_after_priority integer, p_after_run_at_us bigint, p_after_id bigint) RETURNS bigint[]
     LANGUAGE plpgsql
@@ -892,9 +918,9 @@ $$;
 COMMENT ON FUNCTION skiplock.complete(id bigint, fencing bigint, result jsonb, queue text) IS 'Completes a running job under its claim (id, fencing, and queue in protocol 2): completed or fenced_out.';
 
 CREATE FUNCTION skiplock.complete_p1(id bigint, fencing bigint, result jsonb DEFAULT NULL::jsonb) RETURNS text
-    LANGUAGE sql SECURITY DEFINER
+    LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
-    AS $_$ SELECT skiplock.complete($1, $2, $3) $_$;
+    AS $_$ BEGIN RETURN (SELECT skiplock.complete($1, $2, $3)); END $_$;
 
 COMMENT ON FUNCTION skiplock.complete_p1(id bigint, fencing bigint, result jsonb) IS 'Internal: protocol 1''s complete, renamed by step 0027 for the statements in flight as it committed; calls the new one.';
 
@@ -2152,9 +2178,9 @@ $$;
 COMMENT ON FUNCTION skiplock.fail(id bigint, fencing bigint, error text, retryable boolean, retry_after interval, queue text) IS 'Records a failed attempt under its claim (and queue, protocol 2): available (retried), discarded or fenced_out.';
 
 CREATE FUNCTION skiplock.fail_p1(id bigint, fencing bigint, error text, retryable boolean DEFAULT true, retry_after interval DEFAULT NULL::interval) RETURNS text
-    LANGUAGE sql SECURITY DEFINER
+    LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
-    AS $_$ SELECT skiplock.fail($1, $2, $3, $4, $5) $_$;
+    AS $_$ BEGIN RETURN (SELECT skiplock.fail($1, $2, $3, $4, $5)); END $_$;
 
 COMMENT ON FUNCTION skiplock.fail_p1(id bigint, fencing bigint, error text, retryable boolean, retry_after interval) IS 'Internal: protocol 1''s fail, renamed by step 0027 for the statements in flight as it committed; calls the new one.';
 
@@ -2913,9 +2939,9 @@ $$;
 COMMENT ON FUNCTION skiplock.heartbeat_by_queue(ids bigint[], fencings bigint[], lease interval, job_queues text[]) IS 'Internal: heartbeat on the distributed layout, one locking statement per queue, never waiting.';
 
 CREATE FUNCTION skiplock.heartbeat_p1(ids bigint[], fencings bigint[], lease interval DEFAULT '00:00:30'::interval) RETURNS SETOF skiplock.heartbeat_result
-    LANGUAGE sql SECURITY DEFINER
+    LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
-    AS $_$ SELECT * FROM skiplock.heartbeat($1, $2, $3) $_$;
+    AS $_$ BEGIN RETURN QUERY SELECT * FROM skiplock.heartbeat($1, $2, $3); END $_$;
 
 COMMENT ON FUNCTION skiplock.heartbeat_p1(ids bigint[], fencings bigint[], lease interval) IS 'Internal: protocol 1''s heartbeat, renamed by step 0027 for the statements in flight as it committed; calls the new one.';
 
@@ -3266,9 +3292,9 @@ $$;
 COMMENT ON FUNCTION skiplock.job_complete(id bigint, fencing bigint, result jsonb, queue text) IS 'In an effect''s transaction: raises SK001 unless the claim (and queue) is current, then completes the job there.';
 
 CREATE FUNCTION skiplock.job_complete_p1(id bigint, fencing bigint, result jsonb DEFAULT NULL::jsonb) RETURNS void
-    LANGUAGE sql SECURITY DEFINER
+    LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
-    AS $_$ SELECT skiplock.job_complete($1, $2, $3) $_$;
+    AS $_$ BEGIN PERFORM skiplock.job_complete($1, $2, $3); END $_$;
 
 COMMENT ON FUNCTION skiplock.job_complete_p1(id bigint, fencing bigint, result jsonb) IS 'Internal: protocol 1''s job_complete, renamed by step 0027 for the statements in flight as it committed; calls the new one.';
 
@@ -3340,9 +3366,9 @@ $$;
 COMMENT ON FUNCTION skiplock.job_fence(id bigint, fencing bigint, queue text) IS 'In an effect''s transaction: holds the job''s row and raises SK001 unless the claim (and queue) is current.';
 
 CREATE FUNCTION skiplock.job_fence_p1(id bigint, fencing bigint) RETURNS void
-    LANGUAGE sql SECURITY DEFINER
+    LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
-    AS $_$ SELECT skiplock.job_fence($1, $2) $_$;
+    AS $_$ BEGIN PERFORM skiplock.job_fence($1, $2); END $_$;
 
 COMMENT ON FUNCTION skiplock.job_fence_p1(id bigint, fencing bigint) IS 'Internal: protocol 1''s job_fence, renamed by step 0027 for the statements in flight as it committed; calls the new one.';
 
@@ -4460,8 +4486,9 @@ BEGIN
                                      job_queues);
   -- 1. the outcomes, each recorded once
   IF cardinality(record_claim.ids) > 0 AND NOT EXISTS (SELECT 1 FROM skiplock.breakers)
-     AND NOT EXISTS (SELECT 1 FROM skiplock.job_waits) THEN
-    -- no breaker and no waiting job anywhere: the rows go straight out
+     AND NOT EXISTS (SELECT 1 FROM skiplock.job_deps d WHERE d.parent_id = ANY (record_claim.ids)) THEN
+    -- no breaker anywhere, no job of the batch that another waits for:
+    -- the rows go straight out
     RETURN QUERY
     SELECT 'recorded'::text, o.id, o.state, o.run_at, o.delay_ms, NULL::text, NULL::text,
            NULL::jsonb, NULL::int, NULL::int, NULL::bigint, NULL::timestamptz, NULL::int,
@@ -4479,7 +4506,7 @@ BEGIN
     -- 2. what they say about each kind's downstream, for its breaker, and
     -- what the jobs they ended mean for the jobs that wait for them
     PERFORM skiplock.count_for_breakers(v_kinds, v_outcomes);
-    IF EXISTS (SELECT 1 FROM skiplock.job_waits) THEN
+    IF EXISTS (SELECT 1 FROM skiplock.job_deps d WHERE d.parent_id = ANY (record_claim.ids)) THEN
       PERFORM skiplock.deps_resolve(
         ARRAY(SELECT r.id FROM unnest(v_ids, v_states) r(id, s) WHERE r.s <> 'available'),
         ARRAY(SELECT r.s FROM unnest(v_ids, v_states) r(id, s) WHERE r.s <> 'available'));
@@ -4526,9 +4553,9 @@ $$;
 COMMENT ON FUNCTION skiplock.record_claim(ids bigint[], fencings bigint[], outcomes text[], results jsonb[], errors text[], retry_after_ms bigint[], deferred boolean[], backoffs text[], backoff_bases_ms bigint[], backoff_caps_ms bigint[], owner text, kinds text[], queues text[], n integer, lease interval, after_priority integer, after_run_at_us bigint, after_id bigint, job_queues text[], wait_hints boolean) IS 'record outcomes, then claim, in one call: rows tagged recorded / claimed (and, with wait_hints, wait: when a limit may next have room); n = 0 records only; job_queues: the handles'' queues (protocol 2)';
 
 CREATE FUNCTION skiplock.record_claim_p1(ids bigint[], fencings bigint[], outcomes text[], results jsonb[], errors text[], retry_after_ms bigint[], deferred boolean[], backoffs text[], backoff_bases_ms bigint[], backoff_caps_ms bigint[], owner text, kinds text[], queues text[], n integer, lease interval, after_priority integer DEFAULT NULL::integer, after_run_at_us bigint DEFAULT NULL::bigint, after_id bigint DEFAULT NULL::bigint) RETURNS SETOF skiplock.exchange_row
-    LANGUAGE sql SECURITY DEFINER
+    LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
-    AS $_$ SELECT * FROM skiplock.record_claim($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18) $_$;
+    AS $_$ BEGIN RETURN QUERY SELECT * FROM skiplock.record_claim($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18); END $_$;
 
 COMMENT ON FUNCTION skiplock.record_claim_p1(ids bigint[], fencings bigint[], outcomes text[], results jsonb[], errors text[], retry_after_ms bigint[], deferred boolean[], backoffs text[], backoff_bases_ms bigint[], backoff_caps_ms bigint[], owner text, kinds text[], queues text[], n integer, lease interval, after_priority integer, after_run_at_us bigint, after_id bigint) IS 'Internal: protocol 1''s record_claim, renamed by step 0027 for the statements in flight as it committed; calls the new one.';
 
@@ -4615,15 +4642,15 @@ $$;
 COMMENT ON FUNCTION skiplock.record_outcomes(ids bigint[], fencings bigint[], outcomes text[], results jsonb[], errors text[], retry_after_ms bigint[], deferred boolean[], backoffs text[], backoff_bases_ms bigint[], backoff_caps_ms bigint[], job_queues text[]) IS 'Internal: record a batch of outcomes (ended, kept, decided, retried), each guarded by its fencing token and queue; one row per outcome recorded.';
 
 CREATE FUNCTION skiplock.record_outcomes_p1(ids bigint[], fencings bigint[], outcomes text[], results jsonb[], errors text[], retry_after_ms bigint[], deferred boolean[], backoffs text[], backoff_bases_ms bigint[], backoff_caps_ms bigint[]) RETURNS TABLE(id bigint, kind text, state text, run_at timestamp with time zone, outcome text, delay_ms bigint)
-    LANGUAGE sql
-    AS $_$ SELECT * FROM skiplock.record_outcomes($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, NULL) $_$;
+    LANGUAGE plpgsql
+    AS $_$ BEGIN RETURN QUERY SELECT * FROM skiplock.record_outcomes($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, NULL); END $_$;
 
 COMMENT ON FUNCTION skiplock.record_outcomes_p1(ids bigint[], fencings bigint[], outcomes text[], results jsonb[], errors text[], retry_after_ms bigint[], deferred boolean[], backoffs text[], backoff_bases_ms bigint[], backoff_caps_ms bigint[]) IS 'Internal: protocol 1''s record_outcomes, renamed by step 0027 for the statements in flight as it committed; calls the new one.';
 
 CREATE FUNCTION skiplock.record_p1(ids bigint[], fencings bigint[], outcomes text[], results jsonb[] DEFAULT NULL::jsonb[], errors text[] DEFAULT NULL::text[], retry_after_ms bigint[] DEFAULT NULL::bigint[], deferred boolean[] DEFAULT NULL::boolean[], backoffs text[] DEFAULT NULL::text[], backoff_bases_ms bigint[] DEFAULT NULL::bigint[], backoff_caps_ms bigint[] DEFAULT NULL::bigint[]) RETURNS SETOF skiplock.recorded_outcome
-    LANGUAGE sql SECURITY DEFINER
+    LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
-    AS $_$ SELECT * FROM skiplock.record($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) $_$;
+    AS $_$ BEGIN RETURN QUERY SELECT * FROM skiplock.record($1, $2, $3, $4, $5, $6, $7, $8, $9, $10); END $_$;
 
 COMMENT ON FUNCTION skiplock.record_p1(ids bigint[], fencings bigint[], outcomes text[], results jsonb[], errors text[], retry_after_ms bigint[], deferred boolean[], backoffs text[], backoff_bases_ms bigint[], backoff_caps_ms bigint[]) IS 'Internal: protocol 1''s record, renamed by step 0027 for the statements in flight as it committed; calls the new one.';
 

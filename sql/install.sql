@@ -46,10 +46,10 @@ BEGIN
     (24, '0024_cron', '86053b4d6be28086ca078ca0b50d0edee95808fdcdda380ef29be2f29c71e4a1'),
     (25, '0025_declare', 'bd78fbc6c501a194bfcef6a6ddcba6d02df5915c91f86b9d02375553ef143e38'),
     (26, '0026_error_text', '45325c66277657a4b00afd65a566920d24280814f65a79bb40f0ec4d5b6bf369'),
-    (27, '0027_handle_queue', 'c0aad1bb2752a379b81f8a5876b4fe55c87606452977be1e6b9ddd21cde722d4'),
+    (27, '0027_handle_queue', 'ddf8ab0ed04202fa32118c7bcabeaeece877b84138249dfdb14bd4f0b1567827'),
     (28, '0028_distributed', '278103fa8f5fe85a2dc47491463c641df0aa1cb9c90b13341376c2b93cde0fef'),
-    (29, '0029_limits', '6e963d1a8d3127a5f18073f71ec908066f13bd0acebabd37905a2df710c07032'),
-    (30, '0030_dependencies', 'd97c5e5cd4a8712eeedb9cdb60a3dabcf1ac3db7d94a101924dbad2b8e38f2a0')) AS k(version, name, checksum)
+    (29, '0029_limits', 'e4820a172da7a1db0f01338299b49c9e6eac7aa9d324d378f27b601a1abcd9d3'),
+    (30, '0030_dependencies', '312f0cc0b4da816a285caf63db3db11ad82c27964ce25cf3a87cad383b248970')) AS k(version, name, checksum)
       ON k.version = v.version
    WHERE v.checksum <> k.checksum ORDER BY v.version LIMIT 1;
   IF FOUND THEN
@@ -8466,43 +8466,44 @@ COMMENT ON FUNCTION skiplock.job_complete(bigint, bigint, jsonb, text) IS
 
 -- The renamed functions of protocol 1 now call the new ones: a statement
 -- that resolved one before this step committed runs it after (its old
--- body named itself, which no longer resolves once renamed).  Only such
+-- body named itself, which no longer resolves once renamed).  They stay
+-- plpgsql, the language such a statement has already looked up.  Only such
 -- statements call them; a later release drops them.
 CREATE OR REPLACE FUNCTION skiplock.check_record_args_p1(ids bigint[], fencings bigint[], outcomes text[], results jsonb[], errors text[], retry_after_ms bigint[], deferred boolean[], backoffs text[], backoff_bases_ms bigint[], backoff_caps_ms bigint[])
 RETURNS void
-LANGUAGE sql IMMUTABLE AS $fn$ SELECT skiplock.check_record_args($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, NULL) $fn$;
+LANGUAGE plpgsql IMMUTABLE AS $fn$ BEGIN PERFORM skiplock.check_record_args($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, NULL); END $fn$;
 COMMENT ON FUNCTION skiplock.check_record_args_p1(bigint[], bigint[], text[], jsonb[], text[], bigint[], boolean[], text[], bigint[], bigint[]) IS 'Internal: protocol 1''s check_record_args, renamed by step 0027 for the statements in flight as it committed; calls the new one.';
 CREATE OR REPLACE FUNCTION skiplock.record_outcomes_p1(ids bigint[], fencings bigint[], outcomes text[], results jsonb[], errors text[], retry_after_ms bigint[], deferred boolean[], backoffs text[], backoff_bases_ms bigint[], backoff_caps_ms bigint[])
 RETURNS TABLE(id bigint, kind text, state text, run_at timestamp with time zone, outcome text, delay_ms bigint)
-LANGUAGE sql VOLATILE AS $fn$ SELECT * FROM skiplock.record_outcomes($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, NULL) $fn$;
+LANGUAGE plpgsql VOLATILE AS $fn$ BEGIN RETURN QUERY SELECT * FROM skiplock.record_outcomes($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, NULL); END $fn$;
 COMMENT ON FUNCTION skiplock.record_outcomes_p1(bigint[], bigint[], text[], jsonb[], text[], bigint[], boolean[], text[], bigint[], bigint[]) IS 'Internal: protocol 1''s record_outcomes, renamed by step 0027 for the statements in flight as it committed; calls the new one.';
 CREATE OR REPLACE FUNCTION skiplock.record_p1(ids bigint[], fencings bigint[], outcomes text[], results jsonb[] DEFAULT NULL, errors text[] DEFAULT NULL, retry_after_ms bigint[] DEFAULT NULL, deferred boolean[] DEFAULT NULL, backoffs text[] DEFAULT NULL, backoff_bases_ms bigint[] DEFAULT NULL, backoff_caps_ms bigint[] DEFAULT NULL)
 RETURNS SETOF skiplock.recorded_outcome
-LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$ SELECT * FROM skiplock.record($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) $fn$;
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$ BEGIN RETURN QUERY SELECT * FROM skiplock.record($1, $2, $3, $4, $5, $6, $7, $8, $9, $10); END $fn$;
 COMMENT ON FUNCTION skiplock.record_p1(bigint[], bigint[], text[], jsonb[], text[], bigint[], boolean[], text[], bigint[], bigint[]) IS 'Internal: protocol 1''s record, renamed by step 0027 for the statements in flight as it committed; calls the new one.';
 CREATE OR REPLACE FUNCTION skiplock.record_claim_p1(ids bigint[], fencings bigint[], outcomes text[], results jsonb[], errors text[], retry_after_ms bigint[], deferred boolean[], backoffs text[], backoff_bases_ms bigint[], backoff_caps_ms bigint[], owner text, kinds text[], queues text[], n integer, lease interval, after_priority integer DEFAULT NULL, after_run_at_us bigint DEFAULT NULL, after_id bigint DEFAULT NULL)
 RETURNS SETOF skiplock.exchange_row
-LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$ SELECT * FROM skiplock.record_claim($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18) $fn$;
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$ BEGIN RETURN QUERY SELECT * FROM skiplock.record_claim($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18); END $fn$;
 COMMENT ON FUNCTION skiplock.record_claim_p1(bigint[], bigint[], text[], jsonb[], text[], bigint[], boolean[], text[], bigint[], bigint[], text, text[], text[], integer, interval, integer, bigint, bigint) IS 'Internal: protocol 1''s record_claim, renamed by step 0027 for the statements in flight as it committed; calls the new one.';
 CREATE OR REPLACE FUNCTION skiplock.complete_p1(id bigint, fencing bigint, result jsonb DEFAULT NULL)
 RETURNS text
-LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$ SELECT skiplock.complete($1, $2, $3) $fn$;
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$ BEGIN RETURN (SELECT skiplock.complete($1, $2, $3)); END $fn$;
 COMMENT ON FUNCTION skiplock.complete_p1(bigint, bigint, jsonb) IS 'Internal: protocol 1''s complete, renamed by step 0027 for the statements in flight as it committed; calls the new one.';
 CREATE OR REPLACE FUNCTION skiplock.fail_p1(id bigint, fencing bigint, error text, retryable boolean DEFAULT true, retry_after interval DEFAULT NULL)
 RETURNS text
-LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$ SELECT skiplock.fail($1, $2, $3, $4, $5) $fn$;
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$ BEGIN RETURN (SELECT skiplock.fail($1, $2, $3, $4, $5)); END $fn$;
 COMMENT ON FUNCTION skiplock.fail_p1(bigint, bigint, text, boolean, interval) IS 'Internal: protocol 1''s fail, renamed by step 0027 for the statements in flight as it committed; calls the new one.';
 CREATE OR REPLACE FUNCTION skiplock.heartbeat_p1(ids bigint[], fencings bigint[], lease interval DEFAULT '00:00:30')
 RETURNS SETOF skiplock.heartbeat_result
-LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$ SELECT * FROM skiplock.heartbeat($1, $2, $3) $fn$;
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$ BEGIN RETURN QUERY SELECT * FROM skiplock.heartbeat($1, $2, $3); END $fn$;
 COMMENT ON FUNCTION skiplock.heartbeat_p1(bigint[], bigint[], interval) IS 'Internal: protocol 1''s heartbeat, renamed by step 0027 for the statements in flight as it committed; calls the new one.';
 CREATE OR REPLACE FUNCTION skiplock.job_fence_p1(id bigint, fencing bigint)
 RETURNS void
-LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$ SELECT skiplock.job_fence($1, $2) $fn$;
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$ BEGIN PERFORM skiplock.job_fence($1, $2); END $fn$;
 COMMENT ON FUNCTION skiplock.job_fence_p1(bigint, bigint) IS 'Internal: protocol 1''s job_fence, renamed by step 0027 for the statements in flight as it committed; calls the new one.';
 CREATE OR REPLACE FUNCTION skiplock.job_complete_p1(id bigint, fencing bigint, result jsonb DEFAULT NULL)
 RETURNS void
-LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$ SELECT skiplock.job_complete($1, $2, $3) $fn$;
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$ BEGIN PERFORM skiplock.job_complete($1, $2, $3); END $fn$;
 COMMENT ON FUNCTION skiplock.job_complete_p1(bigint, bigint, jsonb) IS 'Internal: protocol 1''s job_complete, renamed by step 0027 for the statements in flight as it committed; calls the new one.';
 
 -- New functions are executable by PUBLIC until revoked; grant_role gives
@@ -8512,7 +8513,7 @@ SELECT skiplock.grant_role(g.role_name, g.kind) FROM skiplock.granted_roles g
  WHERE EXISTS (SELECT 1 FROM pg_roles x WHERE x.rolname = g.role_name);
 $skiplock_step$;
     INSERT INTO skiplock.schema_version (version, name, checksum)
-    VALUES (27, '0027_handle_queue', 'c0aad1bb2752a379b81f8a5876b4fe55c87606452977be1e6b9ddd21cde722d4');
+    VALUES (27, '0027_handle_queue', 'ddf8ab0ed04202fa32118c7bcabeaeece877b84138249dfdb14bd4f0b1567827');
   END IF;
 END
 $skiplock_install$;
@@ -9839,49 +9840,70 @@ $fn$;
 COMMENT ON FUNCTION skiplock.limit_window(timestamptz[], integer[], timestamptz, bigint, integer) IS
   'Internal: a start window trimmed to the per_ms before p_t, with p_got starts at p_t appended.';
 
--- The jobs of one limited kind a claim may start now, locked, and the
--- window bookkeeping of their starts.  The caller holds the limit's row.
-CREATE FUNCTION skiplock.claim_limited_kind(l skiplock.limits, p_queues text[], p_skip text[],
-                                            p_n integer, p_t timestamptz) RETURNS bigint[]
+-- The jobs of the kind-wide limits a claim may start now, in one pass:
+-- each kind's room (max_running minus its running jobs, rate minus the
+-- starts in its window), then the first due jobs of those kinds in claim
+-- order (at most 20 times what the claim wants, at least 1,000), each kind
+-- within its room, locked SKIP LOCKED; their starts go into the windows.
+-- The caller holds the limits' rows.  full receives the kinds with no room.
+CREATE FUNCTION skiplock.claim_limited_kinds(p_limits skiplock.limits[], p_queues text[],
+                                             p_skip text[], p_n integer, p_t timestamptz,
+                                             OUT ids bigint[], OUT full_kinds text[])
 LANGUAGE plpgsql
 AS $fn$
 DECLARE
-  v_allow bigint := p_n;
-  v_ids bigint[];
-  w record;
+  v_kinds text[];
+  v_rooms bigint[];
+  v_pick bigint[];
 BEGIN
-  IF l.key_field IS NULL THEN
-    IF l.max_running IS NOT NULL THEN
-      v_allow := least(v_allow, l.max_running - (
-        SELECT count(*) FROM skiplock.jobs j
-         WHERE j.state = 'running' AND j.kind = l.kind AND j.lease_expires_at > p_t));
-    END IF;
-    IF l.rate IS NOT NULL THEN
-      v_allow := least(v_allow, l.rate - skiplock.limit_used(l.starts_at, l.starts_n, p_t,
-                                                             l.per_ms));
-    END IF;
-    IF v_allow <= 0 THEN
-      RETURN '{}';
-    END IF;
-    v_ids := ARRAY(
-      SELECT j.id FROM skiplock.jobs j
-       WHERE j.state = 'available' AND j.run_at <= now() AND j.kind = l.kind
-         AND (p_queues IS NULL OR j.queue = ANY (p_queues)) AND j.queue <> ALL (p_skip)
-       ORDER BY j.priority DESC, j.run_at, j.id LIMIT v_allow FOR UPDATE SKIP LOCKED);
-    IF l.rate IS NOT NULL THEN
-      SELECT x.starts_at, x.starts_n INTO l.starts_at, l.starts_n
-        FROM skiplock.limit_window(l.starts_at, l.starts_n, p_t, l.per_ms,
-                                   cardinality(v_ids)) x;
-      UPDATE skiplock.limits x SET starts_at = l.starts_at, starts_n = l.starts_n
-       WHERE x.kind = l.kind;
-    END IF;
-    RETURN v_ids;
+  WITH lim AS (SELECT * FROM unnest(p_limits) x),
+  run AS (
+    SELECT j.kind, count(*) AS n FROM skiplock.jobs j
+     WHERE j.state = 'running' AND j.lease_expires_at > p_t
+       AND j.kind IN (SELECT l.kind FROM lim l WHERE l.max_running IS NOT NULL)
+     GROUP BY j.kind),
+  room AS (
+    SELECT l.kind,
+           least(p_n::bigint, coalesce(l.max_running - coalesce(r.n, 0), p_n),
+                 coalesce(l.rate - skiplock.limit_used(l.starts_at, l.starts_n, p_t, l.per_ms),
+                          p_n)) AS room
+      FROM lim l LEFT JOIN run r ON r.kind = l.kind)
+  SELECT array_agg(r.kind) FILTER (WHERE r.room > 0), array_agg(r.room) FILTER (WHERE r.room > 0),
+         array_agg(r.kind) FILTER (WHERE r.room <= 0)
+    INTO v_kinds, v_rooms, full_kinds FROM room r;
+  ids := '{}';
+  IF v_kinds IS NULL THEN
+    RETURN;
   END IF;
-  RETURN skiplock.claim_limited_keys(l, p_queues, p_skip, p_n, p_t);
+  v_pick := ARRAY(
+    SELECT c.id FROM (
+      SELECT d.id, d.kind, d.ord, row_number() OVER (PARTITION BY d.kind ORDER BY d.ord) AS nth
+        FROM (SELECT j.id, j.kind,
+                     row_number() OVER (ORDER BY j.priority DESC, j.run_at, j.id) AS ord
+                FROM (SELECT j.id, j.kind, j.priority, j.run_at FROM skiplock.jobs j
+                       WHERE j.state = 'available' AND j.run_at <= now()
+                         AND j.kind = ANY (v_kinds)
+                         AND (p_queues IS NULL OR j.queue = ANY (p_queues))
+                         AND j.queue <> ALL (p_skip)
+                       ORDER BY j.priority DESC, j.run_at, j.id
+                       LIMIT greatest(1000, 20 * p_n)) j) d) c
+      JOIN unnest(v_kinds, v_rooms) AS r(kind, room) ON r.kind = c.kind
+     WHERE c.nth <= r.room
+     ORDER BY c.ord LIMIT p_n);
+  ids := ARRAY(SELECT j.id FROM skiplock.jobs j
+                WHERE j.id = ANY (v_pick) AND j.state = 'available'
+                FOR UPDATE SKIP LOCKED);
+  UPDATE skiplock.limits x
+     SET (starts_at, starts_n) = (SELECT w.starts_at, w.starts_n
+                                    FROM skiplock.limit_window(x.starts_at, x.starts_n, p_t,
+                                                               x.per_ms, c.n) w)
+    FROM (SELECT j.kind, count(*)::int AS n FROM skiplock.jobs j
+           WHERE j.id = ANY (claim_limited_kinds.ids) GROUP BY j.kind) c
+   WHERE x.kind = c.kind AND x.rate IS NOT NULL;
 END
 $fn$;
-COMMENT ON FUNCTION skiplock.claim_limited_kind(skiplock.limits, text[], text[], integer, timestamptz) IS
-  'Internal: the due jobs of one limited kind a claim may start at p_t (room under max_running and the rate window), locked SKIP LOCKED; records their starts.';
+COMMENT ON FUNCTION skiplock.claim_limited_kinds(skiplock.limits[], text[], text[], integer, timestamptz) IS
+  'Internal: the due jobs of the kind-wide limits a claim may start at p_t, each kind within its room (max_running, the rate window), locked SKIP LOCKED, in one pass; records their starts; full_kinds: those with no room.';
 
 -- Per key: the first due jobs of the kind in claim order (at most 20 times
 -- what the claim wants, at least 1,000), each key's room from its running
@@ -9942,7 +9964,7 @@ BEGIN
 END
 $fn$;
 COMMENT ON FUNCTION skiplock.claim_limited_keys(skiplock.limits, text[], text[], integer, timestamptz) IS
-  'Internal: claim_limited_kind for a limit per key (key_field): the room of each key among the first due jobs, the jobs that fit, locked; records their starts per key.';
+  'Internal: the claim of one limit per key (key_field): the room of each key among the first due jobs, the jobs that fit, locked; records their starts per key.';
 
 -- When a limit may next have room, from what it knows at p_t: the
 -- oldest start still in its window(s) leaving it, or the first of its
@@ -9980,6 +10002,8 @@ AS $fn$
 DECLARE
   l skiplock.limits;
   v_locked skiplock.limits[];
+  v_full text[];
+  v_k record;
 BEGIN
   ids := '{}';
   v_locked := ARRAY(SELECT x FROM skiplock.limits x WHERE x.kind = ANY (p_kinds)
@@ -9987,15 +10011,23 @@ BEGIN
   -- after the locks: the claim before ours on these rows has committed,
   -- so this clock is past every start it recorded
   started_at := clock_timestamp();
+  SELECT k.ids, k.full_kinds INTO v_k
+    FROM skiplock.claim_limited_kinds(ARRAY(SELECT x FROM unnest(v_locked) x
+                                             WHERE x.key_field IS NULL),
+                                      p_queues, p_skip, p_n, started_at) k;
+  ids := v_k.ids;
+  v_full := coalesce(v_k.full_kinds, '{}');
   FOREACH l IN ARRAY v_locked LOOP
+    CONTINUE WHEN l.key_field IS NULL;
     EXIT WHEN cardinality(ids) >= p_n;
-    ids := ids || skiplock.claim_limited_kind(l, p_queues, p_skip, p_n - cardinality(ids),
+    ids := ids || skiplock.claim_limited_keys(l, p_queues, p_skip, p_n - cardinality(ids),
                                               started_at);
+    v_full := v_full || l.kind;
   END LOOP;
-  IF cardinality(ids) < p_n THEN
+  IF cardinality(ids) < p_n AND cardinality(v_full) > 0 THEN
     -- the rows as this claim left them (its own starts in their windows)
     wait_until := (SELECT min(skiplock.limit_next_room(x, started_at)) FROM skiplock.limits x
-                    WHERE x.kind IN (SELECT u.kind FROM unnest(v_locked) u)
+                    WHERE x.kind = ANY (v_full)
                       AND EXISTS (SELECT 1 FROM skiplock.jobs j
                                    WHERE j.state = 'available' AND j.run_at <= now()
                                      AND j.kind = x.kind AND j.id <> ALL (claim_limited.ids)
@@ -10425,7 +10457,7 @@ SELECT skiplock.grant_role(g.role_name, g.kind) FROM skiplock.granted_roles g
  WHERE EXISTS (SELECT 1 FROM pg_roles x WHERE x.rolname = g.role_name);
 $skiplock_step$;
     INSERT INTO skiplock.schema_version (version, name, checksum)
-    VALUES (29, '0029_limits', '6e963d1a8d3127a5f18073f71ec908066f13bd0acebabd37905a2df710c07032');
+    VALUES (29, '0029_limits', 'e4820a172da7a1db0f01338299b49c9e6eac7aa9d324d378f27b601a1abcd9d3');
   END IF;
 END
 $skiplock_install$;
@@ -10466,8 +10498,9 @@ BEGIN
 -- job_deps one row per edge.  The functions that end a job (the outcome
 -- statement and move_finished: complete, fail, cancel, discard, rescue,
 -- the bulk actions) call deps_resolve in the same transaction, so a
--- completion that unblocks children does it as it commits.  With no job
--- waiting anywhere, the cost is one EXISTS on an empty table.
+-- completion that unblocks children does it as it commits.  The outcome
+-- statement looks its batch up in job_deps' key (one index scan) and does
+-- no more when none of its jobs is a parent.
 --
 -- A parent must exist when its child is enqueued (a live job, or a
 -- finished one still kept by retention), so a cycle cannot be formed;
@@ -10692,8 +10725,9 @@ BEGIN
                                      job_queues);
   -- 1. the outcomes, each recorded once
   IF cardinality(record_claim.ids) > 0 AND NOT EXISTS (SELECT 1 FROM skiplock.breakers)
-     AND NOT EXISTS (SELECT 1 FROM skiplock.job_waits) THEN
-    -- no breaker and no waiting job anywhere: the rows go straight out
+     AND NOT EXISTS (SELECT 1 FROM skiplock.job_deps d WHERE d.parent_id = ANY (record_claim.ids)) THEN
+    -- no breaker anywhere, no job of the batch that another waits for:
+    -- the rows go straight out
     RETURN QUERY
     SELECT 'recorded'::text, o.id, o.state, o.run_at, o.delay_ms, NULL::text, NULL::text,
            NULL::jsonb, NULL::int, NULL::int, NULL::bigint, NULL::timestamptz, NULL::int,
@@ -10711,7 +10745,7 @@ BEGIN
     -- 2. what they say about each kind's downstream, for its breaker, and
     -- what the jobs they ended mean for the jobs that wait for them
     PERFORM skiplock.count_for_breakers(v_kinds, v_outcomes);
-    IF EXISTS (SELECT 1 FROM skiplock.job_waits) THEN
+    IF EXISTS (SELECT 1 FROM skiplock.job_deps d WHERE d.parent_id = ANY (record_claim.ids)) THEN
       PERFORM skiplock.deps_resolve(
         ARRAY(SELECT r.id FROM unnest(v_ids, v_states) r(id, s) WHERE r.s <> 'available'),
         ARRAY(SELECT r.s FROM unnest(v_ids, v_states) r(id, s) WHERE r.s <> 'available'));
@@ -10987,7 +11021,7 @@ SELECT skiplock.grant_role(g.role_name, g.kind) FROM skiplock.granted_roles g
  WHERE EXISTS (SELECT 1 FROM pg_roles x WHERE x.rolname = g.role_name);
 $skiplock_step$;
     INSERT INTO skiplock.schema_version (version, name, checksum)
-    VALUES (30, '0030_dependencies', 'd97c5e5cd4a8712eeedb9cdb60a3dabcf1ac3db7d94a101924dbad2b8e38f2a0');
+    VALUES (30, '0030_dependencies', '312f0cc0b4da816a285caf63db3db11ad82c27964ce25cf3a87cad383b248970');
   END IF;
 END
 $skiplock_install$;
