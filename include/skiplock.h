@@ -19,6 +19,7 @@
 #include "skiplock/schema.h"
 #include "skiplock/retry.h"
 #include "skiplock/queue.h"
+#include "skiplock/deps.h"
 #include "skiplock/worker.h"
 #include "skiplock/webhook.h"
 #include "skiplock/inspect.h"
@@ -50,6 +51,9 @@
 #define SKL_HAS_WORKERS 1
 /* skl_limit_set, skl_limit_remove, skl_limits_list (schema step 0029) */
 #define SKL_HAS_LIMITS 1
+/* skl_enqueue_opts.depends_on…, skl_enqueue_batch, skl_job_waits_for
+ * (schema step 0030) */
+#define SKL_HAS_DEPS 1
 
 #ifdef __cplusplus
 extern "C" {

@@ -37,6 +37,16 @@ extern "C" {
  * (sql/0017_guards.sql), which an integration test compares with this */
 #define SKL_PAYLOAD_MAX_DEFAULT (1024 * 1024)
 
+#define SKL_PARENTS_MAX 1000        /* parents of one job, by id and key together */
+
+/* What a job with parents does when one of them is discarded or
+ * cancelled (skiplock.enqueue_after's on_parent_failure). */
+typedef enum skl_parent_failure {
+	SKL_PARENT_FAILURE_CANCEL = 0, /* it is cancelled too, and so is every job that
+	                                * waits for it, however long the chain (default) */
+	SKL_PARENT_FAILURE_RUN = 1     /* the parent counts as finished */
+} skl_parent_failure;
+
 typedef struct skl_enqueue_opts {
 	const char *queue;        /* NULL: "default" */
 	int priority;             /* higher runs first; default 0 */
@@ -48,6 +58,17 @@ typedef struct skl_enqueue_opts {
 	int64_t backoff_base_ms;  /* retry backoff for this job; 0: the worker's */
 	int64_t backoff_cap_ms;
 	skl_backoff backoff;      /* strategy for this job; DEFAULT: the worker's */
+	/* Parents (schema step 0030): with any, the job is enqueued waiting,
+	 * available but never due, until every parent has finished; it is then
+	 * due at run_at (or delay_ms after the enqueue), at once when that has
+	 * passed.  A parent is named by id or by unique key (the unfinished job
+	 * holding it, else the newest finished one still kept); it must exist.
+	 * At most SKL_PARENTS_MAX of both together.  None: enqueued as before. */
+	const int64_t *depends_on;          /* ndepends_on parent ids */
+	size_t ndepends_on;
+	const char *const *depends_on_keys; /* ndepends_on_keys unique keys */
+	size_t ndepends_on_keys;
+	skl_parent_failure on_parent_failure; /* ignored without parents */
 } skl_enqueue_opts;
 /* Fills o with the defaults above (every field 0 or NULL). */
 SKL_API void skl_enqueue_opts_init(skl_enqueue_opts *o);
@@ -65,14 +86,27 @@ typedef struct skl_job_spec {
  * opts may be NULL ({} and the defaults).  SKL_INVALID for a kind, queue or
  * unique key of the wrong length, a negative count or duration, an unknown
  * backoff; SKL_DB (SQLSTATE 22P02) for a payload that is not JSON.  Blocks
- * up to the client's retry bound. */
+ * up to the client's retry bound.
+ *
+ * With parents (opts->depends_on, opts->depends_on_keys) the call is one
+ * statement of skiplock.enqueue_after instead.  SKL_INVALID, before any
+ * statement, for more than SKL_PARENTS_MAX parents, an id below 1, a key
+ * that is NULL or of the wrong length, an unknown policy; SKL_INVALID with
+ * SQLSTATE 23503 when a parent does not exist (neither unfinished nor kept
+ * by retention): nothing is written.  SKL_DB (0A000) on the distributed
+ * layout.  enqueue_after takes no retry token: the call is re-sent after a
+ * lost answer only when opts->unique_key is set (a second run finds the
+ * job), else SKL_INDETERMINATE.  A unique key held by an unfinished job
+ * returns that job's id, its own parents unchanged. */
 SKL_API skl_rc skl_enqueue(skl_client *c, const char *kind, const char *payload,
                            const skl_enqueue_opts *opts, int64_t *id, skl_error *err);
 
 /* Enqueues n jobs in one transaction, all or nothing, in a few round trips
  * whatever n is.  ids[i] (caller-allocated, n entries) receives the id for
  * jobs[i], with the same unique-key, retry and result rules as skl_enqueue
- * (an SKL_INVALID message names the job: "job 3: …").  n = 0 does nothing. */
+ * (an SKL_INVALID message names the job: "job 3: …").  n = 0 does nothing.
+ * A job with parents is enqueued alone (n = 1, as skl_enqueue): among
+ * others it is SKL_INVALID. */
 SKL_API skl_rc skl_enqueue_bulk(skl_client *c, const skl_job_spec *jobs, size_t n,
                                 int64_t *ids, skl_error *err);
 

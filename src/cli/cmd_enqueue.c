@@ -1,9 +1,11 @@
 /*
- * cmd_enqueue.c — `skiplock enqueue KIND [JSON]` and `--batch FILE|-`.
+ * cmd_enqueue.c — `skiplock enqueue KIND [JSON]`, with its parents
+ * (`--depends-on`), and `--batch FILE|-`.
  *
  * Input is validated completely before anything is sent (JSON, sizes,
- * names), and a batch is one all-or-nothing call: a bad line writes nothing
- * and is named in the error.
+ * names, parents), and a batch is one all-or-nothing call: a bad line
+ * writes nothing and is named in the error.  A parent that does not exist
+ * is the database's answer (exit 1, nothing written).
  */
 #include <jansson.h>
 #include <stdio.h>
@@ -11,6 +13,7 @@
 #include <string.h>
 
 #include "enqueue/batch.h"
+#include "enqueue/parents.h"
 
 static const char usage[] =
 	"Usage: skiplock enqueue [OPTIONS] KIND [JSON]\n"
@@ -20,7 +23,9 @@ static const char usage[] =
 	"input) and print its id. With\n"
 	"--unique-key, an unfinished job that already holds the key is not duplicated:\n"
 	"its id is printed instead. The call is retry-safe: if the answer to COMMIT is\n"
-	"lost and skiplock retries, no second job appears.\n"
+	"lost and skiplock retries, no second job appears. With --depends-on or\n"
+	"--depends-on-key the job waits until its parents have finished, and is\n"
+	"retried after a lost COMMIT answer only with --unique-key.\n"
 	"\n"
 	"With --batch, read one job per line (NDJSON) from FILE or standard input:\n"
 	"  {\"kind\": \"email\", \"payload\": {...}, \"queue\": \"q\", \"priority\": 1,\n"
@@ -42,6 +47,14 @@ static const char usage[] =
 	"                         worker's; see skiplock worker --help)\n"
 	"  --backoff-base DUR     first retry delay bound (default: the worker's)\n"
 	"  --backoff-cap DUR      largest retry delay bound (default: the worker's)\n"
+	"  --depends-on ID[,ID]   run only after job ID has finished (repeatable); the\n"
+	"                         job waits, available, until every parent has\n"
+	"                         finished, then is due at --run-at or --delay\n"
+	"  --depends-on-key KEY   run only after the job holding unique key KEY (the\n"
+	"                         unfinished one, else the newest finished) (repeatable)\n"
+	"  --on-parent-failure cancel|run\n"
+	"                         when a parent is discarded or cancelled: cancel this\n"
+	"                         job too, and what waits for it (default), or run it\n"
 	"  --max-payload BYTES    refuse payloads larger than this (default and at most\n"
 	"                         1048576, the database's skiplock.payload_max())\n"
 	"  --batch FILE|-         read NDJSON jobs from FILE, or - for standard input\n"
@@ -55,16 +68,19 @@ static const char usage[] =
 	"\n";
 
 static const char exit_help[] =
-	"\nExit status: 0 enqueued, 1 the database refused, 2 bad usage or bad input\n"
-	"(nothing written), 3 database unreachable within --retry-for.\n";
+	"\nExit status: 0 enqueued, 1 the database refused (a parent that does not exist\n"
+	"too), 2 bad usage or bad input (nothing written), 3 database unreachable within\n"
+	"--retry-for.\n";
 
 enum { O_QUEUE = OPT_COMMON_LAST + 1, O_PRIO, O_RUN_AT, O_DELAY, O_UKEY, O_MAX, O_TIMEOUT,
-       O_BBASE, O_BCAP, O_MAXPAY, O_BATCH, O_BACKOFF, O_MAXLINE, O_MAXBATCH, O_JSON };
+       O_BBASE, O_BCAP, O_MAXPAY, O_BATCH, O_BACKOFF, O_MAXLINE, O_MAXBATCH, O_JSON, O_DEPS,
+       O_DEPKEY, O_ONFAIL };
 
 typedef struct enqueue_args {
 	cli_common *cc;
 	skl_enqueue_opts opts;
 	cli_batch_limits lim;
+	cli_parents parents;
 	const char *batch;
 	bool json;
 } enqueue_args;
@@ -103,6 +119,9 @@ static int own_option(int code, const char *arg, void *ctx)
 		return cli_int(a->cc, "--max-batch", arg, 1, 100000000, &a->lim.max_jobs) ? 0 : CLI_USAGE;
 	case O_BATCH: a->batch = arg; break;
 	case O_JSON: a->json = true; break;
+	case O_DEPS: return cli_parents_add_ids(a->cc, &a->parents, arg);
+	case O_DEPKEY: return cli_parents_add_key(a->cc, &a->parents, arg);
+	case O_ONFAIL: return cli_parents_policy(a->cc, &a->parents, arg);
 	case O_BACKOFF:
 		if (skl_backoff_parse(arg, &a->opts.backoff) != SKL_OK) {
 			cli_error(a->cc, "--backoff: unknown strategy \"%s\" (expected full, equal, "
@@ -167,8 +186,12 @@ static int run_single(enqueue_args *a, skl_client *c, const char *kind, const ch
 	int64_t id = 0;
 	skl_enqueued how = SKL_ENQUEUED_UNKNOWN;
 	skl_error err;
-	if (skl_enqueue_bulk_ex(c, &spec, 1, &id, a->json ? &how : NULL, &err) != SKL_OK)
-		return cli_fail(a->cc, &err);
+	if (skl_enqueue_bulk_ex(c, &spec, 1, &id, a->json ? &how : NULL, &err) != SKL_OK) {
+		int rc = cli_fail(a->cc, &err);
+		/* a parent that does not exist: the database's state, not the input's
+		 * form, which was checked (skiplock/queue.h, skl_enqueue) */
+		return strcmp(err.sqlstate, "23503") == 0 ? CLI_PROBLEM : rc;
+	}
 	print_job(a, id, how);
 	return CLI_OK;
 }
@@ -200,6 +223,42 @@ static int run_batch(enqueue_args *a, skl_client *c)
 	return rc;
 }
 
+/* Everything after the options: the operands, the payload, the call. */
+static int enqueue_run(enqueue_args *a, int argc, char **argv)
+{
+	cli_common *cc = a->cc;
+	if (a->lim.max_line == 0)
+		a->lim.max_line = a->lim.max_payload + CLI_BATCH_LINE_SLACK;
+	int nargs = argc - optind;
+	const char *kind = nargs > 0 ? argv[optind] : NULL;
+	const char *json = nargs > 1 ? argv[optind + 1] : "{}";
+	if (a->batch ? nargs != 0 : (nargs < 1 || nargs > 2)) {
+		cli_error(cc, a->batch ? "--batch takes no KIND or JSON arguments"
+		                       : "expected KIND and an optional JSON payload (see --help)");
+		return CLI_USAGE;
+	}
+	char *from_stdin = NULL;
+	int rc = CLI_OK;
+	if (!a->batch && strcmp(json, "-") == 0) {
+		rc = stdin_payload(a, &from_stdin);
+		json = from_stdin;
+	}
+	if (rc != CLI_OK || (!a->batch && (!cli_check_len(cc, "job kind", kind, SKL_KIND_MAX) ||
+	                                   !cli_check_payload(cc, a->lim.max_payload, json, "")))) {
+		free(from_stdin);
+		return rc != CLI_OK ? rc : CLI_USAGE;
+	}
+	skl_client *c = NULL;
+	if (!cli_check_len(cc, "queue name", a->opts.queue, SKL_KIND_MAX) ||
+	    !cli_check_len(cc, "unique key", a->opts.unique_key, SKL_UNIQUE_KEY_MAX))
+		rc = CLI_USAGE;
+	else if ((rc = cli_open(cc, &c)) == CLI_OK)
+		rc = a->batch ? run_batch(a, c) : run_single(a, c, kind, json);
+	skl_client_close(c);
+	free(from_stdin);
+	return rc;
+}
+
 int cmd_enqueue(int argc, char **argv)
 {
 	static const struct option opts[] = {
@@ -214,6 +273,9 @@ int cmd_enqueue(int argc, char **argv)
 		{"backoff-base", required_argument, NULL, O_BBASE},
 		{"backoff-cap", required_argument, NULL, O_BCAP},
 		{"backoff", required_argument, NULL, O_BACKOFF},
+		{"depends-on", required_argument, NULL, O_DEPS},
+		{"depends-on-key", required_argument, NULL, O_DEPKEY},
+		{"on-parent-failure", required_argument, NULL, O_ONFAIL},
 		{"max-payload", required_argument, NULL, O_MAXPAY},
 		{"batch", required_argument, NULL, O_BATCH},
 		{"max-line", required_argument, NULL, O_MAXLINE},
@@ -228,35 +290,10 @@ int cmd_enqueue(int argc, char **argv)
 	skl_enqueue_opts_init(&a.opts);
 	bool done;
 	int rc = cli_start(&cc, argc, argv, opts, own_option, &a, usage, exit_help, -1, &done);
-	if (done)
-		return rc;
-	if (a.lim.max_line == 0)
-		a.lim.max_line = a.lim.max_payload + CLI_BATCH_LINE_SLACK;
-	int nargs = argc - optind;
-	const char *kind = nargs > 0 ? argv[optind] : NULL;
-	const char *json = nargs > 1 ? argv[optind + 1] : "{}";
-	if (a.batch ? nargs != 0 : (nargs < 1 || nargs > 2)) {
-		cli_error(&cc, a.batch ? "--batch takes no KIND or JSON arguments"
-		                       : "expected KIND and an optional JSON payload (see --help)");
-		return CLI_USAGE;
-	}
-	char *from_stdin = NULL;
-	if (!a.batch && strcmp(json, "-") == 0) {
-		rc = stdin_payload(&a, &from_stdin);
-		json = from_stdin;
-	}
-	if (rc != CLI_OK || (!a.batch && (!cli_check_len(&cc, "job kind", kind, SKL_KIND_MAX) ||
-	                                  !cli_check_payload(&cc, a.lim.max_payload, json, "")))) {
-		free(from_stdin);
-		return rc != CLI_OK ? rc : CLI_USAGE;
-	}
-	skl_client *c = NULL;
-	if (!cli_check_len(&cc, "queue name", a.opts.queue, SKL_KIND_MAX) ||
-	    !cli_check_len(&cc, "unique key", a.opts.unique_key, SKL_UNIQUE_KEY_MAX))
-		rc = CLI_USAGE;
-	else if ((rc = cli_open(&cc, &c)) == CLI_OK)
-		rc = a.batch ? run_batch(&a, c) : run_single(&a, c, kind, json);
-	skl_client_close(c);
-	free(from_stdin);
+	if (!done)
+		rc = cli_parents_apply(&cc, &a.parents, a.batch != NULL, &a.opts);
+	if (!done && rc == CLI_OK)
+		rc = enqueue_run(&a, argc, argv);
+	cli_parents_free(&a.parents);
 	return rc;
 }

@@ -125,7 +125,11 @@ static const char show_usage[] =
 	"(the newest 20 errors, each with its attempt number and time, UTC). The\n"
 	"fencing token grows by one on every claim (shown as \"-\", null in JSON, to\n"
 	"the worker and reader roles, which may not read it); the lease owner and\n"
-	"expiry are set while the job runs.\n"
+	"expiry are set while the job runs. An available job has a \"waits for:\" line\n"
+	"(\"waits_for\" in JSON, null otherwise): why it is not running now, such as\n"
+	"\"dependencies: 1 of 2 parent(s) not finished\" (its run at then reads\n"
+	"2199-12-31 until the last parent finishes), \"due at ...\", \"paused\",\n"
+	"\"breaker not closed\", \"limit: ...\" or \"due: waiting for a worker\".\n"
 	"\n"
 	"Show options:\n"
 	"  --json                 print one JSON object instead of text\n"
@@ -407,15 +411,32 @@ static int jobs_list(jobs_args *a, skl_client *c, int64_t id)
 	return ok ? CLI_OK : output_failed(a);
 }
 
+/* Why an available job is not running, in *waits (free it); NULL for
+ * another state, or for a role that may not ask (the reader role: 42501). */
+static int show_waits_for(jobs_args *a, skl_client *c, const skl_job_info *job, char **waits)
+{
+	skl_error err;
+	*waits = NULL;
+	if (strcmp(job->state, "available") != 0 ||
+	    skl_job_waits_for(c, job->id, waits, &err) == SKL_OK)
+		return CLI_OK;
+	return strcmp(err.sqlstate, "42501") == 0 ? CLI_OK : cli_fail(a->cc, &err);
+}
+
 static int jobs_show(jobs_args *a, skl_client *c, int64_t id)
 {
 	skl_job_info *job;
 	skl_error err;
 	if (skl_job_get(c, id, &job, &err) != SKL_OK)
 		return cli_fail(a->cc, &err);
-	bool ok = a->json ? cli_json_print(jobs_json_one(job)) : jobs_print_one(job);
+	char *waits = NULL;
+	int rc = show_waits_for(a, c, job, &waits);
+	if (rc == CLI_OK && !(a->json ? cli_json_print(jobs_json_show(job, waits))
+	                              : jobs_print_one(job, waits)))
+		rc = output_failed(a);
+	skl_free(waits);
 	skl_job_info_free(job, 1);
-	return ok ? CLI_OK : output_failed(a);
+	return rc;
 }
 
 /* ---- acting: one job, several, or every job a filter matches ---- */

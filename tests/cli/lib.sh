@@ -16,6 +16,13 @@ TMP=$(mktemp -d "${TMPDIR:-/tmp}/skl-cli.XXXXXX")
 FAILS=0
 CHECKS=0
 
+# The worker role's login (SKL_TEST_WORKER_ROLE, granted by `init
+# --grant-worker`) on this test's database, in this run's mode.
+worker_url() {
+	local port=$SKL_TEST_PGPORT
+	[ "$MODE" = pooled ] && port=$SKL_TEST_BOUNCER_PORT
+	echo "postgresql://$SKL_TEST_WORKER_ROLE:$SKL_TEST_WORKER_PASSWORD@$SKL_TEST_PGHOST:$port/$DB"
+}
 admin() { psql -X -q -At -v ON_ERROR_STOP=1 "postgresql://$SKL_TEST_DBUSER@$SKL_TEST_PGHOST:$SKL_TEST_PGPORT/postgres" "$@"; }
 q() { psql -X -q -At -v ON_ERROR_STOP=1 "$DIRECT_URL" -c "$1"; }
 

@@ -33,7 +33,7 @@ while read -r part names; do
 	for n in $names; do PUBLIC[$n]=$part; done
 done <<'EOF'
 core error client schema retry
-queue queue inspect control workers limits
+queue queue inspect control workers limits deps
 coord lease idem cron retention
 worker worker webhook
 migrate migrate

@@ -82,13 +82,15 @@ static void print_errors(const skl_job_info *j)
 	}
 }
 
-bool jobs_print_one(const skl_job_info *j)
+bool jobs_print_one(const skl_job_info *j, const char *waits_for)
 {
 	char buf[160], d[48];
 	printf("%-14s %" PRId64 "\n", "id:", j->id);
 	field("queue:", j->queue);
 	field("kind:", j->kind);
 	field("state:", j->state);
+	if (waits_for)
+		field("waits for:", waits_for);
 	printf("%-14s %d of %d\n", "attempt:", j->attempt, j->max_attempts);
 	printf("%-14s %d\n", "priority:", j->priority);
 	if (j->fencing < 0) /* the worker and reader roles may not read it */
@@ -183,5 +185,13 @@ json_t *jobs_json_one(const skl_job_info *j)
 		                                        "error", cli_json_str(e->error)));
 	}
 	put(o, "errors", errors);
+	return o;
+}
+
+json_t *jobs_json_show(const skl_job_info *j, const char *waits_for)
+{
+	json_t *o = jobs_json_one(j);
+	if (o)
+		put(o, "waits_for", cli_json_str(waits_for));
 	return o;
 }

@@ -247,7 +247,7 @@ static skl_rc validate_spec(const skl_job_spec *j, size_t i, skl_error *err)
 	if (j->opts.backoff != SKL_BACKOFF_DEFAULT && skl_backoff_name(j->opts.backoff) == NULL)
 		return skl__seterr(err, SKL_INVALID, "job %zu: unknown backoff strategy %d", i + 1,
 		                   (int)j->opts.backoff);
-	return SKL_OK;
+	return skl__parents_check(&j->opts, i, err);
 }
 
 skl_rc skl_enqueue_bulk(skl_client *c, const skl_job_spec *jobs, size_t n, int64_t *ids,
@@ -263,9 +263,16 @@ skl_rc skl_enqueue_bulk_ex(skl_client *c, const skl_job_spec *jobs, size_t n, in
 		return SKL_OK;
 	if (jobs == NULL || ids == NULL)
 		return skl__seterr(err, SKL_MISUSE, "jobs and ids must not be NULL");
-	for (size_t i = 0; i < n; i++)
+	for (size_t i = 0; i < n; i++) {
 		if (validate_spec(&jobs[i], i, err) != SKL_OK)
 			return SKL_INVALID;
+		if (n > 1 && skl__has_parents(&jobs[i].opts))
+			return skl__seterr(err, SKL_INVALID, "job %zu: a job with parents is enqueued "
+			                   "alone", i + 1);
+	}
+	/* parents: skiplock.enqueue_after (deps.c) */
+	if (skl__has_parents(&jobs[0].opts))
+		return skl__enqueue_after(c, &jobs[0], ids, inserted, err);
 	enqueue_call e = {.jobs = jobs, .n = n, .ids = ids, .inserted = inserted};
 	snprintf(e.base, sizeof(e.base), "%016" PRIx64 "%016" PRIx64, skl__rand(&c->rng),
 	         skl__rand(&c->rng));

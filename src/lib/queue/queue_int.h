@@ -8,6 +8,7 @@
 #include <stdbool.h>
 
 #include "core/internal.h"
+#include "skiplock/deps.h"
 #include "skiplock/queue.h"
 
 /* kind.c: SKL_OK for a job kind of 1..SKL_KIND_MAX bytes, else SKL_INVALID
@@ -47,5 +48,16 @@ skl_rc skl__record(skl_client *c, const skl_outcome *outs, size_t n, skl_recorde
 skl_rc skl__record_and_claim(skl_client *c, const skl_outcome *outs, size_t nouts,
                              skl_recorded *rec, const skl_claim_opts *o, skl_job **jobs,
                              size_t *n, int64_t *wait_ms, skl_error *err);
+
+/* deps.c: whether o names parents; SKL_OK when they are well formed
+ * (count, ids, keys, policy), else SKL_INVALID naming job i + 1. */
+bool skl__has_parents(const skl_enqueue_opts *o);
+skl_rc skl__parents_check(const skl_enqueue_opts *o, size_t i, skl_error *err);
+/* SKL_OK when skl_enqueue_batch would send b, else SKL_INVALID saying why. */
+skl_rc skl__batch_check(const skl_batch_spec *b, skl_error *err);
+/* One job with parents (checked) through skiplock.enqueue_after, with
+ * skl_enqueue_bulk_ex's results. */
+skl_rc skl__enqueue_after(skl_client *c, const skl_job_spec *j, int64_t *id,
+                          skl_enqueued *inserted, skl_error *err);
 
 #endif
