@@ -636,7 +636,8 @@ VALUES ('job_cancel'), ('job_retry'), ('jobs_prune'), ('retention_set'), ('reten
        ('enqueue_many_unchecked'), ('enqueue_one'), ('limit_set'), ('limit_remove');
 
 -- As before, with the operators' functions read from
--- operator_functions and the limits readable by every role.
+-- operator_functions, and the limits (limits_status) and why a job waits
+-- (job_waits_for, step 0030) readable by every role.
 CREATE OR REPLACE FUNCTION skiplock.grant_role(p_role text, p_kind text) RETURNS void
 LANGUAGE plpgsql AS $fn$
 DECLARE
@@ -675,7 +676,7 @@ BEGIN
                                  'check_claim_args', 'lease_check_args', 'lease_check_reserved',
                                  'keep_until', 'errors_append', 'jobs_matching',
                                  'partition_width', 'workers_seen', 'idle_workers',
-                                 'payload_max')
+                                 'payload_max', 'limits_status', 'job_waits_for')
                    OR (p_kind = 'worker' AND p.prosecdef
                        AND p.proname NOT IN (SELECT o.name FROM skiplock.operator_functions o))
                    OR (p_kind = 'operator' AND p.prosecdef))

@@ -2744,7 +2744,7 @@ BEGIN
                                  'check_claim_args', 'lease_check_args', 'lease_check_reserved',
                                  'keep_until', 'errors_append', 'jobs_matching',
                                  'partition_width', 'workers_seen', 'idle_workers',
-                                 'payload_max')
+                                 'payload_max', 'limits_status', 'job_waits_for')
                    OR (p_kind = 'worker' AND p.prosecdef
                        AND p.proname NOT IN (SELECT o.name FROM skiplock.operator_functions o))
                    OR (p_kind = 'operator' AND p.prosecdef))

@@ -48,7 +48,7 @@ BEGIN
     (26, '0026_error_text', '45325c66277657a4b00afd65a566920d24280814f65a79bb40f0ec4d5b6bf369'),
     (27, '0027_handle_queue', 'ddf8ab0ed04202fa32118c7bcabeaeece877b84138249dfdb14bd4f0b1567827'),
     (28, '0028_distributed', '278103fa8f5fe85a2dc47491463c641df0aa1cb9c90b13341376c2b93cde0fef'),
-    (29, '0029_limits', 'e4820a172da7a1db0f01338299b49c9e6eac7aa9d324d378f27b601a1abcd9d3'),
+    (29, '0029_limits', '5658069d1b4dc156f66c483d986868c243a1edd87d6266fefbbb6783b19c75b1'),
     (30, '0030_dependencies', '312f0cc0b4da816a285caf63db3db11ad82c27964ce25cf3a87cad383b248970')) AS k(version, name, checksum)
       ON k.version = v.version
    WHERE v.checksum <> k.checksum ORDER BY v.version LIMIT 1;
@@ -10390,7 +10390,8 @@ VALUES ('job_cancel'), ('job_retry'), ('jobs_prune'), ('retention_set'), ('reten
        ('enqueue_many_unchecked'), ('enqueue_one'), ('limit_set'), ('limit_remove');
 
 -- As before, with the operators' functions read from
--- operator_functions and the limits readable by every role.
+-- operator_functions, and the limits (limits_status) and why a job waits
+-- (job_waits_for, step 0030) readable by every role.
 CREATE OR REPLACE FUNCTION skiplock.grant_role(p_role text, p_kind text) RETURNS void
 LANGUAGE plpgsql AS $fn$
 DECLARE
@@ -10429,7 +10430,7 @@ BEGIN
                                  'check_claim_args', 'lease_check_args', 'lease_check_reserved',
                                  'keep_until', 'errors_append', 'jobs_matching',
                                  'partition_width', 'workers_seen', 'idle_workers',
-                                 'payload_max')
+                                 'payload_max', 'limits_status', 'job_waits_for')
                    OR (p_kind = 'worker' AND p.prosecdef
                        AND p.proname NOT IN (SELECT o.name FROM skiplock.operator_functions o))
                    OR (p_kind = 'operator' AND p.prosecdef))
@@ -10457,7 +10458,7 @@ SELECT skiplock.grant_role(g.role_name, g.kind) FROM skiplock.granted_roles g
  WHERE EXISTS (SELECT 1 FROM pg_roles x WHERE x.rolname = g.role_name);
 $skiplock_step$;
     INSERT INTO skiplock.schema_version (version, name, checksum)
-    VALUES (29, '0029_limits', 'e4820a172da7a1db0f01338299b49c9e6eac7aa9d324d378f27b601a1abcd9d3');
+    VALUES (29, '0029_limits', '5658069d1b4dc156f66c483d986868c243a1edd87d6266fefbbb6783b19c75b1');
   END IF;
 END
 $skiplock_install$;
