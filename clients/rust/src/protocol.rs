@@ -35,8 +35,8 @@ fn claim_args(c: &ClaimArgs<'_>) -> Result<String, Error> {
         Some(q) => sql::text_array(q)?,
         None => "NULL".to_string(),
     };
-    Ok(format!("{}, {}, {}, {}, {}", sql::text(c.owner)?, sql::text_array(c.kinds)?, queues,
-               c.n, sql::interval(c.lease)))
+    Ok(format!("owner => {}, kinds => {}, queues => {}, n => {}, lease => {}", sql::text(c.owner)?,
+               sql::text_array(c.kinds)?, queues, c.n, sql::interval(c.lease)))
 }
 
 /// The most characters of an attempt's error the job's history keeps
@@ -72,13 +72,15 @@ fn outcome_arrays(done: &[Finished]) -> Result<String, Error> {
         errors.push(err);
         after.push(ms.min(i64::MAX as u128) as i64);
     }
-    Ok(format!("{}, {}, {}, {}, {}, {}, NULL, NULL, NULL, NULL", sql::bigint_array(&ids),
-               sql::bigint_array(&fencings), sql::literal_array(&outcomes, "text")?,
-               sql::literal_array(&results, "jsonb")?, sql::literal_array(&errors, "text")?,
-               sql::bigint_array(&after)))
+    Ok(format!("ids => {}, fencings => {}, outcomes => {}, results => {}, errors => {}, \
+                retry_after_ms => {}, deferred => NULL, backoffs => NULL, \
+                backoff_bases_ms => NULL, backoff_caps_ms => NULL",
+               sql::bigint_array(&ids), sql::bigint_array(&fencings),
+               sql::literal_array(&outcomes, "text")?, sql::literal_array(&results, "jsonb")?,
+               sql::literal_array(&errors, "text")?, sql::bigint_array(&after)))
 }
 
-/// The handles' queues (protocol 2, schema step 0027), passed by name last.
+/// The handles' queues (protocol 2, schema step 0027).
 fn outcome_queues(done: &[Finished]) -> Result<String, Error> {
     let queues: Vec<Option<String>> = done.iter().map(|f| Some(f.queue.clone())).collect();
     Ok(format!("job_queues => {}", sql::literal_array(&queues, "text")?))
@@ -156,7 +158,8 @@ pub async fn heartbeat<C: GenericClient + Sync>(
     let ids: Vec<i64> = claims.iter().map(|x| x.0).collect();
     let fencings: Vec<i64> = claims.iter().map(|x| x.1).collect();
     let queues: Vec<Option<String>> = claims.iter().map(|x| Some(x.2.clone())).collect();
-    let q = format!("SELECT id, extended FROM skiplock.heartbeat({}, {}, {}, {})",
+    let q = format!("SELECT id, extended FROM skiplock.heartbeat(ids => {}, fencings => {}, \
+                     lease => {}, job_queues => {})",
                     sql::bigint_array(&ids), sql::bigint_array(&fencings), sql::interval(lease),
                     sql::literal_array(&queues, "text")?);
     let rows = select(c.client(), &q).await?;
@@ -165,7 +168,7 @@ pub async fn heartbeat<C: GenericClient + Sync>(
 
 /// Ends up to `n` expired leases; returns how many.
 pub async fn rescue<C: GenericClient + Sync>(c: &C, n: u32) -> Result<usize, Error> {
-    Ok(select(c.client(), &format!("SELECT id FROM skiplock.rescue({})", n)).await?.len())
+    Ok(select(c.client(), &format!("SELECT id FROM skiplock.rescue(n => {})", n)).await?.len())
 }
 
 /// The oldest schema step this client works with: `job_complete` (step
@@ -211,7 +214,8 @@ pub async fn complete<C: GenericClient + Sync>(
     fencing: i64,
     result: &serde_json::Value,
 ) -> Result<(), Error> {
-    let q = format!("SELECT skiplock.complete({}, {}, {})", id, fencing, sql::jsonb(result)?);
+    let q = format!("SELECT skiplock.complete(id => {}, fencing => {}, result => {})", id, fencing,
+                    sql::jsonb(result)?);
     match select(c.client(), &q).await?.first().and_then(|r| r.get(0)) {
         Some("completed") => Ok(()),
         _ => Err(Error::Fenced { id, fencing }),
@@ -227,8 +231,8 @@ pub async fn fail<C: GenericClient + Sync>(
     error: &str,
     retryable: bool,
 ) -> Result<String, Error> {
-    let q = format!("SELECT skiplock.fail({}, {}, {}, {})", id, fencing, sql::text(error)?,
-                    retryable);
+    let q = format!("SELECT skiplock.fail(id => {}, fencing => {}, error => {}, retryable => {})",
+                    id, fencing, sql::text(error)?, retryable);
     match select(c.client(), &q).await?.first().and_then(|r| r.get(0)) {
         Some("fenced_out") | None => Err(Error::Fenced { id, fencing }),
         Some(s) => Ok(s.to_string()),
@@ -240,8 +244,8 @@ pub async fn fail<C: GenericClient + Sync>(
 /// [`Error::Fenced`] (SQLSTATE SK001) unless the claim is current; the
 /// transaction must then roll back.
 pub async fn job_fence<C: GenericClient + Sync>(c: &C, job: &Job) -> Result<(), Error> {
-    let q = format!("SELECT skiplock.job_fence({}, {}, {})", job.id, job.fencing,
-                    sql::text(&job.queue)?);
+    let q = format!("SELECT skiplock.job_fence(id => {}, fencing => {}, queue => {})", job.id,
+                    job.fencing, sql::text(&job.queue)?);
     fenced(select(c.client(), &q).await, job).map(|_| ())
 }
 
@@ -256,8 +260,9 @@ pub async fn job_complete<C: GenericClient + Sync>(
     job: &Job,
     result: &serde_json::Value,
 ) -> Result<(), Error> {
-    let q = format!("SELECT skiplock.job_complete({}, {}, {}, {})", job.id, job.fencing,
-                    sql::jsonb(result)?, sql::text(&job.queue)?);
+    let q = format!("SELECT skiplock.job_complete(id => {}, fencing => {}, result => {}, \
+                     queue => {})",
+                    job.id, job.fencing, sql::jsonb(result)?, sql::text(&job.queue)?);
     fenced(select(c.client(), &q).await, job).map(|_| ())
 }
 
