@@ -107,5 +107,5 @@ pub fn enqueue_many_sql(jobs: &[JobSpec], token: Option<&str>) -> Result<String,
             format!("{} => {}", NAMES[k], a)
         });
     }
-    Ok(format!("SELECT skiplock.enqueue_many({})::text", args.join(", ")))
+    Ok(format!("SELECT skiplock.enqueue_many({named})::text", named = args.join(", ")))
 }

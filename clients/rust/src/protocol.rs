@@ -125,12 +125,15 @@ pub async fn exchange<C: GenericClient + Sync>(
         (true, None) => return Ok((vec![], vec![])),
         (true, Some(a)) => format!("SELECT 'claimed', id, 'running', queue, kind, payload::text, \
                                     attempt, max_attempts, fencing, timeout_ms, priority \
-                                    FROM skiplock.claim({})", claim_args(a)?),
-        (false, None) => format!("SELECT 'recorded', id, state FROM skiplock.record({}, {})",
-                                 outcome_arrays(done)?, outcome_queues(done)?),
-        (false, Some(a)) => format!("SELECT {} FROM skiplock.record_claim({}, {}, {})", COLUMNS,
-                                    outcome_arrays(done)?, claim_args(a)?,
-                                    outcome_queues(done)?),
+                                    FROM skiplock.claim({claim})", claim = claim_args(a)?),
+        (false, None) => format!("SELECT 'recorded', id, state \
+                                  FROM skiplock.record({outcomes}, {queues})",
+                                 outcomes = outcome_arrays(done)?,
+                                 queues = outcome_queues(done)?),
+        (false, Some(a)) => format!("SELECT {} FROM skiplock.record_claim({outcomes}, {claim}, \
+                                     {queues})", COLUMNS,
+                                    outcomes = outcome_arrays(done)?, claim = claim_args(a)?,
+                                    queues = outcome_queues(done)?),
     };
     let (mut recorded, mut jobs) = (vec![], vec![]);
     for r in select(c.client(), &q).await? {
@@ -304,7 +307,68 @@ pub fn fenced<T>(r: Result<T, Error>, job: &Job) -> Result<T, Error> {
 
 #[cfg(test)]
 mod tests {
-    use super::{error_text, ERROR_CHARS};
+    use super::{claim_args, error_text, outcome_arrays, outcome_queues, ClaimArgs, ERROR_CHARS};
+    use crate::job::{Finished, Outcome};
+    use crate::{enqueue_many_sql, enqueue_sql, EnqueueOptions, JobSpec};
+    use std::time::Duration;
+
+    /// The top-level arguments of a list (quotes and brackets skipped).
+    fn arguments(list: &str) -> Vec<String> {
+        let (mut out, mut cur, mut depth, mut quoted) = (vec![], String::new(), 0, false);
+        for c in list.chars() {
+            match c {
+                '\'' => quoted = !quoted,
+                '(' | '[' if !quoted => depth += 1,
+                ')' | ']' if !quoted => depth -= 1,
+                ',' if !quoted && depth == 0 => {
+                    out.push(cur.trim().to_string());
+                    cur.clear();
+                    continue;
+                }
+                _ => {}
+            }
+            cur.push(c);
+        }
+        out.push(cur.trim().to_string());
+        out
+    }
+
+    fn assert_named(list: &str, names: &[&str]) {
+        let got: Vec<String> = arguments(list).iter()
+            .map(|a| a.split_once(" => ").map_or(format!("by position: {}", a), |(n, _)| n.into()))
+            .collect();
+        assert_eq!(got, names, "{}", list);
+    }
+
+    /// The argument list of the skiplock.* call in a statement.
+    fn call_args(q: &str) -> &str {
+        let open = q.find("skiplock.").and_then(|i| q[i..].find('(').map(|j| i + j + 1)).unwrap();
+        let close = q.rfind(')').unwrap();
+        &q[open..close]
+    }
+
+    #[test]
+    fn the_lists_built_by_code_name_every_argument() {
+        let kinds = vec!["k".to_string()];
+        let a = ClaimArgs { owner: "w", kinds: &kinds, queues: None, n: 2, lease: Duration::from_secs(30) };
+        assert_named(&claim_args(&a).unwrap(), &["owner", "kinds", "queues", "n", "lease"]);
+        let done = [Finished { id: 1, fencing: 2, queue: "q".into(), outcome: Outcome::Ok(1.into()) },
+                    Finished { id: 3, fencing: 4, queue: "q".into(),
+                               outcome: Outcome::Retry { error: "e".into(), after: None } }];
+        assert_named(&outcome_arrays(&done).unwrap(),
+                     &["ids", "fencings", "outcomes", "results", "errors", "retry_after_ms",
+                       "deferred", "backoffs", "backoff_bases_ms", "backoff_caps_ms"]);
+        assert_named(&outcome_queues(&done).unwrap(), &["job_queues"]);
+        let o = EnqueueOptions { queue: Some("q".into()), priority: Some(1),
+                                 timeout: Some(Duration::from_secs(1)), ..Default::default() };
+        assert_named(call_args(&enqueue_sql("k", &serde_json::json!({"a": [1, 2]}), &o).unwrap()),
+                     &["kind", "payload", "queue", "priority", "timeout"]);
+        let jobs = [JobSpec::new("k", serde_json::json!({})).with(o)];
+        assert_named(call_args(&enqueue_many_sql(&jobs, Some("t")).unwrap()),
+                     &["p_token", "p_kinds", "p_payloads", "p_queues", "p_run_ats", "p_delays_ms",
+                       "p_priorities", "p_unique_keys", "p_max_attempts", "p_timeouts",
+                       "p_backoff_bases", "p_backoff_caps", "p_backoffs"]);
+    }
 
     #[test]
     fn an_error_is_recorded_without_nul_and_cut_on_a_character() {
