@@ -43,8 +43,8 @@ _JOB_JSON = ("json_build_array(id, queue, kind, payload, attempt, max_attempts, 
 _QUEUES = "job_queues => %s::text[]"
 _RECORD_CLAIM = (f"SELECT (json_agg(id) FILTER (WHERE row_type = 'recorded'))::text, "
                  f"(json_agg({_JOB_JSON}) FILTER (WHERE row_type = 'claimed'))::text "
-                 f"FROM skiplock.record_claim({_OUTCOME_ARRAYS}, deferred => NULL, backoffs => NULL, "
-                 f"backoff_bases_ms => NULL, backoff_caps_ms => NULL, "
+                 f"FROM skiplock.record_claim({_OUTCOME_ARRAYS}, deferred => NULL, "
+                 f"backoffs => NULL, backoff_bases_ms => NULL, backoff_caps_ms => NULL, "
                  f"{_CLAIM_ARGS}, {_QUEUES})")
 _CLAIM = f"SELECT NULL::text, json_agg({_JOB_JSON})::text FROM skiplock.claim({_CLAIM_ARGS})"
 _RECORD = (f"SELECT json_agg(id)::text, NULL::text "
