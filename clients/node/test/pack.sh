@@ -95,7 +95,7 @@ for mode in direct pooled; do
 	quick_start quick-start.cjs "$db" "$url" 2 "$mode"
 	grep -qx "schema at step $NEWEST" "$TMP/quick-start.cjs.out" &&
 		pass "quick-start.cjs [$mode]: init() from require" || fail "quick-start.cjs [$mode]: $(cat "$TMP/quick-start.cjs.out")"
-	if in_app env DATABASE_URL="$url" node app.mjs >"$TMP/app.out" 2>&1; then
+	if (export DATABASE_URL=$url; in_app node app.mjs) >"$TMP/app.out" 2>&1; then
 		pass "app.mjs [$mode]: $(tail -n 1 "$TMP/app.out")"
 	else
 		fail "app.mjs [$mode]: $(tail -n 20 "$TMP/app.out")"
