@@ -11,8 +11,9 @@
 # database directly and another through PgBouncer (transaction mode):
 #   * `python -m skiplock init --url …` installs the schema (one row per
 #     step);
-#   * app.py enqueues a job in its own transaction and a worker completes
-#     it with its result; no idle-in-transaction session is left;
+#   * app.py (tests/cli/first_job/app.py, what bench/first-job times)
+#     enqueues a job in its own transaction and a worker completes it with
+#     its result; no idle-in-transaction session is left;
 # the package imported is the environment's, with the tree's
 # sql/install.sql and py.typed; mypy --strict checks app.py against the
 # installed package's annotations (the wheel's).
@@ -34,52 +35,20 @@ else
 fi
 version=$(sed -n 's/^version = "\(.*\)"$/\1/p' "$HERE/pyproject.toml")
 
-mkdir "$APP"
-cat >"$APP/app.py" <<'EOF'
-"""A first job: enqueued in the app's transaction, completed by a worker."""
-import os
-import threading
-from typing import Any, Dict
-
-import psycopg
-
-import skiplock
-
-URL = os.environ["DATABASE_URL"]
-handled = threading.Event()
-
-
-def greet(job: skiplock.Job, ctx: skiplock.JobContext) -> Dict[str, Any]:
-    handled.set()
-    return {"greeted": job.payload["name"]}
-
-
-with psycopg.connect(URL, prepare_threshold=None) as conn:
-    with conn.transaction():
-        job_id = skiplock.enqueue(conn, "greet", {"name": "a new user"})
-
-worker = skiplock.Worker(URL, {"greet": greet}, concurrency=1, poll_interval=0.1)
-worker.start_thread()
-ran = handled.wait(30)
-worker.stop_thread(timeout=10)
-print(f"job {job_id} {'handled' if ran else 'not handled'}")
-EOF
-
 # in_app VENV [NAME=VALUE...] CMD...: CMD in the app's directory, with only
 # the environment's bin and sh on PATH
 only_on_path sh
 in_app() { local venv=$1; shift; (cd "$APP" && env PATH="$venv/bin:$TMP/path" "$@"); }
 
-# venv_with ARTEFACT [PIP-OPTION...]: a fresh environment holding ARTEFACT;
-# sets VENV
+# venv_with ARTEFACT [PIP-OPTION...]: a fresh environment holding ARTEFACT,
+# and the app (app.py); sets VENV
 venv_with() {
 	local what=${1##*/}
 	VENV=$TMP/venv-$what
-	if "$PY" -m venv --system-site-packages "$VENV" >"$TMP/venv.log" 2>&1 &&
-		in_app "$VENV" python -m pip install --quiet --no-index --no-deps "$@" >"$TMP/pip.log" 2>&1; then
+	if fj_python_app "$VENV" "$APP" "$@" >"$TMP/pip.log" 2>&1; then
 		pass "$what: $(echo pip install --no-index --no-deps "${@:2}") into a fresh environment"
 	else
-		fail "$what: installing: $(cat "$TMP/venv.log" "$TMP/pip.log")"
+		fail "$what: installing: $(cat "$TMP/pip.log")"
 	fi
 }
 

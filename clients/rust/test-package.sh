@@ -7,11 +7,12 @@
 # the one the guide gives (Debian's crates in /usr/share/cargo/registry,
 # net.offline), and PATH has Debian's toolchain and no skiplock binary.
 # On an empty database directly and another through PgBouncer
-# (transaction mode), its program (`cargo run`) installs the schema with
-# skiplock::init (one row per step), enqueues a job in its transaction and
-# a worker completes it with its result; no idle-in-transaction session is
-# left.  The unpacked crate's own command, `cargo run --example init`,
-# installs the schema too, and the .crate holds the tree's sql/install.sql.
+# (transaction mode), its program (`cargo run`; tests/cli/first_job/main.rs,
+# what bench/first-job times) installs the schema with skiplock::init (one
+# row per step), enqueues a job in its transaction and a worker completes
+# it with its result; no idle-in-transaction session is left.  The
+# unpacked crate's own command, `cargo run --example init`, installs the
+# schema too, and the .crate holds the tree's sql/install.sql.
 #
 # Packing does not build the crate (--no-verify): this test's build of the
 # unpacked crate is that check.  The builds share the target directory of
@@ -36,71 +37,12 @@ tar -xzf "$TMP/dist/skiplock-$version.crate" -C "$TMP/crate"
 CRATE=$TMP/crate/skiplock-$version
 installer_steps "$CRATE/sql/install.sql"
 
-mkdir -p "$TMP/cargo-home" "$APP/src"
-cp "$HERE/.cargo/config.toml" "$TMP/cargo-home/config.toml"
-cat >"$APP/Cargo.toml" <<EOF
-[package]
-name = "skiplock-first-job"
-version = "0.1.0"
-edition = "2021"
+fj_cargo_home "$TMP/cargo-home"
+fj_rust_app "$APP" "$CRATE"
 
-[dependencies]
-skiplock = { path = "$CRATE" }
-serde_json = "1"
-tokio = { version = "1", features = ["rt-multi-thread", "macros", "sync", "time"] }
-tokio-postgres = "0.7"
-EOF
-cat >"$APP/src/main.rs" <<'EOF'
-//! A first job: the schema installed by the crate, a job enqueued in the
-//! app's transaction and completed by a worker.
-use serde_json::json;
-use skiplock::{enqueue, EnqueueOptions, Worker};
-use std::{sync::Arc, time::Duration};
-use tokio::sync::Notify;
-use tokio_postgres::NoTls;
-
-#[tokio::main]
-async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let url = std::env::var("DATABASE_URL")?;
-    let (mut client, conn) = tokio_postgres::connect(&url, NoTls).await?;
-    tokio::spawn(conn);
-    println!("schema at step {}", skiplock::init(&client).await?);
-
-    let tx = client.transaction().await?;
-    let id = enqueue(&tx, "greet", &json!({ "name": "a new user" }), &EnqueueOptions::default())
-        .await?;
-    tx.commit().await?;
-
-    let handled = Arc::new(Notify::new());
-    let signal = handled.clone();
-    let worker = Worker::builder(url)
-        .concurrency(1)
-        .poll_interval(Duration::from_millis(100))
-        .handler("greet", move |job, _cancel| {
-            let signal = signal.clone();
-            async move {
-                signal.notify_one();
-                Ok(json!({ "greeted": job.payload["name"] }))
-            }
-        })
-        .build()?
-        .start()
-        .await?;
-    tokio::time::timeout(Duration::from_secs(30), handled.notified()).await?;
-    worker.shutdown().await?;
-    println!("job {} handled", id);
-    Ok(())
-}
-EOF
-
-# cargo_in DIR ARGS...: Debian's cargo in DIR, as the new project's user runs it
-cargo_in() {
-	local dir=$1
-	shift
-	(cd "$dir" && env PATH=/usr/bin:/bin CARGO_HOME="$TMP/cargo-home" \
-		CARGO_TARGET_DIR="$HERE/target" CARGO=/usr/bin/cargo RUSTC=/usr/bin/rustc \
-		RUSTDOC=/usr/bin/rustdoc /usr/bin/cargo "$@")
-}
+# cargo_in DIR ARGS...: Debian's cargo in DIR, as the new project's user runs
+# it, with the target directory of client.rust.build
+cargo_in() { CARGO_TARGET_DIR="$HERE/target" fj_cargo "$TMP/cargo-home" "$@"; }
 
 if cargo_in "$APP" build --release --quiet >"$TMP/build.log" 2>&1; then
 	pass "cargo build of a new project depending on the unpacked crate, offline"

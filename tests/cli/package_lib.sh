@@ -3,7 +3,10 @@
 # client.python.pack, client.rust.pack): a client's artefact installed
 # outside the tree, used directly and through PgBouncer.  Sourced after
 # tests/cli/lib.sh (MODE direct: its database, $DB, is the direct one);
-# adds a second database, $POOLED_DB, reached through the pooler.
+# adds a second database, $POOLED_DB, reached through the pooler, and the
+# installing helpers of tests/cli/first_job/lib.sh (fj_*).
+# shellcheck source=tests/cli/first_job/lib.sh
+. "$SKL_SOURCE_DIR/tests/cli/first_job/lib.sh"
 POOLED_DB=${DB}_pooled
 admin -c "CREATE DATABASE \"$POOLED_DB\"" >/dev/null
 trap 'cleanup; admin -c "DROP DATABASE IF EXISTS \"$POOLED_DB\" WITH (FORCE)" >/dev/null 2>&1' EXIT

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# The benchmark step scripts (bench/fleet, bench/backlog, bench/soak) and
-# bench/run's options for them: --help prints the usage and exits 0; bad
-# input exits 2 with one line on stderr naming the option, before anything
-# starts (no cluster, no build, no results).
+# The benchmark step scripts (bench/fleet, bench/backlog, bench/soak),
+# bench/run's options for them, and bench/first-job: --help prints the
+# usage and exits 0; bad input exits 2 with one line on stderr naming the
+# option, before anything starts (no cluster, no build, no results).
 set -u
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd -P)
 FAILS=0
@@ -49,6 +49,15 @@ bad soak "--minutes needs a whole number" --minutes 0
 bad soak "--retain needs a duration" --retain 5
 bad soak "--live-table needs schema.table" --live-table jobs
 bad soak "--interval must not exceed" --minutes 1 --interval 120
+CHECKS=$((CHECKS + 1))
+out=$("$ROOT/bench/first-job" --help 2>&1) && [[ $out == "bench/first-job ["* ]] && grep -q -- '--url URL' <<<"$out" &&
+	pass "first-job --help" || fail "first-job --help: '${out%%$'\n'*}'"
+bad first-job "unknown argument --bogus" --bogus
+bad first-job "unknown argument ruby" ruby
+bad first-job "--reps needs a value" --reps
+bad first-job "--reps needs a whole number" --reps 0
+bad first-job "--url needs postgresql://" --url "host=db dbname=app"
+bad first-job "--results needs a value" node --results
 CHECKS=$((CHECKS + 1))
 out=$("$ROOT/bench/run" --help 2>&1)
 if grep -q -- '--soak ARGS' <<<"$out" && grep -q 'fleet, backlog, cron, baseline, soak' <<<"$out"; then pass "bench/run --help names the steps"

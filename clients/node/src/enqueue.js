@@ -35,21 +35,21 @@ export function enqueueStatement(kind, payload, opts = {}) {
   return { text: `SELECT skiplock.enqueue(${named.join(', ')}) AS id`, values };
 }
 
-// A batch: skiplock.enqueue_many's arrays, one element per job, in the
-// order of its arguments; the durations in milliseconds.
+// A batch: skiplock.enqueue_many's arrays, one element per job, each
+// [job field, argument, element type, value]; the durations in milliseconds.
 const MANY = [
-  ['kind', 'text', (j) => j.kind],
-  ['payload', 'jsonb', (j) => JSON.stringify(j.payload === undefined ? {} : j.payload)],
-  ['queue', 'text', (j) => j.queue],
-  ['runAt', 'timestamptz', (j) => ARGS.runAt[2](j.runAt)],
-  [null, 'bigint', () => null], // delays: runAt says when
-  ['priority', 'int', (j) => Number(j.priority)],
-  ['uniqueKey', 'text', (j) => String(j.uniqueKey)],
-  ['maxAttempts', 'int', (j) => Number(j.maxAttempts)],
-  ['timeout', 'int', (j) => Math.round(toMs(j.timeout, 'timeout'))],
-  ['backoffBase', 'int', (j) => Math.round(toMs(j.backoffBase, 'backoffBase'))],
-  ['backoffCap', 'int', (j) => Math.round(toMs(j.backoffCap, 'backoffCap'))],
-  ['backoff', 'text', (j) => String(j.backoff)],
+  ['kind', 'p_kinds', 'text', (j) => j.kind],
+  ['payload', 'p_payloads', 'jsonb', (j) => JSON.stringify(j.payload === undefined ? {} : j.payload)],
+  ['queue', 'p_queues', 'text', (j) => j.queue],
+  ['runAt', 'p_run_ats', 'timestamptz', (j) => ARGS.runAt[2](j.runAt)],
+  [null, 'p_delays_ms', 'bigint', () => null], // delays: runAt says when
+  ['priority', 'p_priorities', 'int', (j) => Number(j.priority)],
+  ['uniqueKey', 'p_unique_keys', 'text', (j) => String(j.uniqueKey)],
+  ['maxAttempts', 'p_max_attempts', 'int', (j) => Number(j.maxAttempts)],
+  ['timeout', 'p_timeouts', 'int', (j) => Math.round(toMs(j.timeout, 'timeout'))],
+  ['backoffBase', 'p_backoff_bases', 'int', (j) => Math.round(toMs(j.backoffBase, 'backoffBase'))],
+  ['backoffCap', 'p_backoff_caps', 'int', (j) => Math.round(toMs(j.backoffCap, 'backoffCap'))],
+  ['backoff', 'p_backoffs', 'text', (j) => String(j.backoff)],
 ];
 
 function checkJob(j, i) {
@@ -73,10 +73,10 @@ export function enqueueManyStatement(jobs, opts = {}) {
     if (key !== 'token') throw new TypeError(`enqueueMany: unknown option ${JSON.stringify(key)}`);
   }
   const values = [opts.token ?? null];
-  const args = ['$1::text'];
-  for (const [key, type, conv] of MANY) {
+  const args = ['p_token => $1::text'];
+  for (const [key, arg, type, conv] of MANY) {
     values.push(jobs.map((j) => (key !== null && j[key] !== undefined && j[key] !== null ? conv(j) : null)));
-    args.push(`$${values.length}::${type}[]`);
+    args.push(`${arg} => $${values.length}::${type}[]`);
   }
   return { text: `SELECT skiplock.enqueue_many(${args.join(', ')})::text[] AS ids`, values };
 }
@@ -126,7 +126,7 @@ function fencedFor(err, job) {
 export async function jobFence(db, job) {
   checkDb(db);
   try {
-    await db.query('SELECT skiplock.job_fence($1, $2, $3::text)', [job.id, job.fencing, job.queue ?? null]);
+    await db.query('SELECT skiplock.job_fence(id => $1, fencing => $2, queue => $3::text)', [job.id, job.fencing, job.queue ?? null]);
   } catch (err) {
     throw fencedFor(err, job);
   }
@@ -143,7 +143,7 @@ export async function jobComplete(db, job, result) {
   checkDb(db);
   const text = result === undefined ? null : JSON.stringify(result) ?? null;
   try {
-    await db.query('SELECT skiplock.job_complete($1, $2, $3::jsonb, $4::text)',
+    await db.query('SELECT skiplock.job_complete(id => $1, fencing => $2, result => $3::jsonb, queue => $4::text)',
       [job.id, job.fencing, text, job.queue ?? null]);
   } catch (err) {
     throw fencedFor(err, job);

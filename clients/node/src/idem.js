@@ -17,10 +17,12 @@ import { toMs } from './duration.js';
 const BYTES_MAX = 255; // a key, a fingerprint (the schema's limits)
 const RESPONSE_MAX = 65536;
 const CLAIM = `SELECT outcome, response_code, response_body::text AS response_body, holder
-                 FROM skiplock.idem_claim($1, $2, $3::interval, $4::interval)`;
+                 FROM skiplock.idem_claim(key => $1, request_hash => $2, ttl => $3::interval,
+                                           recovery => $4::interval)`;
 // The body as PostgreSQL prints it: the first answer and every replay are the same bytes.
-const COMPLETE = 'SELECT skiplock.idem_complete($1, $2::int, $3::jsonb, $4::text), $3::jsonb::text AS body';
-const RELEASE = 'SELECT skiplock.idem_release($1, $2::text)';
+const COMPLETE = 'SELECT skiplock.idem_complete(key => $1, response_code => $2::int, response_body => $3::jsonb, ' +
+  'holder => $4::text), $3::jsonb::text AS body';
+const RELEASE = 'SELECT skiplock.idem_release(key => $1, holder => $2::text)';
 
 function bytes(v, what) {
   if (typeof v !== 'string') throw new TypeError(`${what}: expected a string, got ${typeof v}`);

@@ -20,12 +20,12 @@ import { classify, LeaseLostError, TransientError } from './errors.js';
 import { checkDb, jitter, now, sleep, timedQuery } from './db.js';
 import { leaseOptions } from './lease-options.js';
 
-const ACQUIRE = "SELECT skiplock.lease_acquire($1, $2, $3::interval)::text AS fencing";
+const ACQUIRE = 'SELECT skiplock.lease_acquire(name => $1, owner => $2, ttl => $3::interval)::text AS fencing';
 const HOLDER = `SELECT owner, greatest(0, ceil(extract(epoch FROM expires_at - clock_timestamp()) * 1000))::float8 AS ms
                   FROM skiplock.leases WHERE name = $1 AND expires_at > clock_timestamp()`;
-const RENEW = 'SELECT skiplock.lease_renew($1, $2, $3::bigint, $4::interval) AS renewed';
-const RELEASE = 'SELECT skiplock.lease_release($1, $2, $3::bigint) AS released';
-const FENCE = 'SELECT skiplock.lease_fence($1, $2::bigint)';
+const RENEW = 'SELECT skiplock.lease_renew(name => $1, owner => $2, fencing => $3::bigint, ttl => $4::interval) AS renewed';
+const RELEASE = 'SELECT skiplock.lease_release(name => $1, owner => $2, fencing => $3::bigint) AS released';
+const FENCE = 'SELECT skiplock.lease_fence(name => $1, fencing => $2::bigint)';
 const RELEASE_TRIES = 3;
 
 export class Lease {

@@ -46,15 +46,18 @@ function outcomeArrays(outs) {
   ];
 }
 
-// The handle is (queue, id, fencing) since protocol 2 (schema step 0027):
-// the jobs' queues go by name, last, so that each outcome finds its job
-// where it lives.
-const RECORD_ARGS = '$1::bigint[], $2::bigint[], $3::text[], $4::text[]::jsonb[], $5::text[], $6::bigint[]';
+// Every argument goes by name, so that an argument added to a function
+// shifts nothing.  The handle is (queue, id, fencing) since protocol 2
+// (schema step 0027): job_queues lets each outcome find its job where it
+// lives.
+const RECORD_ARGS = 'ids => $1::bigint[], fencings => $2::bigint[], outcomes => $3::text[], ' +
+  'results => $4::text[]::jsonb[], errors => $5::text[], retry_after_ms => $6::bigint[]';
 const RECORD_QUEUES = 'job_queues => $7::text[]';
 
 export async function claim(db, c, n) {
   const { rows } = await db.query(
-    `SELECT ${CLAIM_COLS} FROM skiplock.claim($1, $2::text[], $3::text[], $4, $5::interval)`,
+    `SELECT ${CLAIM_COLS} FROM skiplock.claim(owner => $1, kinds => $2::text[], queues => $3::text[], n => $4,
+       lease => $5::interval)`,
     [c.owner, c.kinds, c.queues, n, c.leaseInterval]);
   return rows.map(toJob);
 }
@@ -70,7 +73,9 @@ export async function record(db, outs) {
 export async function recordClaim(db, outs, c, n) {
   const { rows } = await db.query(
     `SELECT row_type, ${CLAIM_COLS} FROM skiplock.record_claim(${RECORD_ARGS},
-       NULL, NULL, NULL, NULL, $8, $9::text[], $10::text[], $11, $12::interval, ${RECORD_QUEUES})`,
+       deferred => NULL, backoffs => NULL, backoff_bases_ms => NULL, backoff_caps_ms => NULL,
+       owner => $8, kinds => $9::text[], queues => $10::text[], n => $11, lease => $12::interval,
+       ${RECORD_QUEUES})`,
     [...outcomeArrays(outs), c.owner, c.kinds, c.queues, n, c.leaseInterval]);
   const accepted = new Set(rows.filter((r) => r.row_type === 'recorded').map((r) => r.id));
   const jobs = rows.filter((r) => r.row_type === 'claimed').map(toJob);
@@ -81,7 +86,8 @@ export async function recordClaim(db, outs, c, n) {
  * (false: that claim was lost). */
 export async function heartbeat(db, jobs, leaseInterval) {
   const { rows } = await db.query(
-    'SELECT extended FROM skiplock.heartbeat($1::bigint[], $2::bigint[], $3::interval, $4::text[])',
+    'SELECT extended FROM skiplock.heartbeat(ids => $1::bigint[], fencings => $2::bigint[], ' +
+      'lease => $3::interval, job_queues => $4::text[])',
     [jobs.map((j) => j.id), jobs.map((j) => j.fencing), leaseInterval, jobs.map((j) => j.queue ?? null)]);
   if (rows.length !== jobs.length) throw new Error(`heartbeat: ${rows.length} rows for ${jobs.length} jobs`);
   return rows.map((r) => r.extended);
@@ -114,6 +120,6 @@ export async function checkSchema(db) {
 
 /** Ends expired leases; resolves to how many jobs were given back. */
 export async function rescue(db) {
-  const { rows } = await db.query('SELECT count(*)::int AS n FROM skiplock.rescue(1000)');
+  const { rows } = await db.query('SELECT count(*)::int AS n FROM skiplock.rescue(n => 1000)');
   return rows[0].n;
 }

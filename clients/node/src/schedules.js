@@ -52,7 +52,8 @@ export async function declareSchedules(db, schedules, { force = false } = {}) {
   const json = schedulesJson(schedules);
   let rows;
   try {
-    ({ rows } = await db.query('SELECT name, action, detail FROM skiplock.schedules_declare($1::jsonb, $2::boolean)',
+    ({ rows } = await db.query('SELECT name, action, detail FROM skiplock.schedules_declare(schedules => $1::jsonb, ' +
+      'force => $2::boolean)',
       [json, force]));
   } catch (err) {
     throw classify(err);

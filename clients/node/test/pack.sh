@@ -13,6 +13,8 @@
 #     (require; it runs init() itself) each complete a job with its result
 #     and discard a failing one, whose stack is on the app's stderr; both
 #     stop on SIGTERM with exit 0; no idle-in-transaction session is left;
+#   * the first-job app (tests/cli/first_job/app.mjs, what bench/first-job
+#     times) enqueues a job in its transaction, a worker completes it;
 # require('skiplock') and import('skiplock') are the same module; tsc
 # type-checks a typed app (test/pack/typed-app.*), ESM and CommonJS,
 # against the installed types.
@@ -22,8 +24,7 @@ set -- direct
 . "${SKL_SOURCE_DIR:?run under CTest}/tests/cli/lib.sh"
 . "$SKL_SOURCE_DIR/tests/cli/package_lib.sh"
 APP=$TMP/app
-export npm_config_cache=$TMP/npm-cache npm_config_offline=true npm_config_audit=false npm_config_fund=false \
-	npm_config_update_notifier=false
+fj_npm_offline "$TMP/npm-cache"
 
 # the tarball, and what it holds
 tarball=$("$SKL_SOURCE_DIR/scripts/dist" --out "$TMP" node) || fail "scripts/dist node"
@@ -36,11 +37,10 @@ check_eq "the tarball holds no tests, examples or node_modules" \
 	"$(grep -cE '^package/(test|examples|node_modules|bench)/' <<<"$listing")" 0
 
 # the app: the tarball and pg, from files only
-mkdir -p "$APP" "$TMP/deps"
+mkdir -p "$APP"
 echo '{ "name": "quick-start-app", "private": true }' >"$APP/package.json"
-(cd "$HERE" && npm ls --omit=dev --all --parseable | tail -n +2 |
-	xargs npm pack --silent --pack-destination "$TMP/deps") >/dev/null || fail "packing pg and its dependencies"
-if (cd "$APP" && npm install --silent "$TMP/$tarball" "$TMP"/deps/*.tgz) >"$TMP/install.log" 2>&1; then
+fj_node_deps "$TMP/deps" || fail "packing pg and its dependencies"
+if fj_node_app "$APP" "$TMP/$tarball" "$TMP/deps" >"$TMP/install.log" 2>&1; then
 	pass "npm install of the tarball and pg, offline, into $APP"
 else
 	fail "npm install: $(cat "$TMP/install.log")"
@@ -95,6 +95,14 @@ for mode in direct pooled; do
 	quick_start quick-start.cjs "$db" "$url" 2 "$mode"
 	grep -qx "schema at step $NEWEST" "$TMP/quick-start.cjs.out" &&
 		pass "quick-start.cjs [$mode]: init() from require" || fail "quick-start.cjs [$mode]: $(cat "$TMP/quick-start.cjs.out")"
+	if (export DATABASE_URL=$url; in_app node app.mjs) >"$TMP/app.out" 2>&1; then
+		pass "app.mjs [$mode]: $(tail -n 1 "$TMP/app.out")"
+	else
+		fail "app.mjs [$mode]: $(tail -n 20 "$TMP/app.out")"
+	fi
+	check_eq "app.mjs [$mode]: the job completed with its result" \
+		"$(qdb "$db" "SELECT count(*) FROM skiplock.all_jobs WHERE kind = 'greet' AND state = 'completed'
+			AND result = '{\"greeted\": \"a new user\"}'")" 1
 	no_idle_in_tx "[$mode]"
 done
 

@@ -1,9 +1,10 @@
-// No database: the SQLSTATE table, URL rules, enqueue's statement, option
+// No database: the SQLSTATE table, URL rules, enqueue's statements, option
 // checks, and when the cron tick comes.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import {
-  classify, isTransientSqlstate, urlPooler, enqueueStatement, Worker, declareSchedules, MIN_SCHEMA,
+  classify, isTransientSqlstate, urlPooler, enqueueStatement, enqueueManyStatement, Worker, declareSchedules,
+  MIN_SCHEMA,
   TransientError, PermanentError, FencedError,
 } from '../src/index.js';
 import { tickDelay, MIN_MS, BUSY_MAX_MS, IDLE_MAX_MS } from '../src/cron.js';
@@ -49,6 +50,17 @@ test('enqueue statement: named arguments only for the options given', () => {
   assert.throws(() => enqueueStatement('', {}), TypeError);
   assert.throws(() => enqueueStatement('k', {}, { unique: 'x' }), /unknown option "unique"/);
   assert.throws(() => enqueueStatement('k', {}, { timeout: 'soon' }), /timeout: expected/);
+});
+
+test('enqueueMany statement: every array by name', () => {
+  const s = enqueueManyStatement([{ kind: 'mail', payload: { to: 'a' }, priority: 2 }], { token: 't' });
+  assert.equal(s.text, 'SELECT skiplock.enqueue_many(p_token => $1::text, p_kinds => $2::text[], '
+    + 'p_payloads => $3::jsonb[], p_queues => $4::text[], p_run_ats => $5::timestamptz[], '
+    + 'p_delays_ms => $6::bigint[], p_priorities => $7::int[], p_unique_keys => $8::text[], '
+    + 'p_max_attempts => $9::int[], p_timeouts => $10::int[], p_backoff_bases => $11::int[], '
+    + 'p_backoff_caps => $12::int[], p_backoffs => $13::text[])::text[] AS ids');
+  assert.deepEqual(s.values.slice(0, 3), ['t', ['mail'], ['{"to":"a"}']]);
+  assert.deepEqual(s.values[6], [2]);
 });
 
 test('Worker options are checked in the constructor', () => {

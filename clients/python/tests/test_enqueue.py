@@ -2,6 +2,7 @@
 
 import asyncio
 import datetime as dt
+import re
 
 import psycopg
 import pytest
@@ -150,3 +151,27 @@ def test_enqueue_many_bad_input_writes_nothing(db, app_conn):
                                                                   "queue": "q" * 200}])
     assert e.value.sqlstate == "22023"
     assert count(db, "t.mbad") == 0
+
+
+def test_statements_name_every_argument():
+    """The argument lists built by code go by name (the fixed ones are
+    checked by scripts/protocol-manifest --check)."""
+    from skiplock.protocol import enqueue_many_sql, enqueue_sql
+
+    def names(sql):
+        inner = re.sub(r"'[^']*'", "''", sql[sql.index("(") + 1:sql.rindex(")")]) + ","
+        args, depth, start = [], 0, 0
+        for i, c in enumerate(inner):
+            depth += {"(": 1, "[": 1, ")": -1, "]": -1}.get(c, 0)
+            if c == "," and depth == 0:
+                args.append(inner[start:i].strip())
+                start = i + 1
+        assert all(re.match(r"[a-z_]+ => ", a) for a in args), sql
+        return [a.split(" => ")[0] for a in args]
+
+    sql, _ = enqueue_sql("k", {}, {"queue": "q", "delay": 1, "timeout": 2})
+    assert names(sql) == ["kind", "payload", "run_at", "queue", "timeout"]
+    sql, _ = enqueue_many_sql([{"kind": "k", "priority": 1}], token="t")
+    assert names(sql) == ["p_token", "p_kinds", "p_payloads", "p_queues", "p_run_ats",
+                          "p_delays_ms", "p_priorities", "p_unique_keys", "p_max_attempts",
+                          "p_timeouts", "p_backoff_bases", "p_backoff_caps", "p_backoffs"]

@@ -331,6 +331,19 @@ def test_stop_drains_running_jobs_and_claims_no_more(db):
     assert [job(db, i) for i in late] == [("available", 0, 0)] * 2
 
 
+def test_stop_ends_when_the_last_outcome_is_recorded(db):
+    """Not at the next heartbeat (lease / 3) or the shutdown timeout."""
+    [job_id] = enqueue_direct(db, "t.stop_soon")
+    w = skiplock.Worker(URL, {"t.stop_soon": lambda job, ctx: time.sleep(0.3) or "done"},
+                        poll_interval=0.05, lease=30, shutdown_timeout=30)
+    w.start_thread()
+    wait_until(lambda: job(db, job_id)[0] == "running", 30, "claimed")
+    t0 = time.monotonic()
+    w.stop_thread()
+    assert time.monotonic() - t0 < 3
+    assert job(db, job_id, "state, result") == ("completed", "done")
+
+
 def test_stop_timeout_cancels_and_fails_stragglers(db):
     seen = {}
 

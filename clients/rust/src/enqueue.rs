@@ -102,7 +102,7 @@ pub fn enqueue_sql(
     if let Some(b) = o.backoff {
         args.push(format!("backoff => '{}'", b.as_str()));
     }
-    Ok(format!("SELECT skiplock.enqueue({})", args.join(", ")))
+    Ok(format!("SELECT skiplock.enqueue({named})", named = args.join(", ")))
 }
 
 fn run_at(o: &EnqueueOptions) -> Result<Option<String>, Error> {

@@ -84,25 +84,28 @@ fn row(j: &JobSpec, i: usize) -> Result<[Option<String>; 12], Error> {
 pub fn enqueue_many_sql(jobs: &[JobSpec], token: Option<&str>) -> Result<String, Error> {
     const TYPES: [&str; 12] = ["text", "jsonb", "text", "bigint", "bigint", "int", "text", "int",
                                "int", "int", "int", "text"];
+    const NAMES: [&str; 12] = ["p_kinds", "p_payloads", "p_queues", "p_run_ats", "p_delays_ms",
+                               "p_priorities", "p_unique_keys", "p_max_attempts", "p_timeouts",
+                               "p_backoff_bases", "p_backoff_caps", "p_backoffs"];
     let mut cols: Vec<Vec<Option<String>>> = vec![Vec::with_capacity(jobs.len()); 12];
     for (i, j) in jobs.iter().enumerate() {
         for (col, v) in cols.iter_mut().zip(row(j, i)?) {
             col.push(v);
         }
     }
-    let mut args = vec![match token {
+    let mut args = vec![format!("p_token => {}", match token {
         Some(t) => sql::text(t)?,
         None => "NULL::text".to_string(),
-    }];
+    })];
     for (k, col) in cols.iter().enumerate() {
         let a = sql::literal_array(col, TYPES[k])?;
         args.push(if k == 3 {
             // run_at: microseconds since the epoch, as timestamptz, in order
-            format!("ARRAY(SELECT timestamptz 'epoch' + u * interval '1 microsecond' \
-                     FROM unnest({}) WITH ORDINALITY AS t(u, o) ORDER BY o)", a)
+            format!("{} => ARRAY(SELECT timestamptz 'epoch' + u * interval '1 microsecond' \
+                     FROM unnest({}) WITH ORDINALITY AS t(u, o) ORDER BY o)", NAMES[k], a)
         } else {
-            a
+            format!("{} => {}", NAMES[k], a)
         });
     }
-    Ok(format!("SELECT skiplock.enqueue_many({})::text", args.join(", ")))
+    Ok(format!("SELECT skiplock.enqueue_many({named})::text", named = args.join(", ")))
 }

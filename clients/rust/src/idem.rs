@@ -174,8 +174,9 @@ pub async fn claim<C: GenericClient + Sync>(c: &C, key: &str, fp: &Fingerprint,
     check_len("idempotency key", key)?;
     check_options(o)?;
     let q = format!("SELECT outcome, response_code, response_body::text, holder \
-                     FROM skiplock.idem_claim({}, {}, {}, {})", sql::text(key)?, fp.sql()?,
-                    sql::interval(o.ttl), sql::interval(o.recovery));
+                     FROM skiplock.idem_claim(key => {}, request_hash => {}, ttl => {}, \
+                     recovery => {})",
+                    sql::text(key)?, fp.sql()?, sql::interval(o.ttl), sql::interval(o.recovery));
     let rows = select(c.client(), &q).await?;
     let r = rows.first().ok_or_else(|| Error::protocol("idem_claim returned no row"))?;
     Ok(match r.get(0) {
@@ -219,7 +220,8 @@ impl Holder {
                                                bytes", json.len(), max_body)));
         }
         let lit = sql::text(&json)?;
-        let q = format!("SELECT ({}::jsonb)::text, skiplock.idem_complete({}, {}, {}::jsonb, {})",
+        let q = format!("SELECT ({}::jsonb)::text, skiplock.idem_complete(key => {}, \
+                         response_code => {}, response_body => {}::jsonb, holder => {})",
                         lit, sql::text(&self.key)?, status, lit, sql::text(&self.token)?);
         let rows = match select(c.client(), &q).await {
             Err(e) if e.sqlstate() == Some("SK002") => {
@@ -236,8 +238,8 @@ impl Holder {
     /// a failure before any side effect, so a retry may run at once.
     /// [`Error::IdemNotHeld`] when another holder has the key.
     pub async fn release<C: GenericClient + Sync>(&self, c: &C) -> Result<(), Error> {
-        let q = format!("SELECT skiplock.idem_release({}, {})", sql::text(&self.key)?,
-                        sql::text(&self.token)?);
+        let q = format!("SELECT skiplock.idem_release(key => {}, holder => {})",
+                        sql::text(&self.key)?, sql::text(&self.token)?);
         match select(c.client(), &q).await {
             Err(e) if e.sqlstate() == Some("SK002") => {
                 Err(Error::IdemNotHeld { key: self.key.clone() })

@@ -70,8 +70,8 @@ impl Leases {
         check_text("lease name", name)?;
         check_text("lease owner", &self.owner)?;
         check_ttl(ttl)?;
-        let q = format!("SELECT skiplock.lease_acquire({}, {}, {})", sql::text(name)?,
-                        sql::text(&self.owner)?, sql::interval(ttl));
+        let q = format!("SELECT skiplock.lease_acquire(name => {}, owner => {}, ttl => {})",
+                        sql::text(name)?, sql::text(&self.owner)?, sql::interval(ttl));
         let sent = Instant::now();
         let rows = self.slot.call(&q, (ttl / 3).min(CALL_MAX)).await?;
         let fencing = match rows.first().and_then(|r| r.get(0)) {
@@ -176,8 +176,8 @@ impl Lease {
         if self.is_lost() {
             return Err(self.lost_error());
         }
-        let q = format!("SELECT skiplock.lease_fence({}, {})", sql::text(&self.st.name)?,
-                        self.st.fencing);
+        let q = format!("SELECT skiplock.lease_fence(name => {}, fencing => {})",
+                        sql::text(&self.st.name)?, self.st.fencing);
         match select(c.client(), &q).await {
             Err(e) if e.sqlstate() == Some("SK001") => Err(self.lost_error()),
             r => r.map(|_| ()),
@@ -249,8 +249,8 @@ impl Drop for LeaseGuard {
 
 /// `skiplock.lease_release`, retried while transient for up to ttl/10.
 async fn release(slot: &Slot, st: &LeaseState) -> Result<bool, Error> {
-    let q = format!("SELECT skiplock.lease_release({}, {}, {})", sql::text(&st.name)?,
-                    sql::text(&st.owner)?, st.fencing);
+    let q = format!("SELECT skiplock.lease_release(name => {}, owner => {}, fencing => {})",
+                    sql::text(&st.name)?, sql::text(&st.owner)?, st.fencing);
     let bound = call_bound(st.ttl);
     let end = Instant::now() + bound;
     let mut pause = Duration::from_millis(20);

@@ -35,8 +35,8 @@ fn claim_args(c: &ClaimArgs<'_>) -> Result<String, Error> {
         Some(q) => sql::text_array(q)?,
         None => "NULL".to_string(),
     };
-    Ok(format!("{}, {}, {}, {}, {}", sql::text(c.owner)?, sql::text_array(c.kinds)?, queues,
-               c.n, sql::interval(c.lease)))
+    Ok(format!("owner => {}, kinds => {}, queues => {}, n => {}, lease => {}", sql::text(c.owner)?,
+               sql::text_array(c.kinds)?, queues, c.n, sql::interval(c.lease)))
 }
 
 /// The most characters of an attempt's error the job's history keeps
@@ -72,13 +72,15 @@ fn outcome_arrays(done: &[Finished]) -> Result<String, Error> {
         errors.push(err);
         after.push(ms.min(i64::MAX as u128) as i64);
     }
-    Ok(format!("{}, {}, {}, {}, {}, {}, NULL, NULL, NULL, NULL", sql::bigint_array(&ids),
-               sql::bigint_array(&fencings), sql::literal_array(&outcomes, "text")?,
-               sql::literal_array(&results, "jsonb")?, sql::literal_array(&errors, "text")?,
-               sql::bigint_array(&after)))
+    Ok(format!("ids => {}, fencings => {}, outcomes => {}, results => {}, errors => {}, \
+                retry_after_ms => {}, deferred => NULL, backoffs => NULL, \
+                backoff_bases_ms => NULL, backoff_caps_ms => NULL",
+               sql::bigint_array(&ids), sql::bigint_array(&fencings),
+               sql::literal_array(&outcomes, "text")?, sql::literal_array(&results, "jsonb")?,
+               sql::literal_array(&errors, "text")?, sql::bigint_array(&after)))
 }
 
-/// The handles' queues (protocol 2, schema step 0027), passed by name last.
+/// The handles' queues (protocol 2, schema step 0027).
 fn outcome_queues(done: &[Finished]) -> Result<String, Error> {
     let queues: Vec<Option<String>> = done.iter().map(|f| Some(f.queue.clone())).collect();
     Ok(format!("job_queues => {}", sql::literal_array(&queues, "text")?))
@@ -123,12 +125,15 @@ pub async fn exchange<C: GenericClient + Sync>(
         (true, None) => return Ok((vec![], vec![])),
         (true, Some(a)) => format!("SELECT 'claimed', id, 'running', queue, kind, payload::text, \
                                     attempt, max_attempts, fencing, timeout_ms, priority \
-                                    FROM skiplock.claim({})", claim_args(a)?),
-        (false, None) => format!("SELECT 'recorded', id, state FROM skiplock.record({}, {})",
-                                 outcome_arrays(done)?, outcome_queues(done)?),
-        (false, Some(a)) => format!("SELECT {} FROM skiplock.record_claim({}, {}, {})", COLUMNS,
-                                    outcome_arrays(done)?, claim_args(a)?,
-                                    outcome_queues(done)?),
+                                    FROM skiplock.claim({claim})", claim = claim_args(a)?),
+        (false, None) => format!("SELECT 'recorded', id, state \
+                                  FROM skiplock.record({outcomes}, {queues})",
+                                 outcomes = outcome_arrays(done)?,
+                                 queues = outcome_queues(done)?),
+        (false, Some(a)) => format!("SELECT {} FROM skiplock.record_claim({outcomes}, {claim}, \
+                                     {queues})", COLUMNS,
+                                    outcomes = outcome_arrays(done)?, claim = claim_args(a)?,
+                                    queues = outcome_queues(done)?),
     };
     let (mut recorded, mut jobs) = (vec![], vec![]);
     for r in select(c.client(), &q).await? {
@@ -156,7 +161,8 @@ pub async fn heartbeat<C: GenericClient + Sync>(
     let ids: Vec<i64> = claims.iter().map(|x| x.0).collect();
     let fencings: Vec<i64> = claims.iter().map(|x| x.1).collect();
     let queues: Vec<Option<String>> = claims.iter().map(|x| Some(x.2.clone())).collect();
-    let q = format!("SELECT id, extended FROM skiplock.heartbeat({}, {}, {}, {})",
+    let q = format!("SELECT id, extended FROM skiplock.heartbeat(ids => {}, fencings => {}, \
+                     lease => {}, job_queues => {})",
                     sql::bigint_array(&ids), sql::bigint_array(&fencings), sql::interval(lease),
                     sql::literal_array(&queues, "text")?);
     let rows = select(c.client(), &q).await?;
@@ -165,7 +171,7 @@ pub async fn heartbeat<C: GenericClient + Sync>(
 
 /// Ends up to `n` expired leases; returns how many.
 pub async fn rescue<C: GenericClient + Sync>(c: &C, n: u32) -> Result<usize, Error> {
-    Ok(select(c.client(), &format!("SELECT id FROM skiplock.rescue({})", n)).await?.len())
+    Ok(select(c.client(), &format!("SELECT id FROM skiplock.rescue(n => {})", n)).await?.len())
 }
 
 /// The oldest schema step this client works with: `job_complete` (step
@@ -211,7 +217,8 @@ pub async fn complete<C: GenericClient + Sync>(
     fencing: i64,
     result: &serde_json::Value,
 ) -> Result<(), Error> {
-    let q = format!("SELECT skiplock.complete({}, {}, {})", id, fencing, sql::jsonb(result)?);
+    let q = format!("SELECT skiplock.complete(id => {}, fencing => {}, result => {})", id, fencing,
+                    sql::jsonb(result)?);
     match select(c.client(), &q).await?.first().and_then(|r| r.get(0)) {
         Some("completed") => Ok(()),
         _ => Err(Error::Fenced { id, fencing }),
@@ -227,8 +234,8 @@ pub async fn fail<C: GenericClient + Sync>(
     error: &str,
     retryable: bool,
 ) -> Result<String, Error> {
-    let q = format!("SELECT skiplock.fail({}, {}, {}, {})", id, fencing, sql::text(error)?,
-                    retryable);
+    let q = format!("SELECT skiplock.fail(id => {}, fencing => {}, error => {}, retryable => {})",
+                    id, fencing, sql::text(error)?, retryable);
     match select(c.client(), &q).await?.first().and_then(|r| r.get(0)) {
         Some("fenced_out") | None => Err(Error::Fenced { id, fencing }),
         Some(s) => Ok(s.to_string()),
@@ -240,8 +247,8 @@ pub async fn fail<C: GenericClient + Sync>(
 /// [`Error::Fenced`] (SQLSTATE SK001) unless the claim is current; the
 /// transaction must then roll back.
 pub async fn job_fence<C: GenericClient + Sync>(c: &C, job: &Job) -> Result<(), Error> {
-    let q = format!("SELECT skiplock.job_fence({}, {}, {})", job.id, job.fencing,
-                    sql::text(&job.queue)?);
+    let q = format!("SELECT skiplock.job_fence(id => {}, fencing => {}, queue => {})", job.id,
+                    job.fencing, sql::text(&job.queue)?);
     fenced(select(c.client(), &q).await, job).map(|_| ())
 }
 
@@ -256,8 +263,9 @@ pub async fn job_complete<C: GenericClient + Sync>(
     job: &Job,
     result: &serde_json::Value,
 ) -> Result<(), Error> {
-    let q = format!("SELECT skiplock.job_complete({}, {}, {}, {})", job.id, job.fencing,
-                    sql::jsonb(result)?, sql::text(&job.queue)?);
+    let q = format!("SELECT skiplock.job_complete(id => {}, fencing => {}, result => {}, \
+                     queue => {})",
+                    job.id, job.fencing, sql::jsonb(result)?, sql::text(&job.queue)?);
     fenced(select(c.client(), &q).await, job).map(|_| ())
 }
 
@@ -299,7 +307,68 @@ pub fn fenced<T>(r: Result<T, Error>, job: &Job) -> Result<T, Error> {
 
 #[cfg(test)]
 mod tests {
-    use super::{error_text, ERROR_CHARS};
+    use super::{claim_args, error_text, outcome_arrays, outcome_queues, ClaimArgs, ERROR_CHARS};
+    use crate::job::{Finished, Outcome};
+    use crate::{enqueue_many_sql, enqueue_sql, EnqueueOptions, JobSpec};
+    use std::time::Duration;
+
+    /// The top-level arguments of a list (quotes and brackets skipped).
+    fn arguments(list: &str) -> Vec<String> {
+        let (mut out, mut cur, mut depth, mut quoted) = (vec![], String::new(), 0, false);
+        for c in list.chars() {
+            match c {
+                '\'' => quoted = !quoted,
+                '(' | '[' if !quoted => depth += 1,
+                ')' | ']' if !quoted => depth -= 1,
+                ',' if !quoted && depth == 0 => {
+                    out.push(cur.trim().to_string());
+                    cur.clear();
+                    continue;
+                }
+                _ => {}
+            }
+            cur.push(c);
+        }
+        out.push(cur.trim().to_string());
+        out
+    }
+
+    fn assert_named(list: &str, names: &[&str]) {
+        let got: Vec<String> = arguments(list).iter()
+            .map(|a| a.split_once(" => ").map_or(format!("by position: {}", a), |(n, _)| n.into()))
+            .collect();
+        assert_eq!(got, names, "{}", list);
+    }
+
+    /// The argument list of the skiplock.* call in a statement.
+    fn call_args(q: &str) -> &str {
+        let open = q.find("skiplock.").and_then(|i| q[i..].find('(').map(|j| i + j + 1)).unwrap();
+        let close = q.rfind(')').unwrap();
+        &q[open..close]
+    }
+
+    #[test]
+    fn the_lists_built_by_code_name_every_argument() {
+        let kinds = vec!["k".to_string()];
+        let a = ClaimArgs { owner: "w", kinds: &kinds, queues: None, n: 2, lease: Duration::from_secs(30) };
+        assert_named(&claim_args(&a).unwrap(), &["owner", "kinds", "queues", "n", "lease"]);
+        let done = [Finished { id: 1, fencing: 2, queue: "q".into(), outcome: Outcome::Ok(1.into()) },
+                    Finished { id: 3, fencing: 4, queue: "q".into(),
+                               outcome: Outcome::Retry { error: "e".into(), after: None } }];
+        assert_named(&outcome_arrays(&done).unwrap(),
+                     &["ids", "fencings", "outcomes", "results", "errors", "retry_after_ms",
+                       "deferred", "backoffs", "backoff_bases_ms", "backoff_caps_ms"]);
+        assert_named(&outcome_queues(&done).unwrap(), &["job_queues"]);
+        let o = EnqueueOptions { queue: Some("q".into()), priority: Some(1),
+                                 timeout: Some(Duration::from_secs(1)), ..Default::default() };
+        assert_named(call_args(&enqueue_sql("k", &serde_json::json!({"a": [1, 2]}), &o).unwrap()),
+                     &["kind", "payload", "queue", "priority", "timeout"]);
+        let jobs = [JobSpec::new("k", serde_json::json!({})).with(o)];
+        assert_named(call_args(&enqueue_many_sql(&jobs, Some("t")).unwrap()),
+                     &["p_token", "p_kinds", "p_payloads", "p_queues", "p_run_ats", "p_delays_ms",
+                       "p_priorities", "p_unique_keys", "p_max_attempts", "p_timeouts",
+                       "p_backoff_bases", "p_backoff_caps", "p_backoffs"]);
+    }
 
     #[test]
     fn an_error_is_recorded_without_nul_and_cut_on_a_character() {

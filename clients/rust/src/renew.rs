@@ -63,8 +63,8 @@ pub(crate) async fn renew(slot: Arc<Slot>, st: Arc<LeaseState>, stop: Cancellati
 }
 
 fn renew_sql(st: &LeaseState) -> Result<String, crate::Error> {
-    Ok(format!("SELECT skiplock.lease_renew({}, {}, {}, {})", sql::text(&st.name)?,
-               sql::text(&st.owner)?, st.fencing, sql::interval(st.ttl)))
+    Ok(format!("SELECT skiplock.lease_renew(name => {}, owner => {}, fencing => {}, ttl => {})",
+               sql::text(&st.name)?, sql::text(&st.owner)?, st.fencing, sql::interval(st.ttl)))
 }
 
 /// Full jitter: uniform in [0, min(ttl/10, ttl/50 · 2^failures)].

@@ -152,7 +152,8 @@ pub async fn declare_schedules<C: GenericClient + Sync>(
     force: bool,
 ) -> Result<Vec<Declared>, Error> {
     let list = Value::Array(schedules.iter().map(Schedule::to_json).collect());
-    let q = format!("SELECT name, action, detail FROM skiplock.schedules_declare({}, {})",
+    let q = format!("SELECT name, action, detail \
+                     FROM skiplock.schedules_declare(schedules => {}, force => {})",
                     sql::jsonb(&list)?, force);
     let rows = select(c.client(), &q).await.map_err(bad_schedule)?;
     let mut out = Vec::with_capacity(rows.len());

@@ -30,11 +30,13 @@ log = logging.getLogger("skiplock")
 
 _CLOCK = getattr(time, "CLOCK_BOOTTIME", time.CLOCK_MONOTONIC)
 _MS = "(%s::double precision * interval '1 millisecond')"
-_ACQUIRE = f"SELECT skiplock.lease_acquire(%s::text, %s::text, {_MS})"
+_ACQUIRE = f"SELECT skiplock.lease_acquire(name => %s::text, owner => %s::text, ttl => {_MS})"
 _HOLDER = ("SELECT owner, extract(epoch FROM expires_at - clock_timestamp())::float8 "
            "FROM skiplock.leases WHERE name = %s::text")
-_RENEW = f"SELECT skiplock.lease_renew(%s::text, %s::text, %s::bigint, {_MS})"
-_RELEASE = "SELECT skiplock.lease_release(%s::text, %s::text, %s::bigint)"
+_RENEW = (f"SELECT skiplock.lease_renew(name => %s::text, owner => %s::text, "
+          f"fencing => %s::bigint, ttl => {_MS})")
+_RELEASE = ("SELECT skiplock.lease_release(name => %s::text, owner => %s::text, "
+            "fencing => %s::bigint)")
 
 
 def now() -> float:

@@ -25,9 +25,12 @@ from .job import Job
 from .pooler import is_direct
 
 _LEASE = "(%s::bigint * interval '1 millisecond')"
-_OUTCOME_ARRAYS = ("%s::bigint[], %s::bigint[], %s::text[], %s::jsonb[], %s::text[], "
-                   "%s::bigint[]")
-_CLAIM_ARGS = f"%s::text, %s::text[], %s::text[], %s::int, {_LEASE}"
+# Every argument goes by name, so that an argument added to a function
+# shifts nothing.
+_OUTCOME_ARRAYS = ("ids => %s::bigint[], fencings => %s::bigint[], outcomes => %s::text[], "
+                   "results => %s::jsonb[], errors => %s::text[], retry_after_ms => %s::bigint[]")
+_CLAIM_ARGS = (f"owner => %s::text, kinds => %s::text[], queues => %s::text[], n => %s::int, "
+               f"lease => {_LEASE}")
 # Each call answers one row of one or two JSON texts (decoded by json.loads
 # in C) rather than a row per job: psycopg's pure-Python build reads each
 # column of each row through ctypes, which costs more than the round trip.
@@ -36,19 +39,19 @@ _JOB_JSON = ("json_build_array(id, queue, kind, payload, attempt, max_attempts, 
              "(extract(epoch FROM lease_expires_at) * 1000000)::bigint, timeout_ms, priority, "
              "run_at_us)")
 # The handle is (queue, id, fencing) since protocol 2 (schema step 0027):
-# the jobs' queues go by name, last, so each outcome finds its job where it
-# lives.
+# job_queues lets each outcome find its job where it lives.
 _QUEUES = "job_queues => %s::text[]"
 _RECORD_CLAIM = (f"SELECT (json_agg(id) FILTER (WHERE row_type = 'recorded'))::text, "
                  f"(json_agg({_JOB_JSON}) FILTER (WHERE row_type = 'claimed'))::text "
-                 f"FROM skiplock.record_claim({_OUTCOME_ARRAYS}, NULL, NULL, NULL, NULL, "
+                 f"FROM skiplock.record_claim({_OUTCOME_ARRAYS}, deferred => NULL, "
+                 f"backoffs => NULL, backoff_bases_ms => NULL, backoff_caps_ms => NULL, "
                  f"{_CLAIM_ARGS}, {_QUEUES})")
 _CLAIM = f"SELECT NULL::text, json_agg({_JOB_JSON})::text FROM skiplock.claim({_CLAIM_ARGS})"
 _RECORD = (f"SELECT json_agg(id)::text, NULL::text "
            f"FROM skiplock.record({_OUTCOME_ARRAYS}, {_QUEUES})")
-_HEARTBEAT = (f"SELECT id, extended FROM skiplock.heartbeat(%s::bigint[], %s::bigint[], "
-              f"{_LEASE}, %s::text[])")
-_RESCUE = "SELECT count(*) FROM skiplock.rescue(%s::int)"
+_HEARTBEAT = (f"SELECT id, extended FROM skiplock.heartbeat(ids => %s::bigint[], "
+              f"fencings => %s::bigint[], lease => {_LEASE}, job_queues => %s::text[])")
+_RESCUE = "SELECT count(*) FROM skiplock.rescue(n => %s::int)"
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
 
 

@@ -44,9 +44,11 @@ OUTCOMES = ("acquired", "replay", "in_progress", "conflict")
 
 _MS = "(%s::double precision * interval '1 millisecond')"
 _CLAIM = (f"SELECT outcome, response_code, response_body, holder "
-          f"FROM skiplock.idem_claim(%s::text, %s::text, {_MS}, {_MS})")
-_COMPLETE = "SELECT skiplock.idem_complete(%s::text, %s::int, %s::jsonb, %s::text)"
-_RELEASE = "SELECT skiplock.idem_release(%s::text, %s::text)"
+          f"FROM skiplock.idem_claim(key => %s::text, request_hash => %s::text, "
+          f"ttl => {_MS}, recovery => {_MS})")
+_COMPLETE = ("SELECT skiplock.idem_complete(key => %s::text, response_code => %s::int, "
+             "response_body => %s::jsonb, holder => %s::text)")
+_RELEASE = "SELECT skiplock.idem_release(key => %s::text, holder => %s::text)"
 
 
 def fingerprint(method: str, path: str, body: bytes) -> str:

@@ -71,12 +71,14 @@ def enqueue_sql(kind: str, payload: Any, opts: Dict[str, Any]) -> Tuple[str, Lis
     return f"SELECT skiplock.enqueue({', '.join(args)})", params
 
 
-# enqueue_many: skiplock.enqueue_many's arrays after the token, in its
-# order: (option, SQL type); durations as whole milliseconds.
-_MANY = [("kind", "text"), ("payload", "jsonb"), ("queue", "text"), ("run_at", "timestamptz"),
-         ("delay", "bigint"), ("priority", "int"), ("unique_key", "text"),
-         ("max_attempts", "int"), ("timeout", "int"), ("backoff_base", "int"),
-         ("backoff_cap", "int"), ("backoff", "text")]
+# enqueue_many: skiplock.enqueue_many's arrays after the token: (option,
+# SQL type, argument); durations as whole milliseconds.
+_MANY = [("kind", "text", "p_kinds"), ("payload", "jsonb", "p_payloads"),
+         ("queue", "text", "p_queues"), ("run_at", "timestamptz", "p_run_ats"),
+         ("delay", "bigint", "p_delays_ms"), ("priority", "int", "p_priorities"),
+         ("unique_key", "text", "p_unique_keys"), ("max_attempts", "int", "p_max_attempts"),
+         ("timeout", "int", "p_timeouts"), ("backoff_base", "int", "p_backoff_bases"),
+         ("backoff_cap", "int", "p_backoff_caps"), ("backoff", "text", "p_backoffs")]
 _MANY_MS = ("delay", "timeout", "backoff_base", "backoff_cap")
 
 
@@ -101,7 +103,7 @@ def enqueue_many_sql(jobs: Iterable[Mapping[str, Any]],
                      token: Optional[str] = None) -> Tuple[str, List[Any]]:
     """The statement and parameters of one enqueue_many."""
     cols: List[List[Optional[str]]] = [[] for _ in _MANY]
-    names = {n for n, _ in _MANY}
+    names = {n for n, _, _ in _MANY}
     for i, job in enumerate(jobs):
         if not isinstance(job, Mapping) or not isinstance(job.get("kind"), str):
             raise TypeError(f"enqueue_many(): job {i} must be a mapping with a str 'kind'")
@@ -111,11 +113,12 @@ def enqueue_many_sql(jobs: Iterable[Mapping[str, Any]],
                             f"{sorted(unknown)[0]!r} (expected {', '.join(sorted(names))})")
         if job.get("run_at") is not None and job.get("delay") is not None:
             raise TypeError(f"enqueue_many(): job {i}: pass run_at or delay, not both")
-        for col, (name, _) in zip(cols, _MANY):
+        for col, (name, _, _) in zip(cols, _MANY):
             col.append(_many_value(name, job.get(name, {} if name == "payload" else None), i))
     arrays = [int_array(int(v) if v is not None else None for v in col) if ty in ("int", "bigint")
-              else text_array(col) for col, (_, ty) in zip(cols, _MANY)]
-    args = ", ".join(["%s::text"] + [f"%s::text[]::{ty}[]" for _, ty in _MANY])
+              else text_array(col) for col, (_, ty, _) in zip(cols, _MANY)]
+    args = ", ".join(["p_token => %s::text"]
+                     + [f"{arg} => %s::text[]::{ty}[]" for _, ty, arg in _MANY])
     return f"SELECT skiplock.enqueue_many({args})", [token, *arrays]
 
 
@@ -188,7 +191,8 @@ def complete(conn: Any, job_id: int, fencing: int, result: Any = None,
              queue: Optional[str] = None) -> Any:
     """skiplock.complete: 'completed', or FencedError if the claim was lost.
     queue: the job's queue as claimed (the handle's third part, protocol 2)."""
-    state = _one(conn, "SELECT skiplock.complete(%s::bigint, %s::bigint, %s::jsonb, %s::text)",
+    state = _one(conn, "SELECT skiplock.complete(id => %s::bigint, fencing => %s::bigint, "
+                 "result => %s::jsonb, queue => %s::text)",
                  [job_id, fencing, None if result is None else Jsonb(result), queue])
     return _then(state, lambda s: _fenced(s, job_id, fencing))
 
@@ -196,8 +200,8 @@ def complete(conn: Any, job_id: int, fencing: int, result: Any = None,
 def fail(conn: Any, job_id: int, fencing: int, error: str, retryable: bool = True,
          retry_after: Any = None, queue: Optional[str] = None) -> Any:
     """skiplock.fail: 'available' or 'discarded', or FencedError."""
-    sql = ("SELECT skiplock.fail(%s::bigint, %s::bigint, %s::text, %s::boolean, "
-           + _MS + ", %s::text)")
+    sql = ("SELECT skiplock.fail(id => %s::bigint, fencing => %s::bigint, error => %s::text, "
+           "retryable => %s::boolean, retry_after => " + _MS + ", queue => %s::text)")
     ms = None if retry_after is None else _ms(retry_after, "retry_after")
     state = _one(conn, sql, [job_id, fencing, error, retryable, ms, queue])
     return _then(state, lambda s: _fenced(s, job_id, fencing))
@@ -207,7 +211,8 @@ def job_fence(conn: Any, job_id: int, fencing: int, queue: Optional[str] = None)
     """In the caller's transaction, before a job's effect: locks the job row
     FOR SHARE and raises FencedError unless (job_id, fencing) is the
     current claim (the effect pattern of docs/protocol.md)."""
-    return _one(conn, "SELECT skiplock.job_fence(%s::bigint, %s::bigint, %s::text)",
+    return _one(conn, "SELECT skiplock.job_fence(id => %s::bigint, fencing => %s::bigint, "
+                      "queue => %s::text)",
                 [job_id, fencing, queue])
 
 
@@ -220,7 +225,8 @@ def job_complete(conn: Any, job_id: int, fencing: int, result: Any = None,
     commit together or not at all, so the effect happens exactly once
     (sql/0019_complete_in_tx.sql).  In a handler, use ctx.complete(conn)
     instead: it also tells the worker to send no outcome of its own."""
-    return _one(conn, "SELECT skiplock.job_complete(%s::bigint, %s::bigint, %s::jsonb, %s::text)",
+    return _one(conn, "SELECT skiplock.job_complete(id => %s::bigint, fencing => %s::bigint, "
+                      "result => %s::jsonb, queue => %s::text)",
                 [job_id, fencing, None if result is None else Jsonb(result), queue])
 
 
@@ -229,7 +235,8 @@ def lease_fence(conn: Any, name: str, fencing: int) -> Any:
     skiplock.lease_fence locks the lease row FOR SHARE and raises
     FencedError (SQLSTATE SK001) unless `fencing` is the current token of
     the live lease `name` (docs/leases.md, "Fenced writes")."""
-    return _one(conn, "SELECT skiplock.lease_fence(%s::text, %s::bigint)", [name, fencing])
+    return _one(conn, "SELECT skiplock.lease_fence(name => %s::text, fencing => %s::bigint)",
+                [name, fencing])
 
 
 def _then(value: Any, fn: Any) -> Any:

@@ -25,7 +25,8 @@ from .errors import classify
 
 log = logging.getLogger("skiplock")
 
-DECLARE_SQL = "SELECT name, action, detail FROM skiplock.schedules_declare(%s::jsonb, %s::boolean)"
+DECLARE_SQL = ("SELECT name, action, detail "
+               "FROM skiplock.schedules_declare(schedules => %s::jsonb, force => %s::boolean)")
 
 
 class _ScheduleFields(TypedDict):

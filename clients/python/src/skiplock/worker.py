@@ -236,16 +236,21 @@ class Worker:
 
     # ---- the loop ----
 
+    def _drained(self) -> bool:
+        return self._stopping and not self._slots.held and not self._slots.outcomes
+
     async def _run(self) -> None:
         try:
-            while not (self._stopping and not self._slots.held and not self._slots.outcomes):
+            while not self._drained():
                 if self._stopping and time.monotonic() >= self._stop_deadline:
                     self._slots.abandon("shutdown")
                     if time.monotonic() >= self._stop_deadline + GIVE_UP_S:
                         log.error("skiplock worker: cannot record %d outcomes; leaving the "
                                   "jobs to lease expiry", len(self._slots.outcomes))
                         return
-                if await self._turn_safely():
+                # once the turn recorded the last outcome of a stop, close at
+                # once, not at the next heartbeat or the stop's deadline
+                if await self._turn_safely() or self._drained():
                     continue
                 await self._sleep_until(self._next_deadline())
         finally:
