@@ -69,17 +69,21 @@ export async function record(db, outs) {
   return new Set(rows.map((r) => r.id));
 }
 
-/** Records outs, then claims up to n: { accepted, jobs }. */
+/** Records outs (none is fine), then claims up to n: { accepted, jobs,
+ * waitMs }.  waitMs: how soon a limit that held due jobs back may have room
+ * (the claim's 'wait' row, docs/flow-control.md), else null. */
 export async function recordClaim(db, outs, c, n) {
   const { rows } = await db.query(
-    `SELECT row_type, ${CLAIM_COLS} FROM skiplock.record_claim(${RECORD_ARGS},
+    `SELECT row_type, delay_ms, ${CLAIM_COLS} FROM skiplock.record_claim(${RECORD_ARGS},
        deferred => NULL, backoffs => NULL, backoff_bases_ms => NULL, backoff_caps_ms => NULL,
        owner => $8, kinds => $9::text[], queues => $10::text[], n => $11, lease => $12::interval,
-       ${RECORD_QUEUES})`,
+       after_priority => NULL, after_run_at_us => NULL, after_id => NULL,
+       ${RECORD_QUEUES}, wait_hints => true)`,
     [...outcomeArrays(outs), c.owner, c.kinds, c.queues, n, c.leaseInterval]);
   const accepted = new Set(rows.filter((r) => r.row_type === 'recorded').map((r) => r.id));
   const jobs = rows.filter((r) => r.row_type === 'claimed').map(toJob);
-  return { accepted, jobs };
+  const wait = rows.find((r) => r.row_type === 'wait');
+  return { accepted, jobs, waitMs: wait ? Number(wait.delay_ms) : null };
 }
 
 /** Extends the leases of jobs; resolves to one boolean per job, in order
@@ -96,7 +100,7 @@ export async function heartbeat(db, jobs, leaseInterval) {
 /** The oldest schema step this client works with: job_complete (0019),
  * the heartbeat's held rows (0020), cron_tick (0024), schedules_declare
  * (0025) and the queue in the job handle (0027, protocol 2). */
-export const MIN_SCHEMA = 27;
+export const MIN_SCHEMA = 29;
 const NO_SCHEMA = new Set(['3F000', '42883']); // no schema skiplock; no installed_version()
 
 const INSTALL = '`skiplock init` (npx skiplock init --url URL, or init() from this package)';

@@ -46,6 +46,7 @@ export class Worker extends EventEmitter {
   #drainAt = Infinity;
   #nextRescue = 0;
   #nextListen = 0;
+  #limitWaitMs = null; // the last claim's wait row: when a limit may have room
 
   constructor(options) {
     super();
@@ -149,6 +150,7 @@ export class Worker extends EventEmitter {
       throw err;
     }
     this.#fencedOut(outs, got.accepted);
+    this.#limitWaitMs = got.waitMs ?? null;
     if (got.jobs.length > 0) this.#cron?.busy();
     for (const job of got.jobs) this.#start(job, sentAt + this.#o.leaseMs);
     return n > 0 && got.jobs.length === n;
@@ -172,9 +174,8 @@ export class Worker extends EventEmitter {
 
   async #exchange(outs, n) {
     const db = await this.#conn.get();
-    if (outs.length > 0 && n > 0) return proto.recordClaim(db, outs, this.#o, n);
-    if (outs.length > 0) return { accepted: await proto.record(db, outs), jobs: [] };
-    return { accepted: new Set(), jobs: await proto.claim(db, this.#o, n) };
+    if (n > 0) return proto.recordClaim(db, outs, this.#o, n);
+    return { accepted: await proto.record(db, outs), jobs: [] };
   }
 
   #fencedOut(outs, accepted) {
@@ -314,7 +315,9 @@ export class Worker extends EventEmitter {
   async #idle() {
     this.#ensureListen();
     if (!this.#woken) {
-      const poll = this.#o.pollMs * (0.5 + Math.random() / 2);
+      let poll = this.#o.pollMs * (0.5 + Math.random() / 2);
+      // a limit held due jobs back: claim again when it may have room
+      if (this.#limitWaitMs !== null) poll = Math.min(poll, this.#limitWaitMs + Math.random() * 20);
       const tick = this.#cron?.waitMs ?? Infinity;
       const wait = Math.max(Math.min(poll, tick, this.#nextRescue - Date.now(), this.#drainAt - Date.now()), 0);
       let t;

@@ -178,7 +178,7 @@ pub async fn rescue<C: GenericClient + Sync>(c: &C, n: u32) -> Result<usize, Err
 /// 0019), the heartbeat's held rows (step 0020), `cron_tick` (step 0024),
 /// `schedules_declare` (step 0025) and the queue in the job handle (step
 /// 0027, protocol 2).
-pub const MIN_SCHEMA: i32 = 27;
+pub const MIN_SCHEMA: i32 = 29;
 
 /// [`Error::Permanent`] naming [`crate::init`] unless the database has
 /// skiplock's schema at [`MIN_SCHEMA`] or later; [`crate::Worker::start`]

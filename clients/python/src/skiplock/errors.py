@@ -110,7 +110,7 @@ def _message(exc: BaseException, sqlstate: Optional[str]) -> str:
 # The oldest schema step this package works with: cron_tick (step 0024)
 # and schedules_declare (step 0025); job_complete (0019) and the
 # heartbeat's held rows (0020) before them.
-MIN_SCHEMA = 27
+MIN_SCHEMA = 29
 NO_SCHEMA_SQLSTATES = ("3F000", "42883")  # no schema skiplock; no installed_version()
 INSTALL_HINT = "skiplock.init(url) or `python -m skiplock init --url URL`"
 
