@@ -403,7 +403,13 @@ def test_one_connection_for_claims(db):
         peak = max(peak, connections(db, "skl-py-conns"))
         time.sleep(0.01)
     w.stop_thread()
-    assert peak == (2 if MODE == "direct" else 1), f"{peak} connections at concurrency 32"
+    # a reconnect (of the claims' connection after a statement past its
+    # deadline on a loaded machine, or of the LISTEN) shows the old backend
+    # for a moment beside the new one: each allows one more
+    again = w._session.connects - 1 + max(w._listens - 1, 0)
+    want = 2 if MODE == "direct" else 1
+    assert want <= peak <= want + again, \
+        f"{peak} connections at concurrency 32 ({again} reconnects)"
 
 
 def test_listen_only_on_a_direct_connection(db):
