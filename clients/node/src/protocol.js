@@ -54,14 +54,6 @@ const RECORD_ARGS = 'ids => $1::bigint[], fencings => $2::bigint[], outcomes => 
   'results => $4::text[]::jsonb[], errors => $5::text[], retry_after_ms => $6::bigint[]';
 const RECORD_QUEUES = 'job_queues => $7::text[]';
 
-export async function claim(db, c, n) {
-  const { rows } = await db.query(
-    `SELECT ${CLAIM_COLS} FROM skiplock.claim(owner => $1, kinds => $2::text[], queues => $3::text[], n => $4,
-       lease => $5::interval)`,
-    [c.owner, c.kinds, c.queues, n, c.leaseInterval]);
-  return rows.map(toJob);
-}
-
 /** Records outs; resolves to the set of ids whose outcome was accepted. */
 export async function record(db, outs) {
   const { rows } = await db.query(
