@@ -2739,12 +2739,7 @@ BEGIN
   END IF;
   FOR f IN SELECT p.oid::regprocedure FROM pg_proc p
             WHERE p.pronamespace = 'skiplock'::regnamespace AND p.prokind = 'f'
-              AND (p.proname IN ('installed_version', 'backoff_delay', 'retry_delay_ms',
-                                 'breaker_step', 'check_job_times', 'interval_ms',
-                                 'check_claim_args', 'lease_check_args', 'lease_check_reserved',
-                                 'keep_until', 'errors_append', 'jobs_matching',
-                                 'partition_width', 'workers_seen', 'idle_workers',
-                                 'payload_max', 'limits_status', 'job_waits_for')
+              AND (p.proname IN (SELECT e.name FROM skiplock.every_role_functions e)
                    OR (p_kind = 'worker' AND p.prosecdef
                        AND p.proname NOT IN (SELECT o.name FROM skiplock.operator_functions o))
                    OR (p_kind = 'operator' AND p.prosecdef))
@@ -3732,6 +3727,21 @@ CREATE FUNCTION skiplock.keep_until(p_queue text, p_state text, p_finished times
 $$;
 
 COMMENT ON FUNCTION skiplock.keep_until(p_queue text, p_state text, p_finished timestamp with time zone) IS 'Internal: when a finished job of a queue in a state expires under the retention: NULL when not kept, infinity when kept forever.';
+
+CREATE FUNCTION skiplock.kind_wait_reason(p_queue text, p_kind text) RETURNS text
+    LANGUAGE sql STABLE
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+  SELECT CASE
+    WHEN EXISTS (SELECT 1 FROM skiplock.pauses p WHERE p.queue = p_queue OR p.kind = p_kind)
+    THEN 'paused'
+    WHEN EXISTS (SELECT 1 FROM skiplock.breakers b WHERE b.kind = p_kind AND b.state <> 'closed')
+    THEN 'breaker'
+    WHEN EXISTS (SELECT 1 FROM skiplock.limits l WHERE l.kind = p_kind) THEN 'limit'
+    ELSE 'worker' END
+$$;
+
+COMMENT ON FUNCTION skiplock.kind_wait_reason(p_queue text, p_kind text) IS 'Internal: what holds the due jobs of one kind in one queue: paused, breaker, limit, or worker (nothing).';
 
 CREATE FUNCTION skiplock.lease_acquire(name text, owner text, ttl interval) RETURNS bigint
     LANGUAGE plpgsql SECURITY DEFINER
@@ -5190,6 +5200,67 @@ CREATE FUNCTION skiplock.waiting_run_at() RETURNS timestamp with time zone
 
 COMMENT ON FUNCTION skiplock.waiting_run_at() IS 'Internal: the run_at that holds a job waiting for its parents (never due).';
 
+CREATE FUNCTION skiplock.waits_summary(cap integer DEFAULT 10000, queues text[] DEFAULT NULL::text[]) RETURNS TABLE(queue text, reason text, jobs bigint)
+    LANGUAGE plpgsql STABLE SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+#variable_conflict use_column
+DECLARE
+  v_queue text;
+  v_names text[];
+  v_deps jsonb := '{}';
+  v_later bigint;
+  v_dep bigint;
+  v_now timestamptz := now();
+BEGIN
+  IF cap IS NULL OR cap NOT BETWEEN 1 AND 1000000 THEN
+    RAISE EXCEPTION 'waits_summary: cap must be 1 to 1000000, got %', cap USING ERRCODE = '22023';
+  END IF;
+  IF waits_summary.queues IS NOT NULL THEN
+    v_names := ARRAY(SELECT DISTINCT q FROM unnest(waits_summary.queues) q
+                      WHERE q IS NOT NULL ORDER BY q LIMIT 1000);
+  ELSE -- a loose scan of (queue, kind, state): one probe per queue
+    v_names := ARRAY(WITH RECURSIVE q(name) AS (
+                       (SELECT j.queue FROM skiplock.jobs j ORDER BY j.queue LIMIT 1)
+                       UNION ALL
+                       SELECT (SELECT j.queue FROM skiplock.jobs j WHERE j.queue > q.name
+                                ORDER BY j.queue LIMIT 1) FROM q WHERE q.name IS NOT NULL)
+                     SELECT name FROM q WHERE name IS NOT NULL LIMIT 1000);
+  END IF;
+  -- the waiting jobs per queue, from job_waits (dependencies are refused
+  -- on the distributed layout, where job_waits stays empty)
+  IF NOT skiplock.is_distributed() THEN
+    SELECT coalesce(jsonb_object_agg(d.queue, d.n), '{}') INTO v_deps
+      FROM (SELECT j.queue, count(*) AS n
+              FROM (SELECT w.child_id FROM skiplock.job_waits w LIMIT cap) w
+              JOIN skiplock.jobs j ON j.id = w.child_id AND j.state = 'available'
+             GROUP BY j.queue) d;
+  END IF;
+  FOREACH v_queue IN ARRAY v_names LOOP
+    SELECT count(*) INTO v_later
+      FROM (SELECT 1 FROM skiplock.jobs j
+             WHERE j.queue = v_queue AND j.state = 'available' AND j.run_at > v_now
+             LIMIT cap) l;
+    v_dep := least(coalesce((v_deps ->> v_queue)::bigint, 0), v_later);
+    RETURN QUERY
+      SELECT v_queue, r.reason, sum(r.n)::bigint
+        FROM (SELECT skiplock.kind_wait_reason(v_queue, d.kind) AS reason, d.n
+                FROM (SELECT x.kind, count(*) AS n
+                        FROM (SELECT j.kind FROM skiplock.jobs j
+                               WHERE j.queue = v_queue AND j.state = 'available'
+                                 AND j.run_at <= v_now
+                               LIMIT cap) x
+                       GROUP BY x.kind) d
+              UNION ALL VALUES ('dependency', v_dep), ('scheduled', v_later - v_dep)) r
+       WHERE r.n > 0
+       GROUP BY r.reason
+       ORDER BY r.reason;
+  END LOOP;
+END
+$$;
+
+COMMENT ON FUNCTION skiplock.waits_summary(cap integer, queues text[]) IS 'The available jobs of each queue (or of the queues given) that are not running, by what holds them: dependency, scheduled, paused, breaker, limit, worker; at most cap jobs counted per queue for the due ones and for the later ones.';
+
 CREATE FUNCTION skiplock.worker_idle(p_owner text, p_kinds text[], p_queues text[]) RETURNS void
     LANGUAGE plpgsql
     AS $$
@@ -5316,6 +5387,13 @@ CREATE TABLE skiplock.enqueue_tokens (
 ALTER TABLE ONLY skiplock.enqueue_tokens ALTER COLUMN ids SET STORAGE EXTERNAL;
 
 COMMENT ON TABLE skiplock.enqueue_tokens IS 'The ids each bulk enqueue call made, by its token, so that a retried call returns the same ids; pruned by the maintenance after 15 minutes.';
+
+CREATE TABLE skiplock.every_role_functions (
+    name text NOT NULL,
+    CONSTRAINT every_role_functions_name_check CHECK (((length(name) >= 1) AND (length(name) <= 63)))
+);
+
+COMMENT ON TABLE skiplock.every_role_functions IS 'The functions (by name) grant_role gives to every role: workers, operators and readers.';
 
 CREATE TABLE skiplock.finished_area (
     one boolean DEFAULT true NOT NULL,
@@ -5609,6 +5687,9 @@ ALTER TABLE ONLY skiplock.breakers
 
 ALTER TABLE ONLY skiplock.enqueue_tokens
     ADD CONSTRAINT enqueue_tokens_pkey PRIMARY KEY (token);
+
+ALTER TABLE ONLY skiplock.every_role_functions
+    ADD CONSTRAINT every_role_functions_pkey PRIMARY KEY (name);
 
 ALTER TABLE ONLY skiplock.finished_area
     ADD CONSTRAINT finished_area_pkey PRIMARY KEY (one);

@@ -66,6 +66,27 @@ SKL_API skl_rc skl_enqueue_batch(skl_client *c, const skl_batch_spec *b, int64_t
  * read-only statement, retried like any read. */
 SKL_API skl_rc skl_job_waits_for(skl_client *c, int64_t id, char **reason, skl_error *err);
 
+/* Available jobs that are not running, per queue and reason. */
+typedef struct skl_wait_count {
+	const char *queue;
+	const char *reason;   /* "dependency", "scheduled", "paused", "breaker",
+	                       * "limit" (a limit decides when they start) or
+	                       * "worker" (due, nothing holds them) */
+	int64_t jobs;         /* at most cap per queue for the due ones, and
+	                       * for the later ones */
+	void *internal;       /* owned by the library */
+} skl_wait_count;
+
+/* Counts the available jobs that are not running, by what holds them
+ * (skiplock.waits_summary): of queues[0..nqueues) or, with nqueues 0, of
+ * every queue with jobs (at most 1000); rows in queue, then reason order,
+ * only reasons with jobs.  cap (1 to 1000000, 0: 10000) bounds the jobs
+ * read per queue.  Every role may call it.  One read-only statement,
+ * retried like any read.  Free *rows with skl_wait_counts_free. */
+SKL_API skl_rc skl_waits_count(skl_client *c, const char *const *queues, size_t nqueues,
+                               int cap, skl_wait_count **rows, size_t *n, skl_error *err);
+SKL_API void skl_wait_counts_free(skl_wait_count *rows, size_t n);
+
 #ifdef __cplusplus
 }
 #endif

@@ -60,6 +60,12 @@ try {
   for (const r of await page.$$eval('#breakers tbody tr', trs => trs.map(tr =>
     tr.dataset.kind + ' ' + tr.querySelector('td[data-field="state"]').textContent)))
     console.log('breaker ' + r);
+  for (const r of await page.$$eval('#waits tbody tr', trs => trs.map(tr => tr.dataset.queue + ' ' +
+    [...tr.querySelectorAll('td[data-field]')].map(td => td.dataset.field + '=' + td.textContent).join(' '))))
+    console.log('wait ' + r);
+  for (const r of await page.$$eval('#limits tbody tr', trs => trs.map(tr => [tr.dataset.kind,
+    ...['running', 'starts', 'waiting'].map(f => tr.querySelector(`td[data-field="${f}"]`).textContent)].join(' '))))
+    console.log('limit ' + r);
   for (const r of await page.$$eval('#findings tbody tr', trs => trs.map(tr =>
     tr.querySelector('td[data-field="kind"]').textContent + ' ' + tr.dataset.pid)))
     console.log('finding ' + r);
@@ -78,6 +84,13 @@ try {
   await page.click(`#jobs a[data-job="${jobId}"]`);
   await page.waitForSelector('#job:not([hidden]) dd[data-field="state"]');
   console.log('job-page ' + await page.textContent('#job dd[data-field="state"]'));
+  // a waiting job's page says what it waits for; then back to the retried job
+  await page.evaluate(id => { location.hash = 'job=' + id; }, process.env.HELD_CHILD);
+  await page.waitForSelector(`#job-id:text-is("${process.env.HELD_CHILD}")`);
+  await page.waitForSelector('#job:not([hidden]) dd[data-field="waits_for"]');
+  console.log('child-waits ' + await page.textContent('#job dd[data-field="waits_for"]'));
+  await page.evaluate(id => { location.hash = 'job=' + id; }, String(jobId));
+  await page.waitForSelector(`#job-id:text-is("${jobId}")`);
 
   // The chart: failed attempts made now appear in it (each refresh reads it).
   const f0 = await failedTotal(page);

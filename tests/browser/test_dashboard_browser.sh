@@ -97,6 +97,14 @@ wait_until "the first pz job" 30 pz_done ||
 wait_until "the lock holder" 10 test -s "$TMP/holder.out"
 HOLDER_PID=$(cut -d'|' -f1 "$TMP/holder.out")
 JOB=$(q "SELECT min(id) FROM skiplock.all_jobs WHERE state = 'discarded'")
+# Queue held, which no worker serves: two jobs of the open breaker's kind,
+# one of a limited kind, one scheduled and its child, waiting for it.
+q "SELECT skiplock.limit_set('lim', max_running => 3, rate => 50, per => '2 seconds')" >/dev/null
+HELD_LATER=$(q "SELECT skiplock.enqueue('later', queue => 'held', run_at => now() + interval '1 day')")
+q "SELECT skiplock.enqueue('bad', queue => 'held') FROM generate_series(1, 2);
+   SELECT skiplock.enqueue('lim', queue => 'held')" >/dev/null
+HELD_CHILD=$(q "SELECT skiplock.enqueue_after(ARRAY[$HELD_LATER], 'child', queue => 'held')")
+export HELD_CHILD # dashboard.mjs opens its page
 SQL_ROWS="SELECT queue || ' ' || kind || ' ' || count(*) FILTER (WHERE state = 'available') || ' ' ||
   count(*) FILTER (WHERE state = 'running') || ' ' || count(*) FILTER (WHERE state = 'completed') ||
   ' ' || count(*) FILTER (WHERE state = 'discarded') || ' ' ||
@@ -128,10 +136,15 @@ wait $HOLDER
 cat "$TMP/obs"
 check_eq "page counts equal SQL (before)" "$(sed -n 's/^row //p' "$TMP/obs")" "$before"
 check_eq "page totals" "$(sed -n 's/^total //p' "$TMP/obs")" \
-	"available=2 running=0 completed=3 discarded=3 cancelled=0"
+	"available=7 running=0 completed=3 discarded=3 cancelled=0"
 check_eq "throughput: finished in the last hour" "$(sed -n 's/^rate //p' "$TMP/obs")" \
 	"$(printf 'default bad 0 0 2 60\ndefault ok 2 2 0 60\nmail bad 0 0 1 60\npz pzk 1 1 0 60')"
 check_eq "breakers: forced open" "$(sed -n 's/^breaker //p' "$TMP/obs")" "bad open"
+check_eq "waits: what holds each job of queue held" "$(sed -n 's/^wait held //p' "$TMP/obs")" \
+	"dependency=1 scheduled=1 paused=0 breaker=2 limit=1 worker=0"
+check_eq "limits: lim's use" "$(sed -n 's/^limit //p' "$TMP/obs")" "lim 0 / 3 0 / 50 per 2 s 1"
+check_eq "the child's page says what it waits for" "$(sed -n 's/^child-waits //p' "$TMP/obs")" \
+	"dependencies: 1 of 1 parent(s) not finished"
 check_eq "lock doctor: the idle holder is a finding" "$(sed -n 's/^finding //p' "$TMP/obs")" \
 	"orphan_suspect $HOLDER_PID"
 check_eq "retried job available on the page" "$(sed -n "s/^retried $JOB //p" "$TMP/obs")" available

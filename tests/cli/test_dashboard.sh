@@ -9,7 +9,7 @@
 # containment, error text and time windows (lease expired, stuck), bad
 # filters 400; /api/queues's oldest due age and failure rates; operator and
 # viewer tokens (a viewer's POST is 403), --hide-payloads, /api/workers
-# (shape, bad windows 400), /api/doctor/maintenance (its finding when
+# (shape, bad windows 400), /api/waits and /api/limits, /api/doctor/maintenance (its finding when
 # maintenance has not run while jobs finished), and the plans of the job
 # search and of the idle workers.
 # shellcheck disable=SC2015  # A && pass || fail
@@ -474,6 +474,19 @@ check_eq "workers?seen=2d: 400" "$(http GET '/api/workers?seen=2d')" 400
 check_eq "workers?seen=soon: 400" "$(http GET '/api/workers?seen=soon')" 400
 check_eq "workers?idle=yes: 400" "$(http GET '/api/workers?idle=yes')" 400
 check_eq "workers keeps the Host rule: 403" "$(http GET '/api/workers' -H "Host: rebind.example:$PORT")" 403
+# --- /api/waits and /api/limits: wq's due job waits for a worker, then
+# for a limit on its kind ---
+check_eq "waits: 200" "$(http GET /api/waits)" 200
+check_eq "waits: wq's job waits for a worker" \
+	"$(jq -c 'map(select(.queue == "wq")) | map([.reason, .jobs])' "$TMP/body")" '[["worker",1]]'
+q "SELECT skiplock.limit_set('wk', max_running => 2)" >/dev/null
+check_eq "waits, with a limit on wk: 200" "$(http GET /api/waits)" 200
+check_eq "waits: wq's job is held by the limit" \
+	"$(jq -c 'map(select(.queue == "wq")) | map([.reason, .jobs])' "$TMP/body")" '[["limit",1]]'
+check_eq "limits: 200" "$(http GET /api/limits)" 200
+check_eq "limits: wk's, in use" \
+	"$(jq -c 'map([.kind, .max_running, .running, .rate, .waiting])' "$TMP/body")" '[["wk",2,0,null,1]]'
+q "SELECT skiplock.limit_remove('wk')" >/dev/null
 stop_dash workers
 
 # --- the plans of the job search on 20000 jobs (the shape of list_sql in

@@ -117,6 +117,23 @@ for i in $(seq 1 100); do
 done
 check_eq "an opened breaker shows as open" \
 	"$(breaker "$TMP/s4" closed) $(breaker "$TMP/s4" half_open) $(breaker "$TMP/s4" open)" "0 0 1"
+
+# --- why jobs wait, per reason: with ok's breaker open, 2 new ok jobs are
+# held by it, one waits for the delayed job, which is scheduled; the
+# orphans (no handler) wait for a worker ---
+delayed=$(q "SELECT id FROM skiplock.jobs WHERE kind = 'ok' AND run_at > now()")
+q "SELECT skiplock.enqueue('ok', queue => 'fast') FROM generate_series(1, 2)" >/dev/null
+q "SELECT skiplock.enqueue_after(ARRAY[$delayed], 'ok', queue => 'fast')" >/dev/null || fail "enqueue_after $delayed"
+waits() { metric "$1" "skiplock_jobs_waiting{queue=\"$2\",reason=\"$3\"}"; }
+for i in $(seq 1 100); do
+	scrape "$TMP/s5" || break
+	[ "$(waits "$TMP/s5" fast breaker) $(waits "$TMP/s5" fast dependency)" = "2 1" ] && break
+	sleep 0.1
+done
+check_eq "fast waits: breaker, scheduled, dependency, worker, paused, limit" \
+	"$(for r in breaker scheduled dependency worker paused limit; do waits "$TMP/s5" fast $r; done | xargs)" \
+	"2 1 1 0 0 0"
+check_eq "the orphans wait for a worker (label escaped)" "$(waits "$TMP/s5" 'idle \"q\"' worker)" 4
 "$S" breakers close ok --url "$URL" >/dev/null || fail "breakers close ok"
 
 check_eq "other paths: 404" "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$PORT/")" 404

@@ -6,7 +6,8 @@
  * skl_enqueue_bulk_ex says whether it was inserted; a batch's callback
  * runs after all of its jobs with their outcomes counted; an unknown
  * parent is SKL_INVALID with SQLSTATE 23503, and bad input is refused
- * before any statement, nothing written.
+ * before any statement, nothing written; skl_waits_count tells, per queue,
+ * what holds each available job that is not running (sql/0031_waits.sql).
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -171,12 +172,77 @@ static void bad_input_writes_nothing(itest_ctx *t)
 	itest_no_leftovers(t);
 }
 
+/* The counts of queue q as "reason=jobs ..." in the rows' order. */
+static const char *counts_of(const skl_wait_count *w, size_t n, const char *q, char *buf,
+                             size_t cap)
+{
+	size_t off = 0;
+	buf[0] = '\0';
+	for (size_t i = 0; i < n && off < cap; i++)
+		if (strcmp(w[i].queue, q) == 0)
+			off += (size_t)snprintf(buf + off, cap - off, "%s%s=%" PRId64, off ? " " : "",
+			                        w[i].reason, w[i].jobs);
+	return buf;
+}
+
+/* One job per reason in queue w.q, two due unheld in w.r: each counted
+ * under its reason, the queue filter and the cap obeyed, bad bounds
+ * refused. */
+static void waits_counted_per_reason(itest_ctx *t)
+{
+	skl_client *c = open_client(t);
+	skl_enqueue_opts o;
+	skl_enqueue_opts_init(&o);
+	o.queue = "w.q";
+	int64_t free_job = enqueue_one(c, "w.free", &o);
+	enqueue_one(c, "w.limited", &o);
+	enqueue_one(c, "w.paused", &o);
+	enqueue_one(c, "w.broken", &o);
+	o.delay_ms = 3600000;
+	enqueue_one(c, "w.later", &o);
+	skl_enqueue_opts_init(&o);
+	o.queue = "w.q";
+	o.depends_on = &free_job;
+	o.ndepends_on = 1;
+	enqueue_one(c, "w.child", &o);
+	skl_enqueue_opts_init(&o);
+	o.queue = "w.r";
+	enqueue_one(c, "w.free", &o);
+	enqueue_one(c, "w.free", &o);
+	PQclear(itest_sql(t->admin, "SELECT skiplock.limit_set('w.limited', rate => 5)"));
+	PQclear(itest_sql(t->admin, "SELECT skiplock.pause('*', 'w.paused', 'itest', 'sql')"));
+	PQclear(itest_sql(t->admin, "SELECT skiplock.breaker_set('w.broken', true, 'itest', 'sql')"));
+
+	skl_wait_count *w;
+	size_t n;
+	skl_error err;
+	char buf[256];
+	CHECK_EQ(skl_waits_count(c, NULL, 0, 0, &w, &n, &err), SKL_OK);
+	CHECK_STR(counts_of(w, n, "w.q", buf, sizeof(buf)),
+	          "breaker=1 dependency=1 limit=1 paused=1 scheduled=1 worker=1");
+	CHECK_STR(counts_of(w, n, "w.r", buf, sizeof(buf)), "worker=2");
+	skl_wait_counts_free(w, n);
+	const char *const only[] = {"w.r", "no.such.queue"};
+	CHECK_EQ(skl_waits_count(c, only, 2, 1, &w, &n, &err), SKL_OK);
+	CHECK_EQ(n, 1);
+	CHECK_STR(counts_of(w, n, "w.r", buf, sizeof(buf)), "worker=1"); /* cap 1 */
+	skl_wait_counts_free(w, n);
+	CHECK_EQ(skl_waits_count(c, NULL, 0, -1, &w, &n, &err), SKL_INVALID);
+	CHECK_EQ(skl_waits_count(c, NULL, 0, 1000001, &w, &n, &err), SKL_INVALID);
+	PGresult *r = PQexec(t->admin, "SELECT * FROM skiplock.waits_summary(0)");
+	CHECK_STR(PQresultErrorField(r, PG_DIAG_SQLSTATE), "22023");
+	PQclear(r);
+	skl_client_close(c);
+	itest_no_leftovers(t);
+}
+
 int main(int argc, char **argv)
 {
 	static const itest_case cases[] = {
 		{"child_waits_for_its_parents", child_waits_for_its_parents, 30},
 		{"batch_callback_after_all", batch_callback_after_all, 30},
 		{"bad_input_writes_nothing", bad_input_writes_nothing, 30},
+		{"waits_counted_per_reason", waits_counted_per_reason, 30},
 	};
 	return itest_main(argc, argv, cases, (int)(sizeof(cases) / sizeof(cases[0])));
 }

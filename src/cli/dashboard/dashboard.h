@@ -132,6 +132,11 @@ dash_reply dash_get_chart(dash_server *s, dash_arg_fn arg, void *ctx);
  * server's lock. */
 dash_reply dash_get_workers(dash_server *s, dash_arg_fn arg, void *ctx);
 
+/* GET /api/waits and /api/limits (dashboard_flow.c); called under the
+ * server's lock. */
+dash_reply dash_get_waits(dash_server *s);
+dash_reply dash_get_limits(dash_server *s);
+
 /* The job list's filters from the query (state, queue, kind, payload,
  * error, time, from, to) into *o: a reply with a body (400, or 403 for a
  * viewer's payload filter under --hide-payloads) when refused. */

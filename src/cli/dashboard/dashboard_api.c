@@ -9,7 +9,8 @@
  *   GET  /api/jobs?state=&queue=&kind=&payload=&error=&time=&from=&to=&limit=
  *                                newest jobs first (skl_list_opts)
  *   GET  /api/jobs/ID[?payload=show]  one job: payload (unless hidden),
- *                                attempts, errors, lease
+ *                                attempts, errors, lease, and for an
+ *                                available job what it waits for
  *   GET  /api/schedules          cron schedules with their next fire time
  *   GET  /api/leases             leases with their fencing token
  *   GET  /api/throughput         jobs finished per minute, last hour, per
@@ -20,6 +21,9 @@
  *   GET  /api/workers?seen=&idle=  the workers that claimed and found
  *                                nothing, and the due jobs each left behind
  *                                (dashboard_workers.c)
+ *   GET  /api/waits, /api/limits what holds the jobs that wait, per queue
+ *                                and reason, and each limit's use now
+ *                                (dashboard_flow.c)
  *   GET  /api/doctor/locks       `doctor locks` findings (report only)
  *   GET  /api/doctor/maintenance `doctor maintenance`: last run, lease, the
  *                                finding when it has not run while jobs did
@@ -179,7 +183,16 @@ static dash_reply get_job(dash_server *s, dash_role role, const char *idtext, da
 	if (rc != SKL_OK)
 		return dash_lib_fail(rc, &err);
 	json_t *o = jobs_json_one(job);
+	char *waits = NULL;
+	if (o && strcmp(job->state, "available") == 0 &&
+	    (rc = skl_job_waits_for(s->client, id, &waits, &err)) == SKL_OK && waits)
+		json_object_set_new(o, "waits_for", cli_json_str(waits));
+	skl_free(waits);
 	skl_job_info_free(job, 1);
+	if (rc != SKL_OK) {
+		json_decref(o);
+		return dash_lib_fail(rc, &err);
+	}
 	if (o && !show) {
 		json_object_set_new(o, "payload", json_null());
 		json_object_set_new(o, "result", json_null());
@@ -337,6 +350,10 @@ static dash_reply route_get(dash_server *s, dash_role role, const char *path, da
 		return get_breakers(s);
 	if (strcmp(path, "/api/workers") == 0)
 		return dash_get_workers(s, arg, ctx);
+	if (strcmp(path, "/api/waits") == 0)
+		return dash_get_waits(s);
+	if (strcmp(path, "/api/limits") == 0)
+		return dash_get_limits(s);
 	if (strcmp(path, "/api/doctor/locks") == 0)
 		return get_doctor_locks(s);
 	if (strcmp(path, "/api/doctor/maintenance") == 0)

@@ -9,7 +9,9 @@
  * bounded statement and cached here; a scrape only copies numbers.
  *
  * The fleet-wide circuit breakers' states (skiplock_breaker_state{kind,
- * state}) are read with the queue gauges, by a second bounded statement.
+ * state}) are read with the queue gauges, by a second bounded statement,
+ * and why available jobs wait (skiplock_jobs_waiting{queue, reason}) by a
+ * third (skiplock.waits_summary, skiplock/deps.h).
  */
 #include <inttypes.h>
 #include <pthread.h>
@@ -18,6 +20,7 @@
 #include <string.h>
 
 #include "core/buf.h"
+#include "skiplock/deps.h"
 #include "worker/wmetrics.h"
 
 static const double bounds[] = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
@@ -40,6 +43,8 @@ struct skl_wmetrics {
 	size_t nq;
 	skl_wm_queue *b;            /* breakers: .queue is the kind, .depth the state */
 	size_t nb;
+	skl_wait_count *w;          /* why available jobs wait, per queue and reason */
+	size_t nw;
 	int64_t q_at_ms;            /* when the queue gauges were read; 0: never */
 	uint64_t leases_held, reconnects, indeterminate;
 	uint64_t claims, empty_claims, notifications;
@@ -71,6 +76,7 @@ void skl__wm_free(skl_wmetrics *m)
 	free(m->s);
 	free_queues(m->q, m->nq);
 	free_queues(m->b, m->nb);
+	skl_wait_counts_free(m->w, m->nw);
 	pthread_mutex_destroy(&m->mu);
 	free(m);
 }
@@ -242,6 +248,28 @@ static skl_rc refresh_breakers(skl_wmetrics *m, skl_client *c, skl_error *err)
 	return SKL_OK;
 }
 
+/* Why the queues' available jobs wait: one bounded read, like the others. */
+static skl_rc refresh_waits(skl_wmetrics *m, skl_client *c, const char *const *queues,
+                            size_t nqueues, skl_error *err)
+{
+	skl_wait_count *rows;
+	size_t n;
+	int keep = c->retry_max_ms;
+	c->retry_max_ms = 0;
+	skl_rc rc = skl_waits_count(c, queues, nqueues, SKL_WM_DEPTH_CAP, &rows, &n, err);
+	c->retry_max_ms = keep;
+	if (rc != SKL_OK)
+		return rc;
+	pthread_mutex_lock(&m->mu);
+	skl_wait_count *old = m->w;
+	size_t nold = m->nw;
+	m->w = rows;
+	m->nw = n;
+	pthread_mutex_unlock(&m->mu);
+	skl_wait_counts_free(old, nold);
+	return SKL_OK;
+}
+
 skl_rc skl__wm_refresh(skl_wmetrics *m, skl_client *c, const char *const *queues,
                        size_t nqueues, skl_error *err)
 {
@@ -270,7 +298,8 @@ skl_rc skl__wm_refresh(skl_wmetrics *m, skl_client *c, const char *const *queues
 	if (rc != SKL_OK)
 		return rc;
 	skl__wm_set_queues(m, rows, n);
-	return refresh_breakers(m, c, err);
+	rc = refresh_breakers(m, c, err);
+	return rc == SKL_OK ? refresh_waits(m, c, queues, nqueues, err) : rc;
 }
 
 /* ---- the text exposition ---- */
@@ -374,6 +403,33 @@ static void render_breakers(skl_buf *b, const skl_wmetrics *m)
 		}
 }
 
+/* Every reason for each queue the summary named, 0 for the absent ones,
+ * so a reason that stops holding jobs reads 0 rather than vanishing. */
+static void render_waits(skl_buf *b, const skl_wmetrics *m)
+{
+	static const char *const reasons[] = {"dependency", "scheduled", "paused",
+	                                      "breaker",    "limit",     "worker"};
+	if (m->nw == 0)
+		return;
+	head(b, "skiplock_jobs_waiting", "gauge",
+	     "Available jobs not running, per queue and what holds them (counted up to 10000).");
+	for (size_t i = 0; i < m->nw; i++) {
+		if (i > 0 && strcmp(m->w[i].queue, m->w[i - 1].queue) == 0)
+			continue; /* rows come in queue order: one block per queue */
+		for (size_t r = 0; r < SKL_ARRAY_LEN(reasons); r++) {
+			int64_t jobs = 0;
+			for (size_t k = i; k < m->nw && strcmp(m->w[k].queue, m->w[i].queue) == 0; k++)
+				if (strcmp(m->w[k].reason, reasons[r]) == 0)
+					jobs = m->w[k].jobs;
+			skl_buf_adds(b, "skiplock_jobs_waiting{");
+			label(b, "queue", m->w[i].queue);
+			skl_buf_adds(b, ",");
+			label(b, "reason", reasons[r]);
+			skl_buf_printf(b, "} %" PRId64 "\n", jobs);
+		}
+	}
+}
+
 /* The process's own gauge and counters. */
 static void render_process(skl_buf *b, const skl_wmetrics *m)
 {
@@ -418,6 +474,7 @@ static void render_gauges(skl_buf *b, const skl_wmetrics *m)
 		skl_buf_printf(b, "} %.3f\n", m->q[i].oldest_s);
 	}
 	render_breakers(b, m);
+	render_waits(b, m);
 	head(b, "skiplock_queue_stats_age_seconds", "gauge",
 	     "Seconds since the queue gauges were read from the database.");
 	skl_buf_printf(b, "skiplock_queue_stats_age_seconds %.3f\n",

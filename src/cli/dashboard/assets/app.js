@@ -342,6 +342,38 @@ function renderBreakers(list) {
   }));
 }
 
+// The waits per queue, one row each, a column per reason (0 when none);
+// 10000 means at least that many (the summary's cap per queue).
+const WAIT_REASONS = ['dependency', 'scheduled', 'paused', 'breaker', 'limit', 'worker'];
+
+function renderWaits(waits) {
+  const byQueue = new Map();
+  for (const w of waits) {
+    if (!byQueue.has(w.queue)) byQueue.set(w.queue, {});
+    byQueue.get(w.queue)[w.reason] = w.jobs;
+  }
+  fill('waits', [...byQueue].map(([queue, n]) => {
+    const tr = row([queue, ...WAIT_REASONS.map(r => el('td', n[r] || 0,
+      {class: 'num', 'data-field': r}))]);
+    tr.dataset.queue = queue;
+    return tr;
+  }));
+}
+
+function renderLimits(limits) {
+  const of = (used, max) => max === null ? '-' : (used === null ? '?' : used) + ' / ' + max;
+  fill('limits', limits.map(l => {
+    const tr = row([l.kind, l.key_field || '-',
+      el('td', of(l.running, l.max_running), {class: 'num', 'data-field': 'running'}),
+      el('td', l.rate === null ? '-' : of(l.started, l.rate) + ' per ' + (l.per_ms % 1000 ? l.per_ms + ' ms' : l.per_ms / 1000 + ' s'),
+        {class: 'num', 'data-field': 'starts'}),
+      el('td', l.waiting, {class: 'num', 'data-field': 'waiting'}),
+      l.changed_at + ' by ' + l.changed_by]);
+    tr.dataset.kind = l.kind;
+    return tr;
+  }));
+}
+
 function renderWorkers(ws) {
   const list = v => v === null ? '*' : v.join(', ');
   fill('workers', ws.map(w => {
@@ -375,7 +407,7 @@ function renderLocks(doc) {
 
 const JOB_FIELDS = ['queue', 'kind', 'state', 'priority', 'attempt', 'max_attempts', 'fencing',
   'run_at', 'created_at', 'attempted_at', 'finished_at', 'lease_owner', 'lease_expires_at',
-  'unique_key', 'result'];
+  'unique_key', 'result', 'waits_for'];
 
 // The open job (the hash's job=ID), or null; its payload when asked for.
 let showPayloadOf = null;
@@ -419,12 +451,12 @@ async function refresh() {
   const gen = ++generation;
   try {
     const [queues, rate, jobs, schedules, leases, breakers, locks, job, stuck, paused, actions,
-      chart, workers, maint] = await Promise.all([
+      chart, workers, maint, waits, limits] = await Promise.all([
       api('/api/queues'), api('/api/throughput'), api(jobsPath()), api('/api/schedules'),
       api('/api/leases'), api('/api/breakers'), api('/api/doctor/locks'), fetchJob(),
       api('/api/jobs?' + stuckPath() + '&limit=' + (STUCK_LIMIT + 1)), api('/api/pauses'),
       api('/api/actions?limit=20'), api(chartPath()), api('/api/workers'),
-      api('/api/doctor/maintenance')]);
+      api('/api/doctor/maintenance'), api('/api/waits'), api('/api/limits')]);
     if (gen !== generation) return;
     pauses = paused;
     renderStrip(queues, stuck, breakers, locks, workers, maint);
@@ -437,6 +469,8 @@ async function refresh() {
     renderSchedules(schedules);
     renderLeases(leases);
     renderBreakers(breakers);
+    renderWaits(waits);
+    renderLimits(limits);
     renderLocks(locks);
     renderJob(job);
     say('updated ' + new Date().toLocaleTimeString());
