@@ -15,7 +15,24 @@ export type Duration = number | string;
 
 export type Backoff = 'full' | 'equal' | 'decorrelated' | 'exponential' | 'fixed';
 
-export interface EnqueueOptions {
+/** A job id: PostgreSQL bigint, as enqueue returns it (a string), or an integer or a BigInt. */
+export type JobId = string | number | bigint;
+
+/** Parents: the job waits, available with its attempts untouched, until
+ * they all finished (skiplock.enqueue_after, docs/flow-control.md).  Each
+ * must exist when the job is enqueued (live, or finished and kept by
+ * retention), else enqueue rejects with a PermanentError, code 23503, and
+ * nothing is written. */
+export interface DependencyOptions {
+  /** Parents by id. */
+  dependsOn?: JobId[];
+  /** Parents by unique key (a job enqueued with that uniqueKey). */
+  dependsOnKeys?: string[];
+  /** A discarded or cancelled parent: 'cancel' (default) cancels this job, 'run' counts it as finished. */
+  onParentFailure?: 'cancel' | 'run';
+}
+
+export interface EnqueueOptions extends DependencyOptions {
   queue?: string;
   runAt?: Date | string;
   priority?: number;
@@ -31,8 +48,8 @@ export interface EnqueueOptions {
 /** Enqueues one job on db (in its transaction, if one is open); resolves to the job's id. */
 export function enqueue(db: Queryable, kind: string, payload?: unknown, opts?: EnqueueOptions): Promise<string>;
 export function enqueueStatement(kind: string, payload?: unknown, opts?: EnqueueOptions): { text: string; values: unknown[] };
-/** One job of a batch: its kind and payload, and enqueue's options. */
-export interface JobSpec extends EnqueueOptions {
+/** One job of a batch: its kind and payload, and enqueue's options but dependencies. */
+export interface JobSpec extends Omit<EnqueueOptions, keyof DependencyOptions> {
   kind: string;
   payload?: unknown;
 }
@@ -44,6 +61,22 @@ export interface EnqueueManyOptions {
  * if one is open; resolves to their ids in order. */
 export function enqueueMany(db: Queryable, jobs: JobSpec[], opts?: EnqueueManyOptions): Promise<string[]>;
 export function enqueueManyStatement(jobs: JobSpec[], opts?: EnqueueManyOptions): { text: string; values: unknown[] };
+export interface EnqueueBatchOptions {
+  /** The callback's payload (a JSON object, default {}); {"batch": {size, completed, discarded, cancelled}} is merged in. */
+  callbackPayload?: object;
+  /** The queue, priority and maxAttempts of every job of the batch and of the callback. */
+  queue?: string;
+  priority?: number;
+  maxAttempts?: number;
+}
+/** Enqueues one job of kind per payload (1 to 1000) and a callback job of callbackKind that runs
+ * once after all of them finished (skiplock.enqueue_batch), in db's transaction if one is open;
+ * resolves to their ids, the callback's last. */
+export function enqueueBatch(db: Queryable, kind: string, payloads: unknown[], callbackKind: string,
+  opts?: EnqueueBatchOptions): Promise<string[]>;
+/** Why the available job id is not running now (e.g. "dependencies: 2 of 2 parent(s) not
+ * finished", a due time, a pause, a breaker, a limit); null when it is not available. */
+export function waitsFor(db: Queryable, id: JobId): Promise<string | null>;
 /** The handle of a claim: queue (protocol 2; the job's queue as claimed), id and fencing token. */
 export type JobHandle = Pick<Job, 'id' | 'fencing'> & Partial<Pick<Job, 'queue'>>;
 /** In your transaction, before the job's effect: throws FencedError unless the claim is current. */

@@ -1,11 +1,22 @@
 // What the coordination calls share: the check of the db argument, one
 // statement with a deadline, sleeps that a signal cuts short, and jitter.
 import { setTimeout as delay } from 'node:timers/promises';
-import { TransientError } from './errors.js';
+import { classify, TransientError } from './errors.js';
 
 export function checkDb(db, expected = 'a pg.Client, pg.PoolClient or pg.Pool') {
   if (db === null || typeof db !== 'object' || typeof db.query !== 'function') {
     throw new TypeError(`expected ${expected}`);
+  }
+}
+
+/** The first row's column of stmt on db; a database error as a typed
+ * error (errors.js: a PermanentError keeps the SQLSTATE as its code). */
+export async function queryValue(db, stmt, column) {
+  try {
+    const { rows } = await db.query(stmt);
+    return rows[0][column];
+  } catch (err) {
+    throw classify(err);
   }
 }
 

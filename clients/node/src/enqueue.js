@@ -3,7 +3,8 @@
 // own).  The job commits or rolls back with the caller's transaction.
 import { classify, FencedError } from './errors.js';
 import { toInterval, toMs } from './duration.js';
-import { checkDb } from './db.js';
+import { checkDb, queryValue } from './db.js';
+import { DEP_OPTIONS, dependencyArgs } from './deps.js';
 
 // opts field -> [skiplock.enqueue argument, SQL cast, value conversion]
 const ARGS = {
@@ -18,7 +19,9 @@ const ARGS = {
   backoffCap: ['backoff_cap', 'interval', (v) => toInterval(v, 'backoffCap')],
 };
 
-/** The statement and its parameters for enqueue(kind, payload, opts). */
+/** The statement and its parameters for enqueue(kind, payload, opts):
+ * skiplock.enqueue, or skiplock.enqueue_after when opts has dependsOn,
+ * dependsOnKeys or onParentFailure. */
 export function enqueueStatement(kind, payload, opts = {}) {
   if (typeof kind !== 'string' || kind === '') throw new TypeError('kind: expected a non-empty string');
   const text = JSON.stringify(payload === undefined ? {} : payload);
@@ -27,12 +30,14 @@ export function enqueueStatement(kind, payload, opts = {}) {
   const named = ['kind => $1', 'payload => $2::jsonb'];
   for (const [key, v] of Object.entries(opts)) {
     const arg = ARGS[key];
-    if (arg === undefined) throw new TypeError(`enqueue: unknown option ${JSON.stringify(key)}`);
-    if (v === undefined || v === null) continue;
+    if (arg === undefined && !DEP_OPTIONS.includes(key)) throw new TypeError(`enqueue: unknown option ${JSON.stringify(key)}`);
+    if (arg === undefined || v === undefined || v === null) continue;
     values.push(arg[2](v));
     named.push(`${arg[0]} => $${values.length}::${arg[1]}`);
   }
-  return { text: `SELECT skiplock.enqueue(${named.join(', ')}) AS id`, values };
+  const deps = dependencyArgs(opts, values);
+  const fn = deps.length > 0 ? 'enqueue_after' : 'enqueue';
+  return { text: `SELECT skiplock.${fn}(${[...named, ...deps].join(', ')}) AS id`, values };
 }
 
 // A batch: skiplock.enqueue_many's arrays, one element per job, each
@@ -89,25 +94,18 @@ export async function enqueueMany(db, jobs, opts) {
   checkDb(db);
   const stmt = enqueueManyStatement(jobs, opts);
   if (jobs.length === 0) return [];
-  try {
-    const { rows } = await db.query(stmt);
-    return rows[0].ids;
-  } catch (err) {
-    throw classify(err);
-  }
+  return queryValue(db, stmt, 'ids');
 }
 
 /** Enqueues one job; resolves to its id (a string: PostgreSQL bigint).
- * With uniqueKey, the id of the pending or running job holding the key. */
+ * With uniqueKey, the id of the pending or running job holding the key.
+ * With dependsOn (ids) and/or dependsOnKeys (unique keys), the job waits
+ * until those jobs finished; onParentFailure 'cancel' (default) or 'run'
+ * says what a discarded or cancelled parent does to it.  An unknown
+ * parent rejects with a PermanentError, code 23503, nothing written. */
 export async function enqueue(db, kind, payload, opts) {
   checkDb(db);
-  const stmt = enqueueStatement(kind, payload, opts);
-  try {
-    const { rows } = await db.query(stmt);
-    return rows[0].id;
-  } catch (err) {
-    throw classify(err);
-  }
+  return queryValue(db, enqueueStatement(kind, payload, opts), 'id');
 }
 
 function fencedFor(err, job) {

@@ -1,8 +1,10 @@
 // skiplock for Node: enqueue in your transaction, a Worker on the SQL
 // protocol (docs/protocol.md) that also fires the schedules (docs/cron.md),
 // leases and singletons (docs/leases.md) and idempotent endpoints
-// (docs/idempotency.md); init() installs the schema.  Depends only on pg.
+// (docs/idempotency.md), and dependencies between jobs (docs/flow-control.md);
+// init() installs the schema.  Depends only on pg.
 export { enqueue, enqueueMany, enqueueManyStatement, enqueueStatement, jobComplete, jobFence } from './enqueue.js';
+export { enqueueBatch, waitsFor } from './deps.js';
 export { Worker } from './worker.js';
 export { declareSchedules } from './schedules.js';
 export { withLease } from './lease.js';

@@ -2,25 +2,12 @@
 import { test, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { enqueue, enqueueMany, enqueueManyStatement, jobFence, PermanentError, FencedError } from '../src/index.js';
-import { admin, appPool, kind, job, q } from './helpers.js';
+import { admin, appPool, inTxOn, kind, job, q } from './helpers.js';
 
 const pool = appPool();
 after(() => Promise.all([pool.end(), admin.end()]));
 
-async function inTx(fn, commit) {
-  const c = await pool.connect();
-  try {
-    await c.query('BEGIN');
-    const v = await fn(c);
-    await c.query(commit ? 'COMMIT' : 'ROLLBACK');
-    return v;
-  } catch (err) {
-    await c.query('ROLLBACK'); // never hand the pool a client in a failed transaction
-    throw err;
-  } finally {
-    c.release();
-  }
-}
+const inTx = (fn, commit) => inTxOn(pool, fn, commit);
 
 test('a job enqueued in a transaction that rolls back does not exist', async () => {
   const k = kind('rollback');

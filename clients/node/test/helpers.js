@@ -34,6 +34,24 @@ export async function q(sql, params) {
   return (await admin.query(sql, params)).rows;
 }
 
+/** fn(client) in a transaction on a client of pool, committed when commit
+ * is true, else rolled back (as it is when fn throws: a client in a failed
+ * transaction never goes back to the pool). */
+export async function inTxOn(pool, fn, commit) {
+  const c = await pool.connect();
+  try {
+    await c.query('BEGIN');
+    const v = await fn(c);
+    await c.query(commit ? 'COMMIT' : 'ROLLBACK');
+    return v;
+  } catch (err) {
+    await c.query('ROLLBACK');
+    throw err;
+  } finally {
+    c.release();
+  }
+}
+
 export async function job(id) {
   return (await q('SELECT * FROM skiplock.all_jobs WHERE id = $1', [id]))[0];
 }

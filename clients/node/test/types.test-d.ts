@@ -7,7 +7,7 @@ import {
   classify, enqueue, enqueueMany, enqueueStatement, FencedError, isTransientSqlstate, jobFence, PermanentError,
   SkiplockError, TransientError, urlPooler, Worker, withLease, runSingleton, LeaseLostError,
   idempotent, idemClaim, idemComplete, idemRelease, fingerprint, idempotentHandler, idempotency,
-  declareSchedules, init,
+  declareSchedules, init, enqueueBatch, waitsFor,
   type Handler, type Job, type Queryable, type Lease, type IdempotentRequest, type ScheduleSpec, type CronTick,
 } from '../index.js';
 
@@ -71,6 +71,31 @@ async function app(): Promise<void> {
   void [id, text, mode, e, t, p];
 }
 void app;
+
+async function dependencies(): Promise<void> {
+  const a: string = await enqueue(db, 'extract', {});
+  const b = await enqueue(db, 'transform', { part: 1 }, { dependsOn: [a] });
+  const c = await enqueue(db, 'transform', { part: 2 }, { dependsOn: [a, 42, 7n], queue: 'etl' });
+  await enqueue(db, 'load', {}, { dependsOn: [b, c], dependsOnKeys: ['day-2026-12-01'], onParentFailure: 'run' });
+  // @ts-expect-error the policy is 'cancel' or 'run'
+  await enqueue(db, 'load', {}, { dependsOn: [a], onParentFailure: 'skip' });
+  // @ts-expect-error parents are a list
+  await enqueue(db, 'load', {}, { dependsOn: a });
+  // @ts-expect-error a batch of enqueueMany has no dependencies
+  await enqueueMany(db, [{ kind: 'load', dependsOn: [a] }]);
+  const ids: string[] = await enqueueBatch(db, 'line_item', [{ n: 1 }, { n: 2 }], 'invoice.build', {
+    callbackPayload: { invoice: 7 }, queue: 'billing', priority: 1, maxAttempts: 3,
+  });
+  // @ts-expect-error the callback's kind is required
+  await enqueueBatch(db, 'line_item', [{ n: 1 }]);
+  // @ts-expect-error payloads are a list
+  await enqueueBatch(db, 'line_item', { n: 1 }, 'invoice.build');
+  const why: string | null = await waitsFor(db, ids[ids.length - 1]);
+  // @ts-expect-error it may be null
+  const sure: string = await waitsFor(db, 1);
+  void [why, sure];
+}
+void dependencies;
 
 async function coordination(): Promise<void> {
   const r = await withLease(db, 'nightly-report', { ttl: '1m', owner: 'me', renewEvery: '20s', wait: '5s' },

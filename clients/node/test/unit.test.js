@@ -9,6 +9,7 @@ import {
 } from '../src/index.js';
 import { tickDelay, MIN_MS, BUSY_MAX_MS, IDLE_MAX_MS } from '../src/cron.js';
 import { schedulesJson } from '../src/schedules.js';
+import { enqueueBatchStatement } from '../src/deps.js';
 
 test('SQLSTATE table is the C library\'s', () => {
   for (const c of ['08000', '08006', '08P01', '57P01', '57P02', '57P03', '40001', '40P01', '55P03', '53300', '', undefined]) {
@@ -61,6 +62,26 @@ test('enqueueMany statement: every array by name', () => {
     + 'p_backoff_caps => $12::int[], p_backoffs => $13::text[])::text[] AS ids');
   assert.deepEqual(s.values.slice(0, 3), ['t', ['mail'], ['{"to":"a"}']]);
   assert.deepEqual(s.values[6], [2]);
+});
+
+test('enqueue with dependencies: skiplock.enqueue_after, every argument by name, depends_on always', () => {
+  const s = enqueueStatement('load', {}, { dependsOn: ['7', 8, 9n], onParentFailure: 'run', queue: 'etl' });
+  assert.equal(s.text, 'SELECT skiplock.enqueue_after(kind => $1, payload => $2::jsonb, queue => $3::text, '
+    + 'depends_on => $4::bigint[], on_parent_failure => $5::text) AS id');
+  assert.deepEqual(s.values, ['load', '{}', 'etl', ['7', '8', '9'], 'run']);
+  const byKey = enqueueStatement('load', {}, { dependsOnKeys: ['day-1'] });
+  assert.equal(byKey.text, 'SELECT skiplock.enqueue_after(kind => $1, payload => $2::jsonb, '
+    + 'depends_on => $3::bigint[], depends_on_keys => $4::text[]) AS id');
+  assert.deepEqual(byKey.values.slice(2), [null, ['day-1']]);
+  assert.match(enqueueStatement('load', {}, { dependsOn: null, onParentFailure: undefined }).text, /skiplock\.enqueue\(/);
+});
+
+test('enqueueBatch statement: every argument by name, the ids as text', () => {
+  const s = enqueueBatchStatement('line', [{ n: 1 }, undefined, null], 'invoice',
+    { callbackPayload: { invoice: 7 }, queue: 'billing', priority: 2, maxAttempts: 3 });
+  assert.equal(s.text, 'SELECT skiplock.enqueue_batch(kind => $1, payloads => $2::jsonb[], callback_kind => $3, '
+    + 'callback_payload => $4::jsonb, queue => $5::text, priority => $6::int, max_attempts => $7::int)::text[] AS ids');
+  assert.deepEqual(s.values, ['line', ['{"n":1}', '{}', 'null'], 'invoice', '{"invoice":7}', 'billing', 2, 3]);
 });
 
 test('Worker options are checked in the constructor', () => {

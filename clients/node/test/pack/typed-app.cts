@@ -18,6 +18,13 @@ export async function start(): Promise<number> {
     },
   });
   await worker.start();
+  const parent = await skiplock.enqueue(db, 'extract', {});
+  await skiplock.enqueue(db, 'report', {}, { dependsOn: [parent], onParentFailure: 'run' });
+  const batch: string[] = await skiplock.enqueueBatch(db, 'line', [{ n: 1 }], 'report', { callbackPayload: {} });
+  const why: string | null = await skiplock.waitsFor(db, batch[1]);
+  void why;
+  // @ts-expect-error the policy is 'cancel' or 'run'
+  await skiplock.enqueue(db, 'report', {}, { dependsOn: [parent], onParentFailure: 'skip' });
   const e: skiplock.SkiplockError = skiplock.classify(new Error('x'));
   void e;
   // @ts-expect-error init takes a db or a connection string
