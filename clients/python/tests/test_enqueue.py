@@ -156,7 +156,7 @@ def test_enqueue_many_bad_input_writes_nothing(db, app_conn):
 def test_statements_name_every_argument():
     """The argument lists built by code go by name (the fixed ones are
     checked by scripts/protocol-manifest --check)."""
-    from skiplock.protocol import enqueue_many_sql, enqueue_sql
+    from skiplock.protocol import enqueue_batch_sql, enqueue_many_sql, enqueue_sql
 
     def names(sql):
         inner = re.sub(r"'[^']*'", "''", sql[sql.index("(") + 1:sql.rindex(")")]) + ","
@@ -171,6 +171,16 @@ def test_statements_name_every_argument():
 
     sql, _ = enqueue_sql("k", {}, {"queue": "q", "delay": 1, "timeout": 2})
     assert names(sql) == ["kind", "payload", "run_at", "queue", "timeout"]
+    assert sql.startswith("SELECT skiplock.enqueue(")
+    sql, _ = enqueue_sql("k", {}, {"queue": "q", "depends_on_keys": ["a"],
+                                   "on_parent_failure": "run"})
+    assert sql.startswith("SELECT skiplock.enqueue_after(")
+    assert names(sql) == ["depends_on", "depends_on_keys", "on_parent_failure", "kind",
+                          "payload", "queue"]
+    opts = {"callback_payload": {}, "queue": "q", "priority": 1, "max_attempts": 2}
+    sql, _ = enqueue_batch_sql("k", [{}], "cb", opts)
+    assert names(sql) == ["kind", "payloads", "callback_kind", "callback_payload", "queue",
+                          "priority", "max_attempts"]
     sql, _ = enqueue_many_sql([{"kind": "k", "priority": 1}], token="t")
     assert names(sql) == ["p_token", "p_kinds", "p_payloads", "p_queues", "p_run_ats",
                           "p_delays_ms", "p_priorities", "p_unique_keys", "p_max_attempts",

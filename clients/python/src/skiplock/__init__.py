@@ -5,6 +5,11 @@
         conn.execute("INSERT INTO orders ...")
         skiplock.enqueue(conn, "email.receipt", {"order": 42})
 
+    # dependencies: ship runs after both parents finished; a batch with a callback
+    ship = skiplock.enqueue(conn, "order.ship", {}, depends_on=[pay_id, pack_id])
+    ids = skiplock.enqueue_batch(conn, "img.resize", payloads, "album.ready")
+    skiplock.waits_for(conn, ship)   # 'dependencies: 2 of 2 parent(s) not finished'
+
     worker = skiplock.Worker(url, {"email.receipt": send_receipt}, concurrency=16)
     worker.run_forever()          # or: await worker.start() ... await worker.stop()
 
@@ -32,8 +37,8 @@ from .idem import IdemClaim, fingerprint, idempotent
 from .job import Discard, Job, JobContext, Retry
 from .leases import Lease, lease, lease_sync
 from .pooler import url_looks_pooled
-from .protocol import (complete, enqueue, enqueue_many, fail, job_complete, job_fence,
-                       lease_fence)
+from .protocol import (complete, enqueue, enqueue_batch, enqueue_many, fail, job_complete,
+                       job_fence, lease_fence, waits_for)
 from .typed import typed
 from .singleton import SingletonResult, run_singleton, run_singleton_sync
 from ._cron import CronTick
@@ -48,8 +53,8 @@ __all__ = [
     "MIN_SCHEMA", "CronTick", "Declared", "Discard", "FencedError", "IdemClaim", "Job",
     "JobContext", "Lease", "LeaseHeldError", "LeaseLostError", "PermanentError", "Retry",
     "Schedule", "SingletonResult", "SkiplockError", "Stats", "TransientError", "Worker",
-    "classify", "complete", "declare_schedules", "enqueue", "enqueue_many", "fail",
-    "fingerprint", "idempotent", "init", "init_sync", "is_transient", "job_complete",
+    "classify", "complete", "declare_schedules", "enqueue", "enqueue_batch", "enqueue_many",
+    "fail", "fingerprint", "idempotent", "init", "init_sync", "is_transient", "job_complete",
     "job_fence", "lease", "lease_fence", "lease_sync", "run_singleton", "run_singleton_sync",
-    "typed", "url_looks_pooled",
+    "typed", "url_looks_pooled", "waits_for",
 ]

@@ -31,8 +31,8 @@ _OUTCOME_ARRAYS = ("ids => %s::bigint[], fencings => %s::bigint[], outcomes => %
                    "results => %s::jsonb[], errors => %s::text[], retry_after_ms => %s::bigint[]")
 _CLAIM_ARGS = (f"owner => %s::text, kinds => %s::text[], queues => %s::text[], n => %s::int, "
                f"lease => {_LEASE}")
-# Each call answers one row of one or two JSON texts (decoded by json.loads
-# in C) rather than a row per job: psycopg's pure-Python build reads each
+# Each call answers one row of JSON texts (decoded by json.loads in C)
+# rather than a row per job: psycopg's pure-Python build reads each
 # column of each row through ctypes, which costs more than the round trip.
 # The timestamps come as microseconds since the epoch.
 _JOB_JSON = ("json_build_array(id, queue, kind, payload, attempt, max_attempts, fencing, "
@@ -41,13 +41,16 @@ _JOB_JSON = ("json_build_array(id, queue, kind, payload, attempt, max_attempts, 
 # The handle is (queue, id, fencing) since protocol 2 (schema step 0027):
 # job_queues lets each outcome find its job where it lives.
 _QUEUES = "job_queues => %s::text[]"
+# With wait_hints (schema step 0029), a claim that a limit held back also
+# answers a 'wait' row: in how many ms the limit may have room again.
 _RECORD_CLAIM = (f"SELECT (json_agg(id) FILTER (WHERE row_type = 'recorded'))::text, "
-                 f"(json_agg({_JOB_JSON}) FILTER (WHERE row_type = 'claimed'))::text "
+                 f"(json_agg({_JOB_JSON}) FILTER (WHERE row_type = 'claimed'))::text, "
+                 f"max(delay_ms) FILTER (WHERE row_type = 'wait') "
                  f"FROM skiplock.record_claim({_OUTCOME_ARRAYS}, deferred => NULL, "
                  f"backoffs => NULL, backoff_bases_ms => NULL, backoff_caps_ms => NULL, "
-                 f"{_CLAIM_ARGS}, {_QUEUES})")
-_CLAIM = f"SELECT NULL::text, json_agg({_JOB_JSON})::text FROM skiplock.claim({_CLAIM_ARGS})"
-_RECORD = (f"SELECT json_agg(id)::text, NULL::text "
+                 f"{_CLAIM_ARGS}, after_priority => NULL, after_run_at_us => NULL, "
+                 f"after_id => NULL, {_QUEUES}, wait_hints => true)")
+_RECORD = (f"SELECT json_agg(id)::text "
            f"FROM skiplock.record({_OUTCOME_ARRAYS}, {_QUEUES})")
 _HEARTBEAT = (f"SELECT id, extended FROM skiplock.heartbeat(ids => %s::bigint[], "
               f"fencings => %s::bigint[], lease => {_LEASE}, job_queues => %s::text[])")
@@ -172,27 +175,24 @@ class Session:
         except psycopg.Error as e:
             raise classify(e) from e
 
-    async def _exchange(self, sql: str, params: Sequence[Any]) -> Tuple[List[int], List[Job]]:
-        """A call answering (recorded ids, claimed jobs) as two JSON texts."""
-        recorded, claimed = (await self.rows(sql, params))[0]
-        return (json.loads(recorded) if recorded else [],
-                [_job(a) for a in json.loads(claimed)] if claimed else [])
-
     async def record_claim(self, outs: Sequence[Outcome], owner: str, kinds: List[str],
                            queues: Optional[List[str]], n: int,
-                           lease_ms: int) -> Tuple[List[int], List[Job]]:
-        """Records `outs`, then claims up to n jobs: one round trip (a plain
-        claim when there is nothing to record)."""
+                           lease_ms: int) -> Tuple[List[int], List[Job], Optional[int]]:
+        """Records `outs`, then claims up to n jobs, in one round trip:
+        (the ids recorded, the jobs claimed, and the wait hint: None, or the
+        ms after which a limit that held due jobs back may have room)."""
         claim = [owner, text_array(kinds), None if queues is None else text_array(queues), n,
                  lease_ms]
-        if not outs:
-            return await self._exchange(_CLAIM, claim)
-        return await self._exchange(_RECORD_CLAIM, [*outcome_params(outs), *claim,
-                                                    *outcome_queues(outs)])
+        recorded, claimed, wait_ms = (await self.rows(_RECORD_CLAIM, [
+            *outcome_params(outs), *claim, *outcome_queues(outs)]))[0]
+        return (json.loads(recorded) if recorded else [],
+                [_job(a) for a in json.loads(claimed)] if claimed else [],
+                None if wait_ms is None else int(wait_ms))
 
     async def record(self, outs: Sequence[Outcome]) -> List[int]:
-        return (await self._exchange(_RECORD, [*outcome_params(outs),
-                                               *outcome_queues(outs)]))[0]
+        recorded = (await self.rows(_RECORD, [*outcome_params(outs), *outcome_queues(outs)]))[0][0]
+        ids: List[int] = json.loads(recorded) if recorded else []
+        return ids
 
     async def heartbeat(self, ids: List[int], fencings: List[int], lease_ms: int,
                         queues: Optional[List[str]] = None) -> List[Tuple[int, bool]]:

@@ -1,4 +1,5 @@
-"""Calls on the caller's own connection: enqueue, and the fenced calls.
+"""Calls on the caller's own connection: enqueue (with dependencies,
+enqueue_batch), waits_for, and the fenced calls.
 
 Each is one statement of the SQL protocol (docs/protocol.md) run on the
 connection you pass, so it joins the transaction you have open there:
@@ -12,7 +13,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 import psycopg
 from psycopg.types.json import Jsonb
@@ -45,13 +46,52 @@ def _ms(value: Any, name: str) -> float:
                     f"not {type(value).__name__}")
 
 
+def _check(value: Any, name: str, kind: Any, what: str) -> Any:
+    """value, if an instance of `kind` (a bool is no int); else TypeError."""
+    if not isinstance(value, kind) or isinstance(value, bool) and kind is int:
+        raise TypeError(f"{name} must be {what}, not {type(value).__name__}")
+    return value
+
+
+def _list_of(value: Any, name: str, kind: Any, what: str) -> List[Any]:
+    """value as a list, if a sequence (not a str) of `kind`; else TypeError."""
+    if isinstance(value, (str, bytes)) or not isinstance(value, Sequence) \
+            or not all(isinstance(v, kind) and not isinstance(v, bool) for v in value):
+        raise TypeError(f"{name} must be a list of {what}, got {value!r:.80}")
+    return list(value)
+
+
+# enqueue_after's own arguments: the parents by id and by unique key, and
+# what a discarded or cancelled parent does to the child (docs/flow-control.md).
+_DEPS = ("depends_on", "depends_on_keys", "on_parent_failure")
+
+
+def _deps_args(deps: Dict[str, Any]) -> Tuple[List[str], List[Any]]:
+    """enqueue_after's arguments for the options in `deps` (all None:
+    none, and the job is a plain enqueue)."""
+    ids, keys, policy = (deps[name] for name in _DEPS)
+    if ids is None and keys is None and policy is None:
+        return [], []
+    args, params = ["depends_on => %s::bigint[]"], [
+        None if ids is None else int_array(_list_of(ids, "depends_on", int, "job ids (int)"))]
+    if keys is not None:
+        args.append("depends_on_keys => %s::text[]")
+        params.append(text_array(_list_of(keys, "depends_on_keys", str, "unique keys (str)")))
+    if policy is not None:
+        args.append("on_parent_failure => %s::text")
+        params.append(_check(policy, "on_parent_failure", str, "'cancel' or 'run'"))
+    return args, params
+
+
 def enqueue_sql(kind: str, payload: Any, opts: Dict[str, Any]) -> Tuple[str, List[Any]]:
     """The statement and parameters of one enqueue (options left out keep
-    the SQL defaults: queue 'default', now, priority 0, 25 attempts)."""
-    if not isinstance(kind, str):
-        raise TypeError(f"kind must be a str, not {type(kind).__name__}")
-    args = ["kind => %s::text", "payload => %s::jsonb"]
-    params: List[Any] = [kind, Jsonb(payload)]
+    the SQL defaults: queue 'default', now, priority 0, 25 attempts); with
+    dependencies, skiplock.enqueue_after."""
+    _check(kind, "kind", str, "a str")
+    args, params = _deps_args({name: opts.pop(name, None) for name in _DEPS})
+    after = bool(args)
+    args += ["kind => %s::text", "payload => %s::jsonb"]
+    params += [kind, Jsonb(payload)]
     delay = opts.pop("delay", None)
     if delay is not None:
         if "run_at" in opts:
@@ -61,13 +101,15 @@ def enqueue_sql(kind: str, payload: Any, opts: Dict[str, Any]) -> Tuple[str, Lis
     for name, value in opts.items():
         if name not in _OPTIONS:
             raise TypeError(f"enqueue() got an unknown option {name!r} (expected one of "
-                            f"{', '.join(['delay', *_OPTIONS])})")
+                            f"{', '.join(['delay', *_OPTIONS, *_DEPS])})")
         if value is None:
             continue
         if _OPTIONS[name] == _MS:
             value = _ms(value, name)
         args.append(f"{name} => {_OPTIONS[name]}")
         params.append(value)
+    if after:
+        return f"SELECT skiplock.enqueue_after({', '.join(args)})", params
     return f"SELECT skiplock.enqueue({', '.join(args)})", params
 
 
@@ -150,7 +192,10 @@ async def _one_async(conn: Any, sql: str, params: List[Any]) -> Any:
     return row[0] if row else None
 
 
-def enqueue(conn: Any, kind: str, payload: Any = None, **opts: Any) -> Any:
+def enqueue(conn: Any, kind: str, payload: Any = None, *,
+            depends_on: Optional[Sequence[int]] = None,
+            depends_on_keys: Optional[Sequence[str]] = None,
+            on_parent_failure: Optional[str] = None, **opts: Any) -> Any:
     """Enqueue one job of `kind` in the caller's transaction; the job id.
 
     Options: queue, run_at (a datetime) or delay (seconds or timedelta),
@@ -160,9 +205,71 @@ def enqueue(conn: Any, kind: str, payload: Any = None, **opts: Any) -> Any:
     timedelta).  Raises TypeError for an unknown option, PermanentError
     (SQLSTATE 22023, ...) for a value the database refuses, TransientError
     for a lock timeout, a serialization failure or a lost connection.
+
+    Dependencies (skiplock.enqueue_after, used when any of these is given):
+    the job runs once every parent has finished; depends_on: parent job
+    ids, depends_on_keys: parents by unique key, on_parent_failure:
+    'cancel' (the default: a discarded or cancelled parent cancels this
+    job) or 'run' (it runs anyway).  A parent must exist, live or finished
+    and still kept, else PermanentError with SQLSTATE 23503 and nothing is
+    written; a policy other than 'cancel' or 'run' is SQLSTATE 22023.
     """
-    sql, params = enqueue_sql(kind, {} if payload is None else payload, dict(opts))
+    deps = {"depends_on": depends_on, "depends_on_keys": depends_on_keys,
+            "on_parent_failure": on_parent_failure}
+    sql, params = enqueue_sql(kind, {} if payload is None else payload, {**opts, **deps})
     return _one(conn, sql, params)
+
+
+# enqueue_batch's options besides the callback's payload: (name, SQL type,
+# Python type, what it must be).
+_BATCH_OPTIONS = [("queue", "text", str, "a str"), ("priority", "int", int, "an int"),
+                  ("max_attempts", "int", int, "an int")]
+
+
+def enqueue_batch_sql(kind: str, payloads: Sequence[Any], callback_kind: str,
+                      opts: Dict[str, Any]) -> Tuple[str, List[Any]]:
+    """The statement and parameters of one enqueue_batch (options that are
+    None keep the SQL defaults)."""
+    _check(kind, "kind", str, "a str")
+    _check(callback_kind, "callback_kind", str, "a str")
+    if isinstance(payloads, (str, bytes, Mapping)) or not isinstance(payloads, Sequence):
+        raise TypeError(f"payloads must be a list of JSON values, not {type(payloads).__name__}")
+    args = ["kind => %s::text", "payloads => %s::text[]::jsonb[]", "callback_kind => %s::text"]
+    params: List[Any] = [kind, text_array(json.dumps(p) for p in payloads), callback_kind]
+    if opts.get("callback_payload") is not None:
+        args.append("callback_payload => %s::jsonb")
+        params.append(Jsonb(opts["callback_payload"]))
+    for name, sql_type, cls, what in _BATCH_OPTIONS:
+        if opts.get(name) is not None:
+            args.append(f"{name} => %s::{sql_type}")
+            params.append(_check(opts[name], name, cls, what))
+    return f"SELECT skiplock.enqueue_batch({', '.join(args)})", params
+
+
+def enqueue_batch(conn: Any, kind: str, payloads: Sequence[Any], callback_kind: str, *,
+                  callback_payload: Any = None, queue: Optional[str] = None,
+                  priority: Optional[int] = None, max_attempts: Optional[int] = None) -> Any:
+    """Enqueue one job of `kind` per payload (1 to 1000) and a job of
+    `callback_kind` that runs once after all of them finished, in the
+    caller's transaction (skiplock.enqueue_batch); the ids, the callback's
+    last.  The callback's payload is callback_payload (default {}) with
+    {"batch": {"size", "completed", "discarded", "cancelled"}} merged in.
+    queue, priority and max_attempts apply to every job of the batch.
+    TypeError for an argument of the wrong type, PermanentError with
+    SQLSTATE 22023 for no payloads or more than 1000 (nothing is written)."""
+    sql, params = enqueue_batch_sql(kind, payloads, callback_kind, {
+        "callback_payload": callback_payload, "queue": queue, "priority": priority,
+        "max_attempts": max_attempts})
+    return _one(conn, sql, params)
+
+
+def waits_for(conn: Any, job_id: int) -> Any:
+    """Why an available job is not running now, in words (its parents, its
+    due time, a pause, a breaker, a limit, or no free worker:
+    skiplock.job_waits_for); None when the job is not available (running,
+    finished or unknown)."""
+    _check(job_id, "job_id", int, "a job id (int)")
+    return _one(conn, "SELECT skiplock.job_waits_for(id => %s::bigint)", [job_id])
 
 
 def enqueue_many(conn: Any, jobs: Iterable[Mapping[str, Any]],

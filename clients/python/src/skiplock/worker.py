@@ -2,8 +2,10 @@
 
 One asyncio task owns the worker's one connection and, turn by turn,
 records finished outcomes and claims up to the free slots in one call
-(skiplock.record_claim), renews the leases of held jobs every lease/3
-(skiplock.heartbeat), and gives back expired leases now and then
+(skiplock.record_claim; when a kind's limit held due jobs back, the
+call's wait hint says when to claim again instead of the idle poll),
+renews the leases of held jobs every lease/3 (skiplock.heartbeat), and
+gives back expired leases now and then
 (skiplock.rescue), and fires the due schedules when the earliest is due
 (skiplock.cron_tick; _cron.py), after applying those declared in code at
 start (skiplock.schedules_declare; schedules.py).  Handlers run outside any
@@ -127,6 +129,10 @@ class Worker:
         self._stop_deadline = 0.0
         self._failures = 0
         self._wakes = 0  # notifications seen
+        # The last claim got jobs: more may be due, so the call that records
+        # their outcomes claims too (a limit that this claim filled says
+        # when it has room again only to the next claim: its wait hint).
+        self._got_jobs = False
 
     # ---- public: asyncio ----
 
@@ -305,19 +311,20 @@ class Worker:
     def _free(self) -> int:
         return self._slots.free()
 
-    def _claim_due(self, now: float) -> bool:
-        return not self._stopping and self._free() > 0 and now >= self._next_claim
+    def _claim_due(self, now: float, outcomes: bool = False) -> bool:
+        return not self._stopping and self._free() > 0 and (
+            now >= self._next_claim or outcomes and self._got_jobs)
 
     async def _exchange(self, now: float) -> None:
         """Records the queued outcomes, and claims when due, in one call."""
         outs, self._slots.outcomes = self._slots.outcomes, []
         try:
-            if self._claim_due(now):
+            if self._claim_due(now, bool(outs)):
                 n, wakes = self._free(), self._wakes
-                recorded, jobs = await self._session.record_claim(
+                recorded, jobs, wait_ms = await self._session.record_claim(
                     outs, self.owner, list(self.handlers), self.queues, n, self.lease_ms)
                 self._recorded(outs, recorded)
-                self._claimed(jobs, n, wakes)
+                self._claimed(jobs, n, wakes, wait_ms)
             else:
                 self._recorded(outs, await self._session.record(outs))
         except BaseException:
@@ -342,12 +349,18 @@ class Worker:
                 log.warning("skiplock worker: the outcome of job %d (token %d) was refused: "
                             "its claim had been lost", o.id, o.fencing)
 
-    def _claimed(self, jobs: List[Job], asked: int, wakes: int) -> None:
+    def _claimed(self, jobs: List[Job], asked: int, wakes: int, wait_ms: Optional[int]) -> None:
+        """wait_ms: the claim's wait hint (a limit held due jobs back and may
+        have room again then): claim again at that time, not the idle poll's."""
         now = time.monotonic()
+        self._got_jobs = bool(jobs)
         if jobs and self._cron is not None:
             self._cron.busy()
         if len(jobs) < asked and wakes == self._wakes:  # no NOTIFY came meanwhile
-            self._next_claim = now + self.poll_interval * random.uniform(0.5, 1.0)
+            poll = self.poll_interval * random.uniform(0.5, 1.0)
+            if wait_ms is not None:
+                poll = min(poll, wait_ms / 1000 + random.uniform(0, 0.02))
+            self._next_claim = now + poll
         else:
             self._next_claim = now
         for job in jobs:
