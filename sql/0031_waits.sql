@@ -23,6 +23,8 @@
 -- (skiplock_jobs_waiting{queue, reason}, docs/metrics.md), the dashboard
 -- on request.
 --
+-- enqueue_after now refuses a bad on_parent_failure without parents too.
+--
 -- Functions every role may call are now rows of every_role_functions,
 -- read by grant_role, as the operators' ones are in operator_functions
 -- (step 0029).
@@ -114,6 +116,49 @@ END
 $$;
 COMMENT ON FUNCTION skiplock.waits_summary(integer, text[]) IS
   'The available jobs of each queue (or of the queues given) that are not running, by what holds them: dependency, scheduled, paused, breaker, limit, worker; at most cap jobs counted per queue for the due ones and for the later ones.';
+
+-- As in step 0030, with on_parent_failure checked whether or not parents
+-- are named: a bad policy is refused (22023) rather than ignored.
+CREATE OR REPLACE FUNCTION skiplock.enqueue_after(depends_on bigint[], kind text,
+    payload jsonb DEFAULT '{}', queue text DEFAULT 'default', run_at timestamptz DEFAULT now(),
+    priority integer DEFAULT 0, unique_key text DEFAULT NULL, max_attempts integer DEFAULT 25,
+    timeout interval DEFAULT NULL, backoff text DEFAULT NULL, backoff_base interval DEFAULT NULL,
+    backoff_cap interval DEFAULT NULL, depends_on_keys text[] DEFAULT NULL,
+    on_parent_failure text DEFAULT 'cancel') RETURNS bigint
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+#variable_conflict use_variable
+DECLARE
+  v_parents bigint[];
+  v_id bigint;
+BEGIN
+  PERFORM skiplock.check_parent_policy(on_parent_failure);
+  IF depends_on IS NOT NULL OR depends_on_keys IS NOT NULL THEN
+    IF skiplock.is_distributed() THEN
+      RAISE EXCEPTION 'enqueue_after: dependencies are not supported on the distributed layout yet'
+        USING ERRCODE = '0A000';
+    END IF;
+    PERFORM skiplock.check_job_times(coalesce(run_at, now()), 0);
+    v_parents := skiplock.deps_parents(depends_on, depends_on_keys);
+  END IF;
+  v_id := (skiplock.enqueue_many(NULL, ARRAY[kind], ARRAY[payload],
+            ARRAY[coalesce(queue, 'default')],
+            ARRAY[CASE WHEN cardinality(v_parents) > 0 THEN skiplock.waiting_run_at()
+                       ELSE coalesce(run_at, now()) END], NULL, ARRAY[priority],
+            ARRAY[unique_key], ARRAY[max_attempts],
+            ARRAY[skiplock.interval_ms(timeout, 'timeout')::int],
+            ARRAY[skiplock.interval_ms(backoff_base, 'backoff_base')::int],
+            ARRAY[skiplock.interval_ms(backoff_cap, 'backoff_cap')::int], ARRAY[backoff]))[1];
+  -- with parents, unless its unique key was held by another job (returned)
+  IF cardinality(v_parents) > 0
+     AND EXISTS (SELECT 1 FROM skiplock.jobs j
+                  WHERE j.id = v_id AND j.run_at = skiplock.waiting_run_at())
+     AND NOT EXISTS (SELECT 1 FROM skiplock.job_waits w WHERE w.child_id = v_id) THEN
+    PERFORM skiplock.deps_attach(v_id, coalesce(run_at, now()), on_parent_failure, false,
+                                 v_parents);
+  END IF;
+  RETURN v_id;
+END
+$$;
 
 -- As before (step 0029), with the functions of every role read from
 -- every_role_functions.

@@ -1890,8 +1890,8 @@ DECLARE
   v_parents bigint[];
   v_id bigint;
 BEGIN
+  PERFORM skiplock.check_parent_policy(on_parent_failure);
   IF depends_on IS NOT NULL OR depends_on_keys IS NOT NULL THEN
-    PERFORM skiplock.check_parent_policy(on_parent_failure);
     IF skiplock.is_distributed() THEN
       RAISE EXCEPTION 'enqueue_after: dependencies are not supported on the distributed layout yet'
         USING ERRCODE = '0A000';

@@ -50,7 +50,7 @@ BEGIN
     (28, '0028_distributed', '278103fa8f5fe85a2dc47491463c641df0aa1cb9c90b13341376c2b93cde0fef'),
     (29, '0029_limits', '5658069d1b4dc156f66c483d986868c243a1edd87d6266fefbbb6783b19c75b1'),
     (30, '0030_dependencies', '312f0cc0b4da816a285caf63db3db11ad82c27964ce25cf3a87cad383b248970'),
-    (31, '0031_waits', '71d539f972de04cec452b2785ca57082d1adaca41205a1435901065a30cefbe1')) AS k(version, name, checksum)
+    (31, '0031_waits', 'e951ea50e596f10a64e6ee6241b219ff07080b6e18c909eb520c4d372fdaaeac')) AS k(version, name, checksum)
       ON k.version = v.version
    WHERE v.checksum <> k.checksum ORDER BY v.version LIMIT 1;
   IF FOUND THEN
@@ -11067,6 +11067,8 @@ BEGIN
 -- (skiplock_jobs_waiting{queue, reason}, docs/metrics.md), the dashboard
 -- on request.
 --
+-- enqueue_after now refuses a bad on_parent_failure without parents too.
+--
 -- Functions every role may call are now rows of every_role_functions,
 -- read by grant_role, as the operators' ones are in operator_functions
 -- (step 0029).
@@ -11159,6 +11161,49 @@ $$;
 COMMENT ON FUNCTION skiplock.waits_summary(integer, text[]) IS
   'The available jobs of each queue (or of the queues given) that are not running, by what holds them: dependency, scheduled, paused, breaker, limit, worker; at most cap jobs counted per queue for the due ones and for the later ones.';
 
+-- As in step 0030, with on_parent_failure checked whether or not parents
+-- are named: a bad policy is refused (22023) rather than ignored.
+CREATE OR REPLACE FUNCTION skiplock.enqueue_after(depends_on bigint[], kind text,
+    payload jsonb DEFAULT '{}', queue text DEFAULT 'default', run_at timestamptz DEFAULT now(),
+    priority integer DEFAULT 0, unique_key text DEFAULT NULL, max_attempts integer DEFAULT 25,
+    timeout interval DEFAULT NULL, backoff text DEFAULT NULL, backoff_base interval DEFAULT NULL,
+    backoff_cap interval DEFAULT NULL, depends_on_keys text[] DEFAULT NULL,
+    on_parent_failure text DEFAULT 'cancel') RETURNS bigint
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+#variable_conflict use_variable
+DECLARE
+  v_parents bigint[];
+  v_id bigint;
+BEGIN
+  PERFORM skiplock.check_parent_policy(on_parent_failure);
+  IF depends_on IS NOT NULL OR depends_on_keys IS NOT NULL THEN
+    IF skiplock.is_distributed() THEN
+      RAISE EXCEPTION 'enqueue_after: dependencies are not supported on the distributed layout yet'
+        USING ERRCODE = '0A000';
+    END IF;
+    PERFORM skiplock.check_job_times(coalesce(run_at, now()), 0);
+    v_parents := skiplock.deps_parents(depends_on, depends_on_keys);
+  END IF;
+  v_id := (skiplock.enqueue_many(NULL, ARRAY[kind], ARRAY[payload],
+            ARRAY[coalesce(queue, 'default')],
+            ARRAY[CASE WHEN cardinality(v_parents) > 0 THEN skiplock.waiting_run_at()
+                       ELSE coalesce(run_at, now()) END], NULL, ARRAY[priority],
+            ARRAY[unique_key], ARRAY[max_attempts],
+            ARRAY[skiplock.interval_ms(timeout, 'timeout')::int],
+            ARRAY[skiplock.interval_ms(backoff_base, 'backoff_base')::int],
+            ARRAY[skiplock.interval_ms(backoff_cap, 'backoff_cap')::int], ARRAY[backoff]))[1];
+  -- with parents, unless its unique key was held by another job (returned)
+  IF cardinality(v_parents) > 0
+     AND EXISTS (SELECT 1 FROM skiplock.jobs j
+                  WHERE j.id = v_id AND j.run_at = skiplock.waiting_run_at())
+     AND NOT EXISTS (SELECT 1 FROM skiplock.job_waits w WHERE w.child_id = v_id) THEN
+    PERFORM skiplock.deps_attach(v_id, coalesce(run_at, now()), on_parent_failure, false,
+                                 v_parents);
+  END IF;
+  RETURN v_id;
+END
+$$;
+
 -- As before (step 0029), with the functions of every role read from
 -- every_role_functions.
 CREATE OR REPLACE FUNCTION skiplock.grant_role(p_role text, p_kind text) RETURNS void
@@ -11222,7 +11267,7 @@ SELECT skiplock.grant_role(g.role_name, g.kind) FROM skiplock.granted_roles g
  WHERE EXISTS (SELECT 1 FROM pg_roles x WHERE x.rolname = g.role_name);
 $skiplock_step$;
     INSERT INTO skiplock.schema_version (version, name, checksum)
-    VALUES (31, '0031_waits', '71d539f972de04cec452b2785ca57082d1adaca41205a1435901065a30cefbe1');
+    VALUES (31, '0031_waits', 'e951ea50e596f10a64e6ee6241b219ff07080b6e18c909eb520c4d372fdaaeac');
   END IF;
 END
 $skiplock_install$;

@@ -166,6 +166,11 @@ static void bad_input_writes_nothing(itest_ctx *t)
 	b = (skl_batch_spec){.kind = "bad", .payloads = not_json, .n = 1, .callback_kind = "bad"};
 	CHECK_EQ(skl_enqueue_batch(c, &b, ids, NULL, &err), SKL_INVALID);
 	CHECK_STR(err.sqlstate, "22P02");
+	/* a bad policy is refused without parents too (step 0031) */
+	PGresult *r = PQexec(t->admin, "SELECT skiplock.enqueue_after(NULL, 'bad',"
+	                               " on_parent_failure => 'later')");
+	CHECK_STR(PQresultErrorField(r, PG_DIAG_SQLSTATE), "22023");
+	PQclear(r);
 	CHECK_EQ(itest_int(t->admin, "SELECT (SELECT count(*) FROM skiplock.all_jobs WHERE kind = 'bad')"
 	                             " + (SELECT count(*) FROM skiplock.job_waits)"), 0);
 	skl_client_close(c);
