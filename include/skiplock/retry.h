@@ -107,7 +107,9 @@ SKL_API skl_rc skl_breaker_configure(skl_client *c, const char *kind,
 
 /* Operator action: open forces kind's breaker open until closed (creating
  * it with default settings when missing); !open closes it and starts a
- * new window.  Recorded in skiplock.breaker_events. */
+ * new window.  skl_breaker_set (skiplock/control.h) with the actor
+ * "skl_breaker_force", role "api": recorded in skiplock.breaker_events and
+ * in the action log.  SKL_EMPTY when closing a kind with no breaker. */
 SKL_API skl_rc skl_breaker_force(skl_client *c, const char *kind, bool open, skl_error *err);
 
 #ifdef __cplusplus

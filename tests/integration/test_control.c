@@ -393,6 +393,29 @@ static void list_and_count_share_the_filter(itest_ctx *t)
 	skl_client_close(c);
 }
 
+/* skl_breaker_force writes through the operators' function, as
+ * skl_breaker_set does: the state, the breaker's event and the action log. */
+static void breaker_force_is_the_logged_path(itest_ctx *t)
+{
+	skl_client *c = open_client(t);
+	skl_error err;
+	CHECK_EQ(skl_breaker_force(c, "report", true, &err), SKL_OK);
+	CHECK_STR(itest_text(t->admin, "SELECT state FROM skiplock.breakers WHERE kind = 'report'"),
+	          "open");
+	CHECK_EQ(skl_breaker_force(c, "report", false, &err), SKL_OK);
+	CHECK_STR(itest_text(t->admin, "SELECT state FROM skiplock.breakers WHERE kind = 'report'"),
+	          "closed");
+	CHECK_EQ(skl_breaker_force(c, "other", false, &err), SKL_EMPTY);
+	CHECK_EQ(skl_breaker_force(c, "", true, &err), SKL_INVALID);
+	CHECK_EQ(itest_int(t->admin, "SELECT count(*) FROM skiplock.breaker_events"
+	                             " WHERE kind = 'report' AND reason LIKE '%% by skl_breaker_force (api)'"),
+	         2);
+	CHECK_EQ(actions(t, "action IN ('breaker_open', 'breaker_close')"
+	                    " AND actor = 'skl_breaker_force' AND role = 'api'"), 2);
+	skl_client_close(c);
+	itest_no_leftovers(t);
+}
+
 int main(int argc, char **argv)
 {
 	static const itest_case cases[] = {
@@ -404,6 +427,7 @@ int main(int argc, char **argv)
 		{"bad_input_writes_nothing", bad_input_writes_nothing, 30},
 		{"run_now_leaves_the_schedule_alone", run_now_leaves_the_schedule_alone, 30},
 		{"list_and_count_share_the_filter", list_and_count_share_the_filter, 90},
+		{"breaker_force_is_the_logged_path", breaker_force_is_the_logged_path, 30},
 	};
 	return itest_main(argc, argv, cases, (int)(sizeof(cases) / sizeof(cases[0])));
 }

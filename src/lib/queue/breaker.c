@@ -11,6 +11,7 @@
 
 #include "core/internal.h"
 #include "queue/queue_int.h"
+#include "skiplock/control.h"
 #include "skiplock/retry.h"
 
 void skl_breaker_config_init(skl_breaker_config *c)
@@ -129,34 +130,12 @@ skl_rc skl_breaker_configure(skl_client *c, const char *kind, const skl_breaker_
 	return rc;
 }
 
-static const char *const force_sql[2] = {
-	/* close */
-	"WITH b AS (UPDATE skiplock.breakers b SET prev_state = b.state, state = 'closed',"
-	"    calls = 0, failures = 0, window_started_at = now(), probes_left = 0, probe_ok = 0,"
-	"    open_until = NULL, changed_at = now() WHERE kind = $1"
-	"  RETURNING b.kind, b.prev_state)"
-	" INSERT INTO skiplock.breaker_events (kind, from_state, to_state, reason)"
-	" SELECT kind, prev_state, 'closed', 'closed by an operator' FROM b RETURNING kind",
-	/* open */
-	"WITH b AS (INSERT INTO skiplock.breakers AS b (kind, state, open_until)"
-	"    VALUES ($1, 'open', 'infinity')"
-	"  ON CONFLICT (kind) DO UPDATE SET prev_state = b.state, state = 'open',"
-	"    open_until = 'infinity', probes_left = 0, probe_ok = 0, changed_at = now()"
-	"  RETURNING b.kind, b.prev_state)"
-	" INSERT INTO skiplock.breaker_events (kind, from_state, to_state, reason)"
-	" SELECT kind, prev_state, 'open', 'opened by an operator' FROM b RETURNING kind"};
-
+/* One write path: the operators' function (skl_breaker_set, which logs
+ * the action), as the C API with no actor of its own. */
 skl_rc skl_breaker_force(skl_client *c, const char *kind, bool open, skl_error *err)
 {
-	if (skl__check_kind(kind, err) != SKL_OK)
-		return SKL_INVALID;
-	skl_stmt s = {.sql = force_sql[open], .nparams = 1, .params = {kind}};
-	skl_rc rc = skl__run_stmt(c, &write_opts, &s, err);
-	int rows = rc == SKL_OK ? PQntuples(s.res) : 0;
-	PQclear(s.res);
-	if (rc == SKL_OK && rows == 0)
-		return skl__seterr(err, SKL_EMPTY, "kind \"%s\" has no breaker", kind);
-	return rc;
+	static const skl_actor api = {.name = "skl_breaker_force", .role = "api"};
+	return skl_breaker_set(c, kind, open, &api, err);
 }
 
 /* ---- the list ---- */
