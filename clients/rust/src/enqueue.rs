@@ -1,5 +1,6 @@
 //! enqueue: one `SELECT skiplock.enqueue(...)` on the connection the caller
-//! gives, so the job commits or rolls back with the caller's transaction.
+//! gives, so the job commits or rolls back with the caller's transaction;
+//! `skiplock.enqueue_after(...)` instead when the job has parents.
 
 use crate::error::Error;
 use crate::sql;
@@ -28,6 +29,42 @@ impl Backoff {
     }
 }
 
+/// What happens to a job when one of its parents is discarded or cancelled
+/// (docs/flow-control.md, "Dependencies").
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum OnParentFailure {
+    /// The child is cancelled at once, and the jobs waiting for it follow
+    /// (the default).
+    #[default]
+    Cancel,
+    /// The failed parent counts as finished: the child runs anyway.
+    Run,
+}
+
+impl OnParentFailure {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OnParentFailure::Cancel => "cancel",
+            OnParentFailure::Run => "run",
+        }
+    }
+}
+
+/// `"cancel"` or `"run"`, as in the SQL API; anything else is
+/// [`Error::Invalid`].
+impl std::str::FromStr for OnParentFailure {
+    type Err = Error;
+
+    fn from_str(s: &str) -> Result<OnParentFailure, Error> {
+        match s {
+            "cancel" => Ok(OnParentFailure::Cancel),
+            "run" => Ok(OnParentFailure::Run),
+            _ => Err(Error::invalid(format!("on_parent_failure must be \"cancel\" or \"run\", \
+                                             not {:?}", s))),
+        }
+    }
+}
+
 /// What `enqueue` may set besides kind and payload; every field is optional
 /// and defaults to the SQL function's default.
 #[derive(Clone, Debug, Default)]
@@ -50,11 +87,35 @@ pub struct EnqueueOptions {
     pub backoff: Option<Backoff>,
     pub backoff_base: Option<Duration>,
     pub backoff_cap: Option<Duration>,
+    /// Parents by id: the job waits, available with its attempts untouched,
+    /// until every parent has finished, then becomes due at its `run_at`
+    /// or `delay`.  A parent must exist (live, or finished and still kept):
+    /// an unknown one is refused with SQLSTATE 23503 and nothing is written.
+    pub depends_on: Vec<i64>,
+    /// Parents by unique key (the job holding the key, live or the newest
+    /// finished one kept), as `depends_on`.
+    pub depends_on_keys: Vec<String>,
+    /// When a parent is discarded or cancelled (default
+    /// [`OnParentFailure::Cancel`]).
+    pub on_parent_failure: Option<OnParentFailure>,
+}
+
+impl EnqueueOptions {
+    /// True when the job names parents or a policy for them: `enqueue`
+    /// then calls `skiplock.enqueue_after`.
+    pub fn has_dependencies(&self) -> bool {
+        !self.depends_on.is_empty() || !self.depends_on_keys.is_empty()
+            || self.on_parent_failure.is_some()
+    }
 }
 
 /// Enqueues one job on `client` (a `Client` or a `Transaction`, or whatever
 /// derefs to one, like a pooled connection) and returns its id.  Inside a
-/// transaction the job exists only if that transaction commits.
+/// transaction the job exists only if that transaction commits.  With
+/// parents (`depends_on`, `depends_on_keys`) or `on_parent_failure` it
+/// calls `skiplock.enqueue_after`, else `skiplock.enqueue`; an unknown
+/// parent is [`Error::Permanent`] with SQLSTATE 23503, and nothing is
+/// written.
 pub async fn enqueue<C: GenericClient + Sync>(
     client: &C,
     kind: &str,
@@ -66,7 +127,7 @@ pub async fn enqueue<C: GenericClient + Sync>(
     rows.first()
         .and_then(|r| r.get(0))
         .and_then(|v| v.parse().ok())
-        .ok_or_else(|| Error::protocol("skiplock.enqueue returned no id"))
+        .ok_or_else(|| Error::protocol("the enqueue returned no id"))
 }
 
 /// The statement `enqueue` sends.
@@ -75,7 +136,16 @@ pub fn enqueue_sql(
     payload: &serde_json::Value,
     o: &EnqueueOptions,
 ) -> Result<String, Error> {
-    let mut args = vec![format!("kind => {}", sql::text(kind)?)];
+    let mut args = vec![];
+    if o.has_dependencies() {
+        let ids = if o.depends_on.is_empty() {
+            "NULL::bigint[]".to_string()
+        } else {
+            sql::bigint_array(&o.depends_on)
+        };
+        args.push(format!("depends_on => {}", ids));
+    }
+    args.push(format!("kind => {}", sql::text(kind)?));
     args.push(format!("payload => {}", sql::jsonb(payload)?));
     if let Some(q) = &o.queue {
         args.push(format!("queue => {}", sql::text(q)?));
@@ -102,7 +172,17 @@ pub fn enqueue_sql(
     if let Some(b) = o.backoff {
         args.push(format!("backoff => '{}'", b.as_str()));
     }
-    Ok(format!("SELECT skiplock.enqueue({named})", named = args.join(", ")))
+    if !o.depends_on_keys.is_empty() {
+        args.push(format!("depends_on_keys => {}", sql::text_array(&o.depends_on_keys)?));
+    }
+    if let Some(p) = o.on_parent_failure {
+        args.push(format!("on_parent_failure => '{}'", p.as_str()));
+    }
+    Ok(if o.has_dependencies() {
+        format!("SELECT skiplock.enqueue_after({named})", named = args.join(", "))
+    } else {
+        format!("SELECT skiplock.enqueue({named})", named = args.join(", "))
+    })
 }
 
 fn run_at(o: &EnqueueOptions) -> Result<Option<String>, Error> {

@@ -32,7 +32,9 @@ impl JobSpec {
 /// Enqueues `jobs` on `client` in one statement (`skiplock.enqueue_many`),
 /// all or none, and returns their ids in order (with a unique key, the
 /// holder's id where the key is held).  With `token`, a retried call (the
-/// same token) returns the first call's ids and enqueues nothing.
+/// same token) returns the first call's ids and enqueues nothing.  A job
+/// with dependencies is [`Error::Invalid`]: [`crate::enqueue`] takes them,
+/// and [`crate::enqueue_batch`] makes a batch with a callback.
 pub async fn enqueue_many<C: GenericClient + Sync>(
     client: &C,
     jobs: &[JobSpec],
@@ -41,12 +43,18 @@ pub async fn enqueue_many<C: GenericClient + Sync>(
     if jobs.is_empty() {
         return Ok(vec![]);
     }
-    let q = enqueue_many_sql(jobs, token)?;
-    let rows = crate::conn::select(client.client(), &q).await?;
+    select_ids(client, &enqueue_many_sql(jobs, token)?, "skiplock.enqueue_many").await
+}
+
+/// Sends `q`, whose one value is a bigint[] as text (`{1,2,3}`), and
+/// returns its ids; `what` names the call in a protocol error.
+pub(crate) async fn select_ids<C: GenericClient + Sync>(client: &C, q: &str, what: &str)
+                                                       -> Result<Vec<i64>, Error> {
+    let rows = crate::conn::select(client.client(), q).await?;
     let text = rows.first().and_then(|r| r.get(0))
-        .ok_or_else(|| Error::protocol("skiplock.enqueue_many returned no ids"))?;
+        .ok_or_else(|| Error::protocol(format!("{} returned no ids", what)))?;
     text.trim_matches(|c| c == '{' || c == '}').split(',')
-        .map(|v| v.parse().map_err(|_| Error::protocol("skiplock.enqueue_many: not an id")))
+        .map(|v| v.parse().map_err(|_| Error::protocol(format!("{}: not an id", what))))
         .collect()
 }
 
@@ -65,6 +73,11 @@ fn row(j: &JobSpec, i: usize) -> Result<[Option<String>; 12], Error> {
     let o = &j.opts;
     if o.run_at.is_some() && o.delay.is_some() {
         return Err(Error::invalid(format!("job {}: run_at and delay are exclusive", i)));
+    }
+    if o.has_dependencies() {
+        return Err(Error::invalid(format!("job {}: enqueue_many takes no dependencies \
+                                           (depends_on, depends_on_keys, on_parent_failure): \
+                                           enqueue each such job with enqueue", i)));
     }
     let run_at = match o.run_at {
         Some(t) => Some(t.duration_since(UNIX_EPOCH)

@@ -23,11 +23,32 @@
 //! handle.shutdown().await?;
 //! # Ok(()) }
 //! ```
+//!
+//! Dependencies (docs/flow-control.md): a job may wait for others
+//! ([`EnqueueOptions::depends_on`], [`EnqueueOptions::depends_on_keys`],
+//! [`OnParentFailure`]), and [`enqueue_batch`] runs a callback once after a
+//! batch; [`waits_for`] says why a job is not running yet.  A diamond, in
+//! the caller's transaction:
+//!
+//! ```no_run
+//! # async fn demo(tx: &tokio_postgres::Transaction<'_>) -> Result<(), skiplock::Error> {
+//! use serde_json::json;
+//! use skiplock::{enqueue, EnqueueOptions};
+//! let a = enqueue(tx, "extract", &json!({}), &EnqueueOptions::default()).await?;
+//! let after = |ids: Vec<i64>| EnqueueOptions { depends_on: ids, ..Default::default() };
+//! let b = enqueue(tx, "transform", &json!({"part": 1}), &after(vec![a])).await?;
+//! let c = enqueue(tx, "transform", &json!({"part": 2}), &after(vec![a])).await?;
+//! let d = enqueue(tx, "load", &json!({}), &after(vec![b, c])).await?; // once, after B and C
+//! assert_eq!(skiplock::waits_for(tx, d).await?.as_deref(),
+//!            Some("dependencies: 2 of 2 parent(s) not finished"));
+//! # Ok(()) }
+//! ```
 
 mod config;
 mod conn;
 mod cron;
 mod db;
+mod deps;
 mod enqueue;
 mod enqueue_many;
 mod error;
@@ -50,7 +71,8 @@ pub mod sql;
 mod worker;
 
 pub use conn::Connector;
-pub use enqueue::{enqueue, enqueue_sql, Backoff, EnqueueOptions};
+pub use deps::{enqueue_batch, enqueue_batch_sql, waits_for, BatchOptions};
+pub use enqueue::{enqueue, enqueue_sql, Backoff, EnqueueOptions, OnParentFailure};
 pub use enqueue_many::{enqueue_many, enqueue_many_sql, JobSpec};
 pub use error::{sqlstate_is_transient, Error};
 pub use init::{init, INSTALL_SQL};

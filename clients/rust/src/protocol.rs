@@ -28,7 +28,7 @@ pub struct Recorded {
 }
 
 const COLUMNS: &str = "row_type, id, state, queue, kind, payload::text, attempt, max_attempts, \
-                       fencing, timeout_ms, priority";
+                       fencing, timeout_ms, priority, delay_ms";
 
 fn claim_args(c: &ClaimArgs<'_>) -> Result<String, Error> {
     let queues = match c.queues {
@@ -114,36 +114,61 @@ fn job(r: &SimpleQueryRow) -> Result<Job, Error> {
     })
 }
 
+/// What one round trip of the worker returned: the accepted outcomes, the
+/// claimed jobs, and the claim's wait hint.
+#[derive(Debug, Default)]
+pub struct Exchanged {
+    pub recorded: Vec<Recorded>,
+    pub jobs: Vec<Job>,
+    /// A limit held due jobs back (docs/flow-control.md): it may have room
+    /// this long from now, so claim again then rather than at the next poll.
+    pub wait: Option<Duration>,
+}
+
+/// The statement of one round trip: `record_claim` with wait hints when
+/// claiming (no outcomes is fine), `record` when only recording.
+fn exchange_sql(done: &[Finished], claim: Option<&ClaimArgs<'_>>) -> Result<String, Error> {
+    Ok(match claim {
+        None => format!("SELECT 'recorded', id, state FROM skiplock.record({outcomes}, {queues})",
+                        outcomes = outcome_arrays(done)?, queues = outcome_queues(done)?),
+        Some(a) => format!("SELECT {} FROM skiplock.record_claim({outcomes}, {claim}, \
+                            after_priority => NULL, after_run_at_us => NULL, after_id => NULL, \
+                            {queues}, wait_hints => true)", COLUMNS,
+                           outcomes = outcome_arrays(done)?, claim = claim_args(a)?,
+                           queues = outcome_queues(done)?),
+    })
+}
+
 /// Records `done` (may be empty) and claims (when `claim` is given), in one
-/// round trip: `record_claim`, `record` or `claim`.
+/// round trip (`record_claim` or `record`), with the claim's wait hint.
+pub async fn exchange_hinted<C: GenericClient + Sync>(
+    c: &C,
+    done: &[Finished],
+    claim: Option<&ClaimArgs<'_>>,
+) -> Result<Exchanged, Error> {
+    let mut x = Exchanged::default();
+    if done.is_empty() && claim.is_none() {
+        return Ok(x);
+    }
+    for r in select(c.client(), &exchange_sql(done, claim)?).await? {
+        match r.get(0) {
+            Some("claimed") => x.jobs.push(job(&r)?),
+            Some("wait") => x.wait = Some(Duration::from_millis(int(&r, 11)?)),
+            _ => x.recorded.push(Recorded { id: int(&r, 1)?, state: string(&r, 2) }),
+        }
+    }
+    Ok(x)
+}
+
+/// [`exchange_hinted`] without the hint: the accepted outcomes and the
+/// claimed jobs.
 pub async fn exchange<C: GenericClient + Sync>(
     c: &C,
     done: &[Finished],
     claim: Option<&ClaimArgs<'_>>,
 ) -> Result<(Vec<Recorded>, Vec<Job>), Error> {
-    let q = match (done.is_empty(), claim) {
-        (true, None) => return Ok((vec![], vec![])),
-        (true, Some(a)) => format!("SELECT 'claimed', id, 'running', queue, kind, payload::text, \
-                                    attempt, max_attempts, fencing, timeout_ms, priority \
-                                    FROM skiplock.claim({claim})", claim = claim_args(a)?),
-        (false, None) => format!("SELECT 'recorded', id, state \
-                                  FROM skiplock.record({outcomes}, {queues})",
-                                 outcomes = outcome_arrays(done)?,
-                                 queues = outcome_queues(done)?),
-        (false, Some(a)) => format!("SELECT {} FROM skiplock.record_claim({outcomes}, {claim}, \
-                                     {queues})", COLUMNS,
-                                    outcomes = outcome_arrays(done)?, claim = claim_args(a)?,
-                                    queues = outcome_queues(done)?),
-    };
-    let (mut recorded, mut jobs) = (vec![], vec![]);
-    for r in select(c.client(), &q).await? {
-        if r.get(0) == Some("claimed") {
-            jobs.push(job(&r)?);
-        } else {
-            recorded.push(Recorded { id: int(&r, 1)?, state: string(&r, 2) });
-        }
-    }
-    Ok((recorded, jobs))
+    let x = exchange_hinted(c, done, claim).await?;
+    Ok((x.recorded, x.jobs))
 }
 
 /// Claims up to `a.n` jobs.
@@ -307,9 +332,11 @@ pub fn fenced<T>(r: Result<T, Error>, job: &Job) -> Result<T, Error> {
 
 #[cfg(test)]
 mod tests {
-    use super::{claim_args, error_text, outcome_arrays, outcome_queues, ClaimArgs, ERROR_CHARS};
+    use super::{claim_args, error_text, exchange_sql, outcome_arrays, outcome_queues, ClaimArgs,
+                ERROR_CHARS};
     use crate::job::{Finished, Outcome};
-    use crate::{enqueue_many_sql, enqueue_sql, EnqueueOptions, JobSpec};
+    use crate::{enqueue_batch_sql, enqueue_many_sql, enqueue_sql, BatchOptions, EnqueueOptions,
+                JobSpec, OnParentFailure};
     use std::time::Duration;
 
     /// The top-level arguments of a list (quotes and brackets skipped).
@@ -363,11 +390,40 @@ mod tests {
                                  timeout: Some(Duration::from_secs(1)), ..Default::default() };
         assert_named(call_args(&enqueue_sql("k", &serde_json::json!({"a": [1, 2]}), &o).unwrap()),
                      &["kind", "payload", "queue", "priority", "timeout"]);
-        let jobs = [JobSpec::new("k", serde_json::json!({})).with(o)];
+        let jobs = [JobSpec::new("k", serde_json::json!({})).with(o.clone())];
         assert_named(call_args(&enqueue_many_sql(&jobs, Some("t")).unwrap()),
                      &["p_token", "p_kinds", "p_payloads", "p_queues", "p_run_ats", "p_delays_ms",
                        "p_priorities", "p_unique_keys", "p_max_attempts", "p_timeouts",
                        "p_backoff_bases", "p_backoff_caps", "p_backoffs"]);
+        const RECORD_CLAIM: [&str; 20] = [
+            "ids", "fencings", "outcomes", "results", "errors", "retry_after_ms", "deferred",
+            "backoffs", "backoff_bases_ms", "backoff_caps_ms", "owner", "kinds", "queues", "n",
+            "lease", "after_priority", "after_run_at_us", "after_id", "job_queues", "wait_hints"];
+        for outcomes in [&done[..], &[]] {
+            let q = exchange_sql(outcomes, Some(&a)).unwrap();
+            assert!(q.contains("skiplock.record_claim(") && q.ends_with("wait_hints => true)"),
+                    "{}", q);
+            assert_named(call_args(&q), &RECORD_CLAIM);
+        }
+        let record: Vec<&str> =
+            RECORD_CLAIM[..10].iter().chain(&["job_queues"]).copied().collect();
+        assert_named(call_args(&exchange_sql(&done, None).unwrap()), &record);
+        let after = EnqueueOptions { depends_on_keys: vec!["k'1".into()], ..o };
+        let q = enqueue_sql("k", &serde_json::json!({}), &after).unwrap();
+        assert!(q.contains(" skiplock.enqueue_after("), "{}", q);
+        assert_named(call_args(&q), &["depends_on", "kind", "payload", "queue", "priority",
+                                      "timeout", "depends_on_keys"]);
+        let after = EnqueueOptions { depends_on: vec![1, 2],
+                                     on_parent_failure: Some(OnParentFailure::Run),
+                                     ..Default::default() };
+        assert_named(call_args(&enqueue_sql("k", &serde_json::json!({}), &after).unwrap()),
+                     &["depends_on", "kind", "payload", "on_parent_failure"]);
+        let b = BatchOptions { callback_payload: Some(serde_json::json!({"n": "a'b"})),
+                               queue: Some("q".into()), priority: Some(1), max_attempts: Some(2) };
+        assert_named(call_args(&enqueue_batch_sql("k", &[serde_json::json!({"s": "it's, \"q\""})],
+                                                  "cb", &b).unwrap()),
+                     &["kind", "payloads", "callback_kind", "callback_payload", "queue", "priority",
+                       "max_attempts"]);
     }
 
     #[test]

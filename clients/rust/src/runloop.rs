@@ -4,6 +4,8 @@
 //! held claims every third of the lease, rescues expired leases now and
 //! then, and waits for a finished handler, a notification, a timer or the
 //! stop token.  Handlers run in their own tasks, outside any transaction.
+//! The claim asks for wait hints: when a limit held due jobs back, the
+//! next claim is when it may have room, not the next poll.
 //!
 //! A claim is held from its claim until its outcome is recorded; the loop
 //! hands claimed jobs to the runners (runners.rs) through their queue.
@@ -18,7 +20,7 @@ use crate::db::Db;
 use crate::error::Error;
 use crate::job::{Finished, Job, Outcome, TxCompletion};
 use crate::jitter::jittered;
-use crate::protocol::{exchange, heartbeat, rescue, ClaimArgs};
+use crate::protocol::{exchange, exchange_hinted, heartbeat, rescue, ClaimArgs};
 use crate::runners::{self, Queue};
 use crate::schedule::declare_schedules;
 use crate::config::{Config, Event};
@@ -37,6 +39,9 @@ const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 /// How long finished outcomes may wait for more to share their round
 /// trip, while fewer than half of the held claims have finished.
 const BATCH_WAIT: Duration = Duration::from_millis(2);
+
+/// The most a claim after a wait hint is delayed beyond the hint.
+const WAIT_JITTER: Duration = Duration::from_millis(20);
 
 /// The error a prefetched job that never started is given back with.
 const NOT_STARTED: &str = "the worker stopped before starting it";
@@ -97,6 +102,20 @@ pub(crate) async fn start(cfg: Arc<Config>, stop: CancellationToken)
                        pending: vec![], in_tx: HashSet::new(), pending_since: None, claim_due: true, next_poll: now,
                        next_heartbeat: now, next_rescue: now, cron, stopping_since: None };
     Ok(tokio::spawn(async move { l.run().await }))
+}
+
+/// When to claim again after a claim that found no more due jobs: after the
+/// poll interval (jittered), or sooner when a limit held due jobs back and
+/// said when it may have room (the claim's wait hint, docs/flow-control.md),
+/// spread over WAIT_JITTER so that workers sharing the limit do not claim at
+/// the same instant.
+fn next_poll(poll: Duration, wait: Option<Duration>) -> Instant {
+    let now = Instant::now();
+    let polled = now + jittered(poll);
+    match wait {
+        Some(w) => polled.min(now + w + WAIT_JITTER.mul_f64(crate::jitter::unit())),
+        None => polled,
+    }
 }
 
 /// A failed attempt, visible by default: `log::warn!` with the job's id,
@@ -235,14 +254,14 @@ impl Loop {
         };
         let done = std::mem::take(&mut self.pending);
         let since = self.pending_since.take();
-        match exchange(client, &done, if claim { Some(&args) } else { None }).await {
-            Ok((recorded, jobs)) => {
-                self.report(&done, recorded);
+        match exchange_hinted(client, &done, if claim { Some(&args) } else { None }).await {
+            Ok(x) => {
+                self.report(&done, x.recorded);
                 if claim {
-                    self.claim_due = jobs.len() == n;
-                    self.next_poll = Instant::now() + jittered(cfg.poll);
+                    self.claim_due = x.jobs.len() == n;
+                    self.next_poll = next_poll(cfg.poll, x.wait);
                 }
-                self.hold(jobs);
+                self.hold(x.jobs);
             }
             Err(e) if e.is_transient() => {
                 self.pending = done;

@@ -132,6 +132,9 @@ impl WorkerBuilder {
     }
 
     /// The longest wait between claims when idle (jittered by up to -25 %).
+    /// A claim that a limit cut short (`skiplock.limit_set`) says when the
+    /// limit may have room, and the next claim is then (plus up to 20 ms),
+    /// whatever this interval.
     pub fn poll_interval(mut self, d: Duration) -> Self {
         self.0.poll = d;
         self
