@@ -41,6 +41,8 @@ for R in $OP $RD; do
 	allowed "$R" "read jobs" "SELECT count(*) FROM skiplock.all_jobs"
 	allowed "$R" "read breakers, events and schedules" \
 		"SELECT (SELECT count(*) FROM skiplock.breakers) + (SELECT count(*) FROM skiplock.breaker_events) + (SELECT count(*) FROM skiplock.schedules)"
+	allowed "$R" "see why jobs wait and the limits' use" \
+		"SELECT (SELECT count(*) FROM skiplock.waits_summary()) + (SELECT count(*) FROM skiplock.limits_status()) + length(coalesce(skiplock.job_waits_for(1), ''))"
 	allowed "$R" "read leases and schema_version" \
 		"SELECT (SELECT count(*) FROM skiplock.leases) + (SELECT count(*) FROM skiplock.schema_version)"
 	allowed "$R" "call a pure helper" "SELECT skiplock.installed_version()"
@@ -144,6 +146,8 @@ refused "$RD" "pause a queue" "SELECT skiplock.pause('q', NULL, 'rd', 'cli')"
 refused "$RD" "act in bulk" "SELECT * FROM skiplock.jobs_act(1, '{1}')"
 refused "$RD" "write the action log" "SELECT skiplock.action_record('rd', 'cli', 'pause', '{}', 1, 1)"
 refused "$RD" "run a schedule now" "SELECT skiplock.schedule_run_now('none', 'rd', 'cli')"
+refused "$RD" "set a limit" "SELECT skiplock.limit_set('k', max_running => 1, actor => 'rd', role => 'cli')"
+refused "$RD" "call the waits' helper" "SELECT skiplock.kind_wait_reason('q', 'k')"
 refused "$RD" "lock jobs exclusively" "LOCK TABLE skiplock.jobs IN ACCESS EXCLUSIVE MODE"
 
 check_eq "nothing changed by the checks" "$(q "SELECT count(*) || ' ' || min(state) FROM skiplock.all_jobs")" "1 available"
