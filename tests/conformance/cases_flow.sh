@@ -17,6 +17,33 @@ most_starts_in() { # most_starts_in IDS PER
 	     FROM s s1"
 }
 
+# refused_0A000 WHAT SQL: SQL fails with SQLSTATE 0A000 (feature not
+# supported); its transaction is rolled back.
+refused_0A000() {
+	q "DO \$\$ BEGIN PERFORM $2; RAISE EXCEPTION 'accepted';
+	   EXCEPTION WHEN feature_not_supported THEN NULL; END \$\$" >/dev/null &&
+		pass "$1: refused (0A000)" || fail "$1: not refused with 0A000"
+}
+
+# On the distributed layout (docs/flow-control.md, "Not yet"): limits and
+# dependencies are refused with 0A000 and nothing is written.
+case_flow_refused() {
+	section "limits and dependencies are refused on the distributed layout"
+	local a
+	a=$(enqueue "'conf.ok', '{}'")
+	refused_0A000 "limit_set" "skiplock.limit_set('conf.ok', rate => 10)"
+	refused_0A000 "enqueue_after with a parent" "skiplock.enqueue_after(ARRAY[$a], 'conf.ok')"
+	refused_0A000 "enqueue_batch" "skiplock.enqueue_batch('conf.ok', ARRAY['{}'::jsonb], 'conf.ok')"
+	check_eq "nothing written: no limit, no wait, one conf.ok job" \
+		"$(q "SELECT (SELECT count(*) FROM skiplock.limits) || ' ' || (SELECT count(*) FROM skiplock.job_waits)
+		        || ' ' || (SELECT count(*) FROM skiplock.all_jobs WHERE kind = 'conf.ok' AND id >= $a)")" "0 0 1"
+	start_worker flow-A 2
+	wait_for "SELECT state FROM skiplock.all_jobs WHERE id = $a" completed 20 ||
+		fail "the plain job was not completed in 20 s"
+	invariants all
+	stop_worker flow-A
+}
+
 # A rate of 10 starts a second on conf.ok, two instances at concurrency 4,
 # 40 jobs: no window of one second ever starts more than 10, and the
 # instances keep up with the limit (its windows used, not waited out).
