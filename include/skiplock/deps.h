@@ -82,9 +82,10 @@ typedef struct skl_wait_count {
  * every queue with jobs (at most 1000); rows in queue, then reason order,
  * only reasons with jobs.  cap (1 to 1000000, 0: 10000) bounds the jobs
  * read per queue.  Every role may call it.  One read-only statement,
- * retried like any read.  Free *rows with skl_wait_counts_free. */
+ * retried like any read. */
 SKL_API skl_rc skl_waits_count(skl_client *c, const char *const *queues, size_t nqueues,
                                int cap, skl_wait_count **rows, size_t *n, skl_error *err);
+/* Frees the rows of skl_waits_count (NULL is fine). */
 SKL_API void skl_wait_counts_free(skl_wait_count *rows, size_t n);
 
 #ifdef __cplusplus
