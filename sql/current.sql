@@ -4,6 +4,10 @@ CREATE SCHEMA skiplock;
 
 COMMENT ON SCHEMA skiplock IS 'skiplock: job queue, leases and coordination; managed by skiplock init';
 
+CREATE SCHEMA skiplock_internal;
+
+COMMENT ON SCHEMA skiplock_internal IS 'skiplock''s internal functions: called by the functions of schema skiplock, not an API (sql/SCHEMA.md documents schema skiplock).';
+
 CREATE TYPE skiplock.claimed_job AS (
 	id bigint,
 	queue text,
@@ -111,7 +115,7 @@ CREATE FUNCTION skiplock.action_record(actor text, role text, action text, targe
 DECLARE
   v_id bigint;
 BEGIN
-  PERFORM skiplock.check_actor(actor, role);
+  PERFORM skiplock_internal.check_actor(actor, role);
   INSERT INTO skiplock.actions (actor, role, action, target, matched, changed)
   VALUES (actor, role, action, coalesce(target, '{}'), coalesce(matched, 0),
           coalesce(changed, 0))
@@ -121,25 +125,6 @@ END
 $$;
 
 COMMENT ON FUNCTION skiplock.action_record(actor text, role text, action text, target jsonb, matched bigint, changed bigint) IS 'write one row of the action log (operators)';
-
-CREATE FUNCTION skiplock.backoff_delay(strategy text, n integer, base_ms bigint, cap_ms bigint, prev_ms bigint, r double precision) RETURNS bigint
-    LANGUAGE sql IMMUTABLE PARALLEL SAFE
-    AS $$
-  WITH c AS (SELECT least(base_ms * power(2::numeric, least(greatest(n, 0), 62)), cap_ms)::bigint AS ceil)
-  SELECT CASE
-    WHEN base_ms <= 0 OR cap_ms <= 0 THEN 0
-    WHEN strategy = 'equal' THEN c.ceil / 2 + floor(r * (c.ceil - c.ceil / 2 + 1))::bigint
-    WHEN strategy = 'exponential' THEN c.ceil
-    WHEN strategy = 'fixed' THEN least(base_ms, cap_ms)
-    WHEN strategy = 'decorrelated' THEN
-      least(least(base_ms, cap_ms) + floor(r * greatest(
-              least(greatest(coalesce(nullif(prev_ms, 0), base_ms), 0) * 3, cap_ms)
-              - least(base_ms, cap_ms) + 1, 0))::bigint, cap_ms)
-    ELSE floor(r * (c.ceil + 1))::bigint
-  END FROM c
-$$;
-
-COMMENT ON FUNCTION skiplock.backoff_delay(strategy text, n integer, base_ms bigint, cap_ms bigint, prev_ms bigint, r double precision) IS 'Internal, pure: the delay in ms of a backoff strategy (full, equal, decorrelated, exponential, fixed) for attempt n, given a random draw.';
 
 CREATE FUNCTION skiplock.breaker_configure(kind text, failure_pct integer, min_calls integer, window_calls integer, window_ms bigint, open_ms bigint, probes integer) RETURNS void
     LANGUAGE sql SECURITY DEFINER
@@ -165,7 +150,7 @@ CREATE FUNCTION skiplock.breaker_set(kind text, open boolean, actor text, role t
 DECLARE
   v_prev text;
 BEGIN
-  PERFORM skiplock.check_actor(actor, role);
+  PERFORM skiplock_internal.check_actor(actor, role);
   IF kind IS NULL OR length(kind) NOT BETWEEN 1 AND 128 OR open IS NULL THEN
     RAISE EXCEPTION 'breaker_set: a kind of 1 to 128 characters and open are required'
       USING ERRCODE = '22023';
@@ -199,99 +184,6 @@ $$;
 
 COMMENT ON FUNCTION skiplock.breaker_set(kind text, open boolean, actor text, role text) IS 'force a breaker open or close it, logged (operators)';
 
-CREATE TABLE skiplock.breakers (
-    kind text NOT NULL,
-    state text DEFAULT 'closed'::text NOT NULL,
-    prev_state text,
-    failure_pct integer DEFAULT 50 NOT NULL,
-    min_calls integer DEFAULT 10 NOT NULL,
-    window_calls integer DEFAULT 100 NOT NULL,
-    window_ms bigint DEFAULT 60000 NOT NULL,
-    open_ms bigint DEFAULT 60000 NOT NULL,
-    probes integer DEFAULT 3 NOT NULL,
-    calls integer DEFAULT 0 NOT NULL,
-    failures integer DEFAULT 0 NOT NULL,
-    window_started_at timestamp with time zone DEFAULT now() NOT NULL,
-    probes_left integer DEFAULT 0 NOT NULL,
-    probe_ok integer DEFAULT 0 NOT NULL,
-    open_until timestamp with time zone,
-    changed_at timestamp with time zone DEFAULT now() NOT NULL,
-    CONSTRAINT breakers_bounds_check CHECK (((min_calls <= 1000000) AND (window_calls <= 1000000) AND (window_ms <= '3153600000000'::bigint) AND (open_ms <= '3153600000000'::bigint) AND (probes <= 10000))),
-    CONSTRAINT breakers_config_check CHECK ((((failure_pct >= 1) AND (failure_pct <= 100)) AND (min_calls >= 1) AND (window_calls >= 1) AND (window_ms > 0) AND (open_ms > 0) AND (probes >= 1))),
-    CONSTRAINT breakers_kind_check CHECK (((length(kind) >= 1) AND (length(kind) <= 128))),
-    CONSTRAINT breakers_open_check CHECK (((state <> 'open'::text) OR (open_until IS NOT NULL))),
-    CONSTRAINT breakers_state_check CHECK ((state = ANY (ARRAY['closed'::text, 'open'::text, 'half_open'::text])))
-);
-
-COMMENT ON TABLE skiplock.breakers IS 'One circuit breaker per kind, shared by the fleet: state, settings and the counts of the current window.';
-
-COMMENT ON CONSTRAINT breakers_bounds_check ON skiplock.breakers IS 'the settings stay within what breaker_configure accepts';
-
-CREATE FUNCTION skiplock.breaker_step(b skiplock.breakers, ok integer, bad integer) RETURNS skiplock.breakers
-    LANGUAGE plpgsql STABLE
-    AS $$
-DECLARE
-  n skiplock.breakers := b;
-  v_ok bigint := greatest(coalesce(ok, 0), 0);
-  v_bad bigint := greatest(coalesce(bad, 0), 0);
-  v_window interval := least(greatest(b.window_ms, 1), 3153600000000) * interval '1 millisecond';
-  v_open interval := least(greatest(b.open_ms, 1), 3153600000000) * interval '1 millisecond';
-  v_calls bigint := greatest(b.calls, 0);
-  v_failures bigint := greatest(b.failures, 0);
-BEGIN
-  n.prev_state := b.state;
-  IF b.state = 'closed' THEN
-    IF b.window_started_at <= now() - v_window OR b.calls >= b.window_calls THEN
-      v_calls := 0;
-      v_failures := 0;
-      n.window_started_at := now();
-    END IF;
-    v_calls := least(v_calls + v_ok + v_bad, 2147483647);
-    v_failures := least(v_failures + v_bad, v_calls);
-    n.calls := v_calls;
-    n.failures := v_failures;
-    IF v_calls >= b.min_calls
-       AND v_failures * 100 >= least(greatest(b.failure_pct, 1), 100) * v_calls THEN
-      n.state := 'open';
-      n.open_until := now() + v_open;
-      n.changed_at := now();
-    END IF;
-  ELSIF b.state = 'half_open' THEN
-    IF v_bad > 0 THEN
-      n.state := 'open';
-      n.open_until := now() + v_open;
-      n.changed_at := now();
-    ELSE
-      n.probe_ok := least(greatest(b.probe_ok, 0) + v_ok, 2147483647);
-      IF n.probe_ok >= least(greatest(b.probes, 1), 10000) THEN
-        n.state := 'closed';
-        n.calls := 0;
-        n.failures := 0;
-        n.window_started_at := now();
-        n.open_until := NULL;
-        n.changed_at := now();
-      END IF;
-    END IF;
-  END IF;
-  RETURN n;
-END
-$$;
-
-COMMENT ON FUNCTION skiplock.breaker_step(b skiplock.breakers, ok integer, bad integer) IS 'Internal, pure: a breaker after ok successes and bad failures were counted; the caller writes the row it returns.';
-
-CREATE FUNCTION skiplock.check_actor(p_actor text, p_role text) RETURNS void
-    LANGUAGE plpgsql
-    AS $$
-BEGIN
-  IF p_actor IS NULL OR length(p_actor) NOT BETWEEN 1 AND 200
-     OR p_role IS NULL OR length(p_role) NOT BETWEEN 1 AND 200 THEN
-    RAISE EXCEPTION 'actor and role must be 1 to 200 characters' USING ERRCODE = '22023';
-  END IF;
-END
-$$;
-
-COMMENT ON FUNCTION skiplock.check_actor(p_actor text, p_role text) IS 'Internal: refuses an action-log actor or role that is empty or over 200 characters (22023).';
-
 CREATE FUNCTION skiplock.check_breaker_settings(p_kind text, p_failure_pct integer, p_min_calls integer, p_window_calls integer, p_window_ms bigint, p_open_ms bigint, p_probes integer) RETURNS void
     LANGUAGE plpgsql IMMUTABLE
     AS $$
@@ -318,31 +210,6 @@ END
 $$;
 
 COMMENT ON FUNCTION skiplock.check_breaker_settings(p_kind text, p_failure_pct integer, p_min_calls integer, p_window_calls integer, p_window_ms bigint, p_open_ms bigint, p_probes integer) IS 'breaker_configure''s argument checks: NULL (22004), out of range (22023)';
-
-CREATE FUNCTION skiplock.check_claim_args(p_owner text, p_kinds text[], p_n integer, p_lease interval) RETURNS void
-    LANGUAGE plpgsql IMMUTABLE
-    AS $$
-BEGIN
-  IF p_owner IS NULL OR p_kinds IS NULL OR p_n IS NULL OR p_lease IS NULL THEN
-    RAISE EXCEPTION 'claim: owner, kinds, n and lease must not be NULL' USING ERRCODE = '22004';
-  END IF;
-  IF length(p_owner) NOT BETWEEN 1 AND 256 THEN
-    RAISE EXCEPTION 'claim: owner must be 1 to 256 characters' USING ERRCODE = '22023';
-  END IF;
-  IF cardinality(p_kinds) NOT BETWEEN 1 AND 1000 THEN
-    RAISE EXCEPTION 'claim: kinds must name 1 to 1000 kinds' USING ERRCODE = '22023';
-  END IF;
-  IF p_n NOT BETWEEN 1 AND 1000 THEN
-    RAISE EXCEPTION 'claim: n must be 1 to 1000, got %', p_n USING ERRCODE = '22023';
-  END IF;
-  IF p_lease < interval '100 milliseconds' OR p_lease > interval '1 day' THEN
-    RAISE EXCEPTION 'claim: lease must be 100 ms to 1 day, got %', p_lease
-      USING ERRCODE = '22023';
-  END IF;
-END
-$$;
-
-COMMENT ON FUNCTION skiplock.check_claim_args(p_owner text, p_kinds text[], p_n integer, p_lease interval) IS 'Internal: the checks of a claim''s owner, kinds, n and lease (22004, 22023).';
 
 CREATE FUNCTION skiplock.check_claim_names(p_kinds text[], p_queues text[]) RETURNS void
     LANGUAGE plpgsql IMMUTABLE
@@ -394,82 +261,12 @@ $$;
 
 COMMENT ON FUNCTION skiplock.check_job_input(p_kinds text[], p_queues text[], p_payloads jsonb[]) IS 'enqueue''s checks of kinds, queues (1 to 128 bytes) and payloads (payload_max()); 22023';
 
-CREATE FUNCTION skiplock.check_job_times(p_run_at timestamp with time zone, p_delay_ms bigint) RETURNS void
-    LANGUAGE plpgsql STABLE
-    AS $$
-BEGIN
-  IF p_run_at IS NOT NULL AND NOT (p_run_at >= timestamptz '1970-01-01 00:00+00'
-                                   AND p_run_at < timestamptz '2200-01-01 00:00+00') THEN
-    RAISE EXCEPTION 'run_at % is out of range', p_run_at USING ERRCODE = '22023',
-      DETAIL = 'A job runs at a finite time from 1970-01-01 to 2199-12-31 (UTC).';
-  END IF;
-  IF p_delay_ms IS NOT NULL AND (p_delay_ms < 0 OR p_delay_ms > 3153600000000) THEN
-    RAISE EXCEPTION 'delay % ms is out of range', p_delay_ms USING ERRCODE = '22023',
-      DETAIL = 'A delay is 0 to 100 years.';
-  END IF;
-END
-$$;
-
-COMMENT ON FUNCTION skiplock.check_job_times(p_run_at timestamp with time zone, p_delay_ms bigint) IS 'Internal: refuses a run_at outside 1970-2199 or a negative delay (22023), before any enqueue writes.';
-
-CREATE FUNCTION skiplock.check_parent_policy(p_policy text) RETURNS void
-    LANGUAGE plpgsql IMMUTABLE
-    AS $$
-BEGIN
-  IF p_policy IS NULL OR p_policy NOT IN ('cancel', 'run') THEN
-    RAISE EXCEPTION 'on_parent_failure must be cancel or run, got %', coalesce(p_policy, 'NULL')
-      USING ERRCODE = '22023';
-  END IF;
-END
-$$;
-
-COMMENT ON FUNCTION skiplock.check_parent_policy(p_policy text) IS 'Internal: refuses a policy for a failed parent other than cancel or run (22023).';
-
-CREATE FUNCTION skiplock.check_record_args(ids bigint[], fencings bigint[], outcomes text[], results jsonb[], errors text[], retry_after_ms bigint[], deferred boolean[], backoffs text[], backoff_bases_ms bigint[], backoff_caps_ms bigint[], job_queues text[]) RETURNS void
-    LANGUAGE plpgsql IMMUTABLE
-    AS $$
-DECLARE
-  v_n int := cardinality(ids);
-BEGIN
-  IF ids IS NULL OR fencings IS NULL OR outcomes IS NULL THEN
-    RAISE EXCEPTION 'record: ids, fencings and outcomes must not be NULL' USING ERRCODE = '22004';
-  END IF;
-  IF EXISTS (SELECT 1 FROM unnest(ARRAY[cardinality(fencings), cardinality(outcomes),
-                cardinality(results), cardinality(errors), cardinality(retry_after_ms),
-                cardinality(deferred), cardinality(backoffs), cardinality(backoff_bases_ms),
-                cardinality(backoff_caps_ms), cardinality(job_queues)]) c
-              WHERE c <> v_n) THEN
-    RAISE EXCEPTION 'record: every array must have one element per outcome (% ids)', v_n
-      USING ERRCODE = '2202E';
-  END IF;
-  IF EXISTS (SELECT 1 FROM unnest(outcomes) o
-              WHERE o IS NULL OR o NOT IN ('ok', 'retry', 'fail', 'discard'))
-     OR EXISTS (SELECT 1 FROM unnest(backoffs) s
-                 WHERE s NOT IN ('full', 'equal', 'decorrelated', 'exponential', 'fixed'))
-     OR EXISTS (SELECT 1 FROM unnest(retry_after_ms, backoff_bases_ms, backoff_caps_ms)
-                                AS t(a, b, c)
-                 WHERE a < 0 OR b < 0 OR c < 0) THEN
-    RAISE EXCEPTION 'record: an outcome is ok, retry, fail or discard; a backoff is full, '
-                    'equal, decorrelated, exponential or fixed; delays are not negative'
-      USING ERRCODE = '22023';
-  END IF;
-END
-$$;
-
-COMMENT ON FUNCTION skiplock.check_record_args(ids bigint[], fencings bigint[], outcomes text[], results jsonb[], errors text[], retry_after_ms bigint[], deferred boolean[], backoffs text[], backoff_bases_ms bigint[], backoff_caps_ms bigint[], job_queues text[]) IS 'Internal: refuses a batch of outcomes whose arrays disagree in length or hold an unknown outcome or backoff.';
-
-CREATE FUNCTION skiplock.check_record_args_p1(ids bigint[], fencings bigint[], outcomes text[], results jsonb[], errors text[], retry_after_ms bigint[], deferred boolean[], backoffs text[], backoff_bases_ms bigint[], backoff_caps_ms bigint[]) RETURNS void
-    LANGUAGE plpgsql IMMUTABLE
-    AS $_$ BEGIN PERFORM skiplock.check_record_args($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, NULL); END $_$;
-
-COMMENT ON FUNCTION skiplock.check_record_args_p1(ids bigint[], fencings bigint[], outcomes text[], results jsonb[], errors text[], retry_after_ms bigint[], deferred boolean[], backoffs text[], backoff_bases_ms bigint[], backoff_caps_ms bigint[]) IS 'Internal: protocol 1''s check_record_args, renamed by step 0027 for the statements in flight as it committed; calls the new one.';
-
 CREATE FUNCTION skiplock.claim(owner text, kinds text[], queues text[] DEFAULT NULL::text[], n integer DEFAULT 1, lease interval DEFAULT '00:00:30'::interval, after_priority integer DEFAULT NULL::integer, after_run_at_us bigint DEFAULT NULL::bigint, after_id bigint DEFAULT NULL::bigint) RETURNS SETOF skiplock.claimed_job
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 BEGIN
-  PERFORM skiplock.check_claim_args(owner, kinds, n, lease);
+  PERFORM skiplock_internal.check_claim_args(owner, kinds, n, lease);
   RETURN QUERY
     SELECT x.id, x.queue, x.kind, x.payload, x.attempt, x.max_attempts, x.fencing,
            x.lease_expires_at, x.timeout_ms, x.priority, x.run_at, x.run_at_us
@@ -480,414 +277,6 @@ END
 $$;
 
 COMMENT ON FUNCTION skiplock.claim(owner text, kinds text[], queues text[], n integer, lease interval, after_priority integer, after_run_at_us bigint, after_id bigint) IS 'claim up to n due jobs of the kinds (and queues) for owner under a lease; SKIP LOCKED';
-
-CREATE FUNCTION skiplock.claim_by_queue(p_owner text, p_kinds text[], p_queues text[], p_n integer, p_lease interval, p_after_priority integer, p_after_run_at_us bigint, p_after_id bigint) RETURNS SETOF skiplock.exchange_row
-    LANGUAGE plpgsql
-    AS $$
-DECLARE
-  v_kinds text[] := p_kinds;
-  v_skip text[] := '{}';
-  v_queues text[];
-  v_q text;
-  v_ids bigint[];
-  v_got int := 0;
-  v_m int;
-  v_keyset boolean;
-  v_after timestamptz;
-  v_now timestamptz := now();
-  v_expires timestamptz := now() + p_lease;
-BEGIN
-  PERFORM skiplock.check_claim_args(p_owner, p_kinds, p_n, p_lease);
-  PERFORM skiplock.check_claim_names(p_kinds, p_queues);
-  IF EXISTS (SELECT 1 FROM skiplock.pauses) THEN
-    v_kinds := ARRAY(SELECT unnest(p_kinds) EXCEPT
-                     SELECT p.kind FROM skiplock.pauses p WHERE p.queue = '*');
-    v_skip := ARRAY(SELECT p.queue FROM skiplock.pauses p WHERE p.kind = '*');
-  END IF;
-  -- kinds whose breaker is not closed are left out (no probes yet here)
-  IF EXISTS (SELECT 1 FROM skiplock.breakers b
-              WHERE b.kind = ANY (v_kinds) AND b.state <> 'closed') THEN
-    v_kinds := ARRAY(SELECT unnest(v_kinds) EXCEPT
-                     SELECT b.kind FROM skiplock.breakers b
-                      WHERE b.kind = ANY (v_kinds) AND b.state <> 'closed');
-  END IF;
-  IF p_queues IS NULL THEN
-    -- no queue named: the queues with due work (one task per shard)
-    v_queues := ARRAY(SELECT DISTINCT j.queue FROM skiplock.jobs j
-                       WHERE j.state = 'available' AND j.run_at <= v_now
-                         AND j.kind = ANY (v_kinds));
-  ELSE
-    v_queues := p_queues;
-  END IF;
-  -- a random order, so that no queue waits for another to be empty
-  v_queues := ARRAY(SELECT DISTINCT ON (q) q FROM unnest(v_queues) q
-                     WHERE q <> ALL (v_skip));
-  v_queues := ARRAY(SELECT q FROM unnest(v_queues) q ORDER BY random());
-  v_keyset := p_after_id IS NOT NULL AND cardinality(v_queues) = 1;
-  v_after := timestamptz 'epoch' + p_after_run_at_us * interval '1 microsecond';
-  FOREACH v_q IN ARRAY v_queues LOOP
-    v_m := p_n - v_got;
-    EXIT WHEN v_m <= 0;
-    IF v_keyset THEN
-      v_ids := ARRAY(
-        SELECT a.id FROM (
-          SELECT j.id FROM skiplock.jobs j
-           WHERE j.queue = v_q AND j.state = 'available' AND j.run_at <= v_now
-             AND j.kind = ANY (v_kinds)
-             AND j.priority = p_after_priority AND (j.run_at, j.id) > (v_after, p_after_id)
-           ORDER BY j.priority DESC, j.run_at, j.id LIMIT v_m FOR UPDATE SKIP LOCKED) a
-        UNION ALL
-        SELECT b.id FROM (
-          SELECT j.id FROM skiplock.jobs j
-           WHERE j.queue = v_q AND j.state = 'available' AND j.run_at <= v_now
-             AND j.kind = ANY (v_kinds) AND j.priority < p_after_priority
-           ORDER BY j.priority DESC, j.run_at, j.id LIMIT v_m FOR UPDATE SKIP LOCKED) b
-        LIMIT v_m);
-    ELSE
-      v_ids := ARRAY(
-        SELECT j.id FROM skiplock.jobs j
-         WHERE j.queue = v_q AND j.state = 'available' AND j.run_at <= v_now
-           AND j.kind = ANY (v_kinds)
-         ORDER BY j.priority DESC, j.run_at, j.id LIMIT v_m FOR UPDATE SKIP LOCKED);
-    END IF;
-    CONTINUE WHEN cardinality(v_ids) = 0;
-    RETURN QUERY
-      UPDATE skiplock.jobs j
-         SET state = 'running', attempt = j.attempt + 1, fencing = j.fencing + 1,
-             lease_owner = p_owner, lease_expires_at = v_expires, attempted_at = v_now
-       WHERE j.queue = v_q AND j.id = ANY (v_ids)
-      RETURNING 'claimed'::text, j.id, 'running'::text, j.run_at, NULL::bigint, j.queue,
-                j.kind, j.payload, j.attempt, j.max_attempts, j.fencing, j.lease_expires_at,
-                coalesce(j.timeout_ms, 0), j.priority,
-                (extract(epoch FROM j.run_at AT TIME ZONE 'UTC') * 1000000)::bigint;
-    v_got := v_got + cardinality(v_ids);
-  END LOOP;
-  IF v_got = 0 AND p_n > 0 THEN
-    PERFORM skiplock.worker_idle(p_owner, p_kinds, p_queues);
-  END IF;
-END
-$$;
-
-COMMENT ON FUNCTION skiplock.claim_by_queue(p_owner text, p_kinds text[], p_queues text[], p_n integer, p_lease interval, p_after_priority integer, p_after_run_at_us bigint, p_after_id bigint) IS 'Internal: the claim of record_claim on the distributed layout, one locking statement per queue (queues in random order; priority holds within a queue).';
-
-CREATE FUNCTION skiplock.claim_limited(p_kinds text[], p_queues text[], p_skip text[], p_n integer, OUT ids bigint[], OUT started_at timestamp with time zone, OUT wait_until timestamp with time zone) RETURNS record
-    LANGUAGE plpgsql
-    AS $$
-DECLARE
-  l skiplock.limits;
-  v_locked skiplock.limits[];
-  v_full text[];
-  v_k record;
-BEGIN
-  ids := '{}';
-  v_locked := ARRAY(SELECT x FROM skiplock.limits x WHERE x.kind = ANY (p_kinds)
-                     ORDER BY x.kind FOR UPDATE SKIP LOCKED);
-  -- after the locks: the claim before ours on these rows has committed,
-  -- so this clock is past every start it recorded
-  started_at := clock_timestamp();
-  SELECT k.ids, k.full_kinds INTO v_k
-    FROM skiplock.claim_limited_kinds(ARRAY(SELECT x FROM unnest(v_locked) x
-                                             WHERE x.key_field IS NULL),
-                                      p_queues, p_skip, p_n, started_at) k;
-  ids := v_k.ids;
-  v_full := coalesce(v_k.full_kinds, '{}');
-  FOREACH l IN ARRAY v_locked LOOP
-    CONTINUE WHEN l.key_field IS NULL;
-    EXIT WHEN cardinality(ids) >= p_n;
-    ids := ids || skiplock.claim_limited_keys(l, p_queues, p_skip, p_n - cardinality(ids),
-                                              started_at);
-    v_full := v_full || l.kind;
-  END LOOP;
-  IF cardinality(ids) < p_n AND cardinality(v_full) > 0 THEN
-    -- the rows as this claim left them (its own starts in their windows)
-    wait_until := (SELECT min(skiplock.limit_next_room(x, started_at)) FROM skiplock.limits x
-                    WHERE x.kind = ANY (v_full)
-                      AND EXISTS (SELECT 1 FROM skiplock.jobs j
-                                   WHERE j.state = 'available' AND j.run_at <= now()
-                                     AND j.kind = x.kind AND j.id <> ALL (claim_limited.ids)
-                                     AND (p_queues IS NULL OR j.queue = ANY (p_queues))
-                                     AND j.queue <> ALL (p_skip)));
-  END IF;
-END
-$$;
-
-COMMENT ON FUNCTION skiplock.claim_limited(p_kinds text[], p_queues text[], p_skip text[], p_n integer, OUT ids bigint[], OUT started_at timestamp with time zone, OUT wait_until timestamp with time zone) IS 'Internal: the jobs of the limited kinds a claim may start now (those whose limit no other claim holds), the time their starts are recorded at, and when a limit that held due jobs back may next have room.';
-
-CREATE TABLE skiplock.limits (
-    kind text NOT NULL,
-    key_field text,
-    max_running integer,
-    rate integer,
-    per_ms bigint,
-    starts_at timestamp with time zone[] DEFAULT '{}'::timestamp with time zone[] NOT NULL,
-    starts_n integer[] DEFAULT '{}'::integer[] NOT NULL,
-    changed_at timestamp with time zone DEFAULT now() NOT NULL,
-    changed_by text NOT NULL,
-    CONSTRAINT limits_changed_by_check CHECK (((length(changed_by) >= 1) AND (length(changed_by) <= 200))),
-    CONSTRAINT limits_check CHECK (((max_running IS NOT NULL) OR (rate IS NOT NULL))),
-    CONSTRAINT limits_check1 CHECK (((rate IS NULL) = (per_ms IS NULL))),
-    CONSTRAINT limits_key_field_check CHECK (((length(key_field) >= 1) AND (length(key_field) <= 128))),
-    CONSTRAINT limits_kind_check CHECK (((length(kind) >= 1) AND (length(kind) <= 128))),
-    CONSTRAINT limits_max_running_check CHECK (((max_running >= 1) AND (max_running <= 1000000))),
-    CONSTRAINT limits_per_ms_check CHECK (((per_ms >= 1) AND (per_ms <= 86400000))),
-    CONSTRAINT limits_rate_check CHECK (((rate >= 1) AND (rate <= 1000000)))
-);
-
-COMMENT ON TABLE skiplock.limits IS 'Limits on job starts per kind (or per key of the kind): max_running at a time, rate starts per per_ms; the kind''s start window when it has no key_field.';
-
-CREATE FUNCTION skiplock.claim_limited_keys(l skiplock.limits, p_queues text[], p_skip text[], p_n integer, p_t timestamp with time zone) RETURNS bigint[]
-    LANGUAGE plpgsql
-    AS $$
-DECLARE
-  v_pick bigint[];
-  v_keys text[];
-  v_ids bigint[];
-BEGIN
-  WITH due AS (
-    SELECT j.id, coalesce(j.payload ->> l.key_field, '') AS k,
-           row_number() OVER (ORDER BY j.priority DESC, j.run_at, j.id) AS ord
-      FROM (SELECT j.id, j.payload, j.priority, j.run_at FROM skiplock.jobs j
-             WHERE j.state = 'available' AND j.run_at <= now() AND j.kind = l.kind
-               AND (p_queues IS NULL OR j.queue = ANY (p_queues)) AND j.queue <> ALL (p_skip)
-             ORDER BY j.priority DESC, j.run_at, j.id
-             LIMIT greatest(1000, 20 * p_n)) j),
-  room AS (
-    SELECT k.k,
-           least(coalesce(l.max_running - (
-                   SELECT count(*) FROM skiplock.jobs r
-                    WHERE r.state = 'running' AND r.kind = l.kind AND r.lease_expires_at > p_t
-                      AND coalesce(r.payload ->> l.key_field, '') = k.k), 2147483647),
-                 coalesce(l.rate - (
-                   SELECT skiplock.limit_used(w.starts_at, w.starts_n, p_t, l.per_ms)
-                     FROM skiplock.limit_windows w
-                    WHERE w.kind = l.kind AND w.limit_key = k.k), l.rate, 2147483647)) AS room
-      FROM (SELECT DISTINCT d.k FROM due d) k),
-  fits AS (
-    SELECT d.id, d.k, d.ord FROM (
-      SELECT d.*, row_number() OVER (PARTITION BY d.k ORDER BY d.ord) AS nth FROM due d) d
-      JOIN room r ON r.k = d.k
-     WHERE d.nth <= r.room
-     ORDER BY d.ord LIMIT p_n)
-  SELECT array_agg(f.id ORDER BY f.ord), array_agg(f.k ORDER BY f.ord) INTO v_pick, v_keys
-    FROM fits f;
-  IF v_pick IS NULL THEN
-    RETURN '{}';
-  END IF;
-  v_ids := ARRAY(SELECT j.id FROM skiplock.jobs j
-                  WHERE j.id = ANY (v_pick) AND j.state = 'available'
-                  FOR UPDATE SKIP LOCKED);
-  IF l.rate IS NOT NULL AND cardinality(v_ids) > 0 THEN
-    INSERT INTO skiplock.limit_windows AS w (kind, limit_key, starts_at, starts_n)
-    SELECT l.kind, p.k, ARRAY[p_t], ARRAY[count(*)::int]
-      FROM unnest(v_pick, v_keys) AS p(id, k) WHERE p.id = ANY (v_ids) GROUP BY p.k
-    ON CONFLICT (kind, limit_key) DO UPDATE
-       SET (starts_at, starts_n) = (
-         SELECT x.starts_at, x.starts_n
-           FROM skiplock.limit_window(w.starts_at, w.starts_n, p_t, l.per_ms,
-                                      EXCLUDED.starts_n[1]) x);
-  END IF;
-  RETURN v_ids;
-END
-$$;
-
-COMMENT ON FUNCTION skiplock.claim_limited_keys(l skiplock.limits, p_queues text[], p_skip text[], p_n integer, p_t timestamp with time zone) IS 'Internal: the claim of one limit per key (key_field): the room of each key among the first due jobs, the jobs that fit, locked; records their starts per key.';
-
-CREATE FUNCTION skiplock.claim_limited_kinds(p_limits skiplock.limits[], p_queues text[], p_skip text[], p_n integer, p_t timestamp with time zone, OUT ids bigint[], OUT full_kinds text[]) RETURNS record
-    LANGUAGE plpgsql
-    AS $$
-DECLARE
-  v_kinds text[];
-  v_rooms bigint[];
-  v_pick bigint[];
-BEGIN
-  WITH lim AS (SELECT * FROM unnest(p_limits) x),
-  run AS (
-    SELECT j.kind, count(*) AS n FROM skiplock.jobs j
-     WHERE j.state = 'running' AND j.lease_expires_at > p_t
-       AND j.kind IN (SELECT l.kind FROM lim l WHERE l.max_running IS NOT NULL)
-     GROUP BY j.kind),
-  room AS (
-    SELECT l.kind,
-           least(p_n::bigint, coalesce(l.max_running - coalesce(r.n, 0), p_n),
-                 coalesce(l.rate - skiplock.limit_used(l.starts_at, l.starts_n, p_t, l.per_ms),
-                          p_n)) AS room
-      FROM lim l LEFT JOIN run r ON r.kind = l.kind)
-  SELECT array_agg(r.kind) FILTER (WHERE r.room > 0), array_agg(r.room) FILTER (WHERE r.room > 0),
-         array_agg(r.kind) FILTER (WHERE r.room <= 0)
-    INTO v_kinds, v_rooms, full_kinds FROM room r;
-  ids := '{}';
-  IF v_kinds IS NULL THEN
-    RETURN;
-  END IF;
-  v_pick := ARRAY(
-    SELECT c.id FROM (
-      SELECT d.id, d.kind, d.ord, row_number() OVER (PARTITION BY d.kind ORDER BY d.ord) AS nth
-        FROM (SELECT j.id, j.kind,
-                     row_number() OVER (ORDER BY j.priority DESC, j.run_at, j.id) AS ord
-                FROM (SELECT j.id, j.kind, j.priority, j.run_at FROM skiplock.jobs j
-                       WHERE j.state = 'available' AND j.run_at <= now()
-                         AND j.kind = ANY (v_kinds)
-                         AND (p_queues IS NULL OR j.queue = ANY (p_queues))
-                         AND j.queue <> ALL (p_skip)
-                       ORDER BY j.priority DESC, j.run_at, j.id
-                       LIMIT greatest(1000, 20 * p_n)) j) d) c
-      JOIN unnest(v_kinds, v_rooms) AS r(kind, room) ON r.kind = c.kind
-     WHERE c.nth <= r.room
-     ORDER BY c.ord LIMIT p_n);
-  ids := ARRAY(SELECT j.id FROM skiplock.jobs j
-                WHERE j.id = ANY (v_pick) AND j.state = 'available'
-                FOR UPDATE SKIP LOCKED);
-  UPDATE skiplock.limits x
-     SET (starts_at, starts_n) = (SELECT w.starts_at, w.starts_n
-                                    FROM skiplock.limit_window(x.starts_at, x.starts_n, p_t,
-                                                               x.per_ms, c.n) w)
-    FROM (SELECT j.kind, count(*)::int AS n FROM skiplock.jobs j
-           WHERE j.id = ANY (claim_limited_kinds.ids) GROUP BY j.kind) c
-   WHERE x.kind = c.kind AND x.rate IS NOT NULL;
-END
-$$;
-
-COMMENT ON FUNCTION skiplock.claim_limited_kinds(p_limits skiplock.limits[], p_queues text[], p_skip text[], p_n integer, p_t timestamp with time zone, OUT ids bigint[], OUT full_kinds text[]) IS 'Internal: the due jobs of the kind-wide limits a claim may start at p_t, each kind within its room (max_running, the rate window), locked SKIP LOCKED, in one pass; records their starts; full_kinds: those with no room.';
-
-CREATE FUNCTION skiplock.claim_pick(p_owner text, p_kinds text[], p_queues text[], p_n integer, p_lease interval, p_after_priority integer, p_after_run_at_us bigint, p_after_id bigint) RETURNS bigint[]
-    LANGUAGE plpgsql
-    AS $$
-DECLARE
-  v_ids bigint[];
-BEGIN
-  SELECT t.ids INTO v_ids FROM skiplock.claim_take(p_owner, p_kinds, p_queues, p_n, p_lease,
-    p_after_priority, p_after_run_at_us, p_after_id) t;
-  RETURN v_ids;
-END
-$$;
-
-COMMENT ON FUNCTION skiplock.claim_pick(p_owner text, p_kinds text[], p_queues text[], p_n integer, p_lease interval, p_after_priority integer, p_after_run_at_us bigint, p_after_id bigint) IS 'Internal: the ids of claim_take, for the record_claim of earlier steps.';
-
-CREATE FUNCTION skiplock.claim_probes(p_kinds text[], p_queues text[], p_n integer) RETURNS bigint[]
-    LANGUAGE sql
-    AS $$
-  SELECT skiplock.claim_probes(
-           ARRAY(SELECT unnest(p_kinds) EXCEPT
-                 SELECT p.kind FROM skiplock.pauses p WHERE p.queue = '*'),
-           p_queues, p_n, ARRAY(SELECT p.queue FROM skiplock.pauses p WHERE p.kind = '*'))
-$$;
-
-COMMENT ON FUNCTION skiplock.claim_probes(p_kinds text[], p_queues text[], p_n integer) IS 'Internal: the three-argument form of claim_probes for callers of step 0011; reads the pauses itself.';
-
-CREATE FUNCTION skiplock.claim_probes(p_kinds text[], p_queues text[], p_n integer, p_skip text[]) RETURNS bigint[]
-    LANGUAGE plpgsql
-    AS $$
-DECLARE
-  v_ids bigint[];
-BEGIN
-  WITH pk AS (
-    SELECT b.kind FROM skiplock.breakers b
-     WHERE b.kind = ANY (p_kinds)
-       AND ((b.state = 'open' AND b.open_until <= now())
-            OR (b.state = 'half_open' AND (b.probes_left > 0
-                OR b.changed_at <= now() - least(greatest(b.open_ms, 1), 3153600000000)
-                                           * interval '1 millisecond')))),
-  p AS (
-    SELECT x.id, pk.kind FROM pk CROSS JOIN LATERAL (
-      SELECT j.id FROM skiplock.jobs j
-       WHERE j.state = 'available' AND j.run_at <= now() AND j.kind = pk.kind
-         AND (p_queues IS NULL OR j.queue = ANY (p_queues)) AND j.queue <> ALL (p_skip)
-       ORDER BY j.priority DESC, j.run_at, j.id LIMIT 1 FOR UPDATE SKIP LOCKED) x
-    LIMIT p_n),
-  probe AS (
-    UPDATE skiplock.breakers b SET prev_state = b.state, state = 'half_open',
-           probes_left = (CASE WHEN b.state = 'half_open' AND b.probes_left > 0
-                               THEN b.probes_left
-                               ELSE least(greatest(b.probes, 1), 10000) END) - 1,
-           probe_ok = CASE WHEN b.state = 'open' THEN 0 ELSE b.probe_ok END,
-           changed_at = CASE WHEN b.state = 'half_open' AND b.probes_left > 0
-                             THEN b.changed_at ELSE now() END
-      FROM p WHERE b.kind = p.kind
-       AND ((b.state = 'open' AND b.open_until <= now())
-            OR (b.state = 'half_open' AND (b.probes_left > 0
-                OR b.changed_at <= now() - least(greatest(b.open_ms, 1), 3153600000000)
-                                           * interval '1 millisecond')))
-    RETURNING b.kind, b.prev_state, b.state),
-  ev AS (
-    INSERT INTO skiplock.breaker_events (kind, from_state, to_state, reason)
-    SELECT kind, prev_state, state, 'open interval over: admitting probes'
-      FROM probe WHERE prev_state <> state)
-  SELECT coalesce(array_agg(p.id), '{}') INTO v_ids FROM p JOIN probe USING (kind);
-  RETURN v_ids;
-END
-$$;
-
-COMMENT ON FUNCTION skiplock.claim_probes(p_kinds text[], p_queues text[], p_n integer, p_skip text[]) IS 'Internal: the half-open breakers'' probe jobs a claim may take, skipping paused queues and kinds.';
-
-CREATE FUNCTION skiplock.claim_take(p_owner text, p_kinds text[], p_queues text[], p_n integer, p_lease interval, p_after_priority integer, p_after_run_at_us bigint, p_after_id bigint, OUT ids bigint[], OUT started_at timestamp with time zone, OUT wait_until timestamp with time zone) RETURNS record
-    LANGUAGE plpgsql
-    AS $$
-DECLARE
-  v_kinds text[] := p_kinds;
-  v_skip text[] := '{}';
-  v_m int;
-  v_after timestamptz;
-BEGIN
-  PERFORM skiplock.check_claim_args(p_owner, p_kinds, p_n, p_lease);
-  PERFORM skiplock.check_claim_names(p_kinds, p_queues);
-  ids := '{}';
-  started_at := now();
-  IF EXISTS (SELECT 1 FROM skiplock.pauses) THEN
-    v_kinds := ARRAY(SELECT unnest(p_kinds) EXCEPT
-                     SELECT p.kind FROM skiplock.pauses p WHERE p.queue = '*');
-    v_skip := ARRAY(SELECT p.queue FROM skiplock.pauses p WHERE p.kind = '*');
-  END IF;
-  IF EXISTS (SELECT 1 FROM skiplock.breakers b
-              WHERE b.kind = ANY (v_kinds) AND b.state <> 'closed') THEN
-    ids := skiplock.claim_probes(v_kinds, p_queues, p_n, v_skip);
-    v_kinds := ARRAY(SELECT unnest(v_kinds) EXCEPT
-                     SELECT b.kind FROM skiplock.breakers b
-                      WHERE b.kind = ANY (v_kinds) AND b.state <> 'closed');
-  END IF;
-  IF EXISTS (SELECT 1 FROM skiplock.limits x WHERE x.kind = ANY (v_kinds)) THEN
-    SELECT claim_take.ids || c.ids, c.started_at, c.wait_until INTO ids, started_at, wait_until
-      FROM skiplock.claim_limited(v_kinds, p_queues, v_skip,
-                                  p_n - cardinality(claim_take.ids)) c;
-    v_kinds := ARRAY(SELECT unnest(v_kinds) EXCEPT SELECT x.kind FROM skiplock.limits x);
-    p_after_id := NULL; -- the keyset mark is of a claim of every kind
-  END IF;
-  v_m := p_n - cardinality(ids);
-  IF v_m > 0 AND cardinality(v_kinds) > 0 AND p_after_id IS NULL THEN
-    ids := ids || ARRAY(
-      SELECT j.id FROM skiplock.jobs j
-       WHERE j.state = 'available' AND j.run_at <= now()
-         AND (p_queues IS NULL OR j.queue = ANY (p_queues)) AND j.kind = ANY (v_kinds)
-         AND j.queue <> ALL (v_skip)
-       ORDER BY j.priority DESC, j.run_at, j.id LIMIT v_m FOR UPDATE SKIP LOCKED);
-    IF cardinality(ids) = 0 AND p_n > 0 THEN
-      PERFORM skiplock.worker_idle(p_owner, p_kinds, p_queues);
-    END IF;
-  ELSIF v_m > 0 AND cardinality(v_kinds) > 0 THEN
-    v_after := timestamptz 'epoch' + p_after_run_at_us * interval '1 microsecond';
-    ids := ids || ARRAY(
-      SELECT a.id FROM (
-        SELECT j.id FROM skiplock.jobs j
-         WHERE j.state = 'available' AND j.run_at <= now()
-           AND (p_queues IS NULL OR j.queue = ANY (p_queues)) AND j.kind = ANY (v_kinds)
-           AND j.queue <> ALL (v_skip)
-           AND j.priority = p_after_priority AND (j.run_at, j.id) > (v_after, p_after_id)
-         ORDER BY j.priority DESC, j.run_at, j.id LIMIT v_m FOR UPDATE SKIP LOCKED) a
-      UNION ALL
-      SELECT b.id FROM (
-        SELECT j.id FROM skiplock.jobs j
-         WHERE j.state = 'available' AND j.run_at <= now()
-           AND (p_queues IS NULL OR j.queue = ANY (p_queues)) AND j.kind = ANY (v_kinds)
-           AND j.queue <> ALL (v_skip)
-           AND j.priority < p_after_priority
-         ORDER BY j.priority DESC, j.run_at, j.id LIMIT v_m FOR UPDATE SKIP LOCKED) b
-      LIMIT v_m);
-  ELSIF cardinality(ids) = 0 AND p_n > 0 THEN
-    PERFORM skiplock.worker_idle(p_owner, p_kinds, p_queues);
-  END IF;
-END
-$$;
-
-COMMENT ON FUNCTION skiplock.claim_take(p_owner text, p_kinds text[], p_queues text[], p_n integer, p_lease interval, p_after_priority integer, p_after_run_at_us bigint, p_after_id bigint, OUT ids bigint[], OUT started_at timestamp with time zone, OUT wait_until timestamp with time zone) IS 'Internal: the ids a claim takes (breaker probes, the room of limited kinds, then due jobs in claim order), locked SKIP LOCKED, the start time to stamp on them, and when a limit that held jobs back may next have room; record_claim leases them.';
 
 CREATE FUNCTION skiplock.complete(id bigint, fencing bigint, result jsonb DEFAULT NULL::jsonb, queue text DEFAULT NULL::text) RETURNS text
     LANGUAGE plpgsql SECURITY DEFINER
@@ -917,376 +306,6 @@ $$;
 
 COMMENT ON FUNCTION skiplock.complete(id bigint, fencing bigint, result jsonb, queue text) IS 'Completes a running job under its claim (id, fencing, and queue in protocol 2): completed or fenced_out.';
 
-CREATE FUNCTION skiplock.complete_p1(id bigint, fencing bigint, result jsonb DEFAULT NULL::jsonb) RETURNS text
-    LANGUAGE plpgsql SECURITY DEFINER
-    SET search_path TO 'pg_catalog', 'pg_temp'
-    AS $_$ BEGIN RETURN (SELECT skiplock.complete($1, $2, $3)); END $_$;
-
-COMMENT ON FUNCTION skiplock.complete_p1(id bigint, fencing bigint, result jsonb) IS 'Internal: protocol 1''s complete, renamed by step 0027 for the statements in flight as it committed; calls the new one.';
-
-CREATE FUNCTION skiplock.count_for_breakers(kinds text[], outcomes text[]) RETURNS void
-    LANGUAGE plpgsql
-    AS $$
-DECLARE
-  v_t record;
-  v_b skiplock.breakers;
-  v_n skiplock.breakers;
-BEGIN
-  IF skiplock.is_distributed() THEN
-    IF NOT EXISTS (SELECT 1 FROM skiplock.breakers x WHERE x.kind = ANY (count_for_breakers.kinds))
-    THEN
-      RETURN;
-    END IF;
-    FOR v_t IN SELECT u.kind, (count(*) FILTER (WHERE u.outcome = 'ok'))::int AS ok,
-                    (count(*) FILTER (WHERE u.outcome IN ('retry', 'fail')))::int AS bad
-               FROM unnest(count_for_breakers.kinds, count_for_breakers.outcomes)
-                    AS u(kind, outcome)
-              GROUP BY u.kind ORDER BY u.kind LOOP
-      CONTINUE WHEN v_t.ok = 0 AND v_t.bad = 0;
-      SELECT * INTO v_b FROM skiplock.breakers x WHERE x.kind = v_t.kind FOR UPDATE;
-      CONTINUE WHEN NOT FOUND;
-      v_n := skiplock.breaker_step(v_b, v_t.ok, v_t.bad);
-      UPDATE skiplock.breakers x
-         SET state = v_n.state, prev_state = v_n.prev_state, calls = v_n.calls,
-             failures = v_n.failures, window_started_at = v_n.window_started_at,
-             probe_ok = v_n.probe_ok, open_until = v_n.open_until, changed_at = v_n.changed_at
-       WHERE x.kind = v_t.kind;
-      IF v_n.prev_state <> v_n.state THEN
-        INSERT INTO skiplock.breaker_events (kind, from_state, to_state, reason)
-        VALUES (v_t.kind, v_n.prev_state, v_n.state,
-                CASE WHEN v_n.state = 'closed' THEN 'probes succeeded'
-                     WHEN v_n.prev_state = 'half_open' THEN 'a probe failed'
-                     ELSE format('%s of %s calls failed', v_n.failures, v_n.calls) END);
-      END IF;
-    END LOOP;
-    RETURN;
-  END IF;
-  IF NOT EXISTS (SELECT 1 FROM skiplock.breakers b WHERE b.kind = ANY (count_for_breakers.kinds))
-  THEN
-    RETURN;
-  END IF;
-  WITH tally AS (
-    SELECT t.kind, (count(*) FILTER (WHERE t.outcome = 'ok'))::int AS ok,
-           (count(*) FILTER (WHERE t.outcome IN ('retry', 'fail')))::int AS bad
-      FROM unnest(count_for_breakers.kinds, count_for_breakers.outcomes) AS t(kind, outcome)
-     GROUP BY t.kind),
-  stepped AS (
-    UPDATE skiplock.breakers b
-       SET (state, prev_state, calls, failures, window_started_at, probe_ok, open_until,
-            changed_at) = (SELECT x.state, x.prev_state, x.calls, x.failures,
-                                  x.window_started_at, x.probe_ok, x.open_until, x.changed_at
-                             FROM skiplock.breaker_step(b, t.ok, t.bad) x)
-      FROM tally t WHERE b.kind = t.kind AND (t.ok > 0 OR t.bad > 0)
-    RETURNING b.kind, b.prev_state, b.state, b.calls, b.failures)
-  INSERT INTO skiplock.breaker_events (kind, from_state, to_state, reason)
-  SELECT s.kind, s.prev_state, s.state,
-         CASE WHEN s.state = 'closed' THEN 'probes succeeded'
-              WHEN s.prev_state = 'half_open' THEN 'a probe failed'
-              ELSE format('%s of %s calls failed', s.failures, s.calls) END
-    FROM stepped s WHERE s.prev_state <> s.state;
-END
-$$;
-
-COMMENT ON FUNCTION skiplock.count_for_breakers(kinds text[], outcomes text[]) IS 'Internal: count recorded outcomes per kind into the circuit breakers of those kinds, with their transitions.';
-
-CREATE FUNCTION skiplock.cron_duration_ms(s text, OUT ms bigint, OUT error text) RETURNS record
-    LANGUAGE plpgsql IMMUTABLE
-    AS $$
-DECLARE
-  maxv CONSTANT bigint := 100::bigint * 365 * 86400000;
-  total bigint := 0;
-  p int := 0;
-  len int := length(s);
-  n bigint;
-  u text;
-  per bigint;
-BEGIN
-  IF len = 0 THEN
-    error := 'empty duration';
-    RETURN;
-  END IF;
-  WHILE p < len LOOP
-    IF NOT substr(s, p + 1, 1) BETWEEN '0' AND '9' THEN
-      error := format('invalid duration "%s": expected a number at "%s"', s, substr(s, p + 1));
-      RETURN;
-    END IF;
-    n := 0;
-    WHILE substr(s, p + 1, 1) BETWEEN '0' AND '9' LOOP
-      n := n * 10 + ascii(substr(s, p + 1, 1)) - 48;
-      p := p + 1;
-      IF n > maxv THEN
-        error := format('duration "%s" is too large', s);
-        RETURN;
-      END IF;
-    END LOOP;
-    u := substring(substr(s, p + 1) FROM '^[A-Za-z]*');
-    per := CASE WHEN u = '' THEN CASE WHEN p = len AND total = 0 THEN 1000 ELSE -1 END
-                WHEN u = 'ms' THEN 1 WHEN u IN ('s', 'sec') THEN 1000
-                WHEN u IN ('m', 'min') THEN 60000 WHEN u = 'h' THEN 3600000
-                WHEN u = 'd' THEN 86400000 ELSE -1 END;
-    IF per < 0 THEN
-      error := format('invalid duration "%s": unknown or missing unit at "%s" (use ms, s, m, h or d)',
-                      s, substr(s, p + 1));
-      RETURN;
-    END IF;
-    IF n > maxv / per OR total + n * per > maxv THEN
-      error := format('duration "%s" is too large', s);
-      RETURN;
-    END IF;
-    total := total + n * per;
-    p := p + length(u);
-  END LOOP;
-  ms := total;
-END
-$$;
-
-COMMENT ON FUNCTION skiplock.cron_duration_ms(s text, OUT ms bigint, OUT error text) IS 'Internal: a duration such as 1h30m as milliseconds, or the error of a bad one.';
-
-CREATE FUNCTION skiplock.cron_every(s text, p integer) RETURNS skiplock.cron_fields
-    LANGUAGE plpgsql IMMUTABLE
-    AS $$
-DECLARE
-  len int := length(s);
-  n int := 0;
-  rest int;
-  d record;
-BEGIN
-  p := p + 6;
-  IF substr(s, p + 1, 1) NOT IN (' ', E'\t') OR p >= len THEN
-    PERFORM skiplock.cron_fail(s, -1, p, 'expected a duration after @every');
-  END IF;
-  WHILE substr(s, p + 1, 1) IN (' ', E'\t') LOOP
-    p := p + 1;
-  END LOOP;
-  WHILE p + n < len AND substr(s, p + n + 1, 1) NOT IN (' ', E'\t') LOOP
-    n := n + 1;
-  END LOOP;
-  rest := p + n;
-  WHILE substr(s, rest + 1, 1) IN (' ', E'\t') LOOP
-    rest := rest + 1;
-  END LOOP;
-  IF n = 0 OR rest < len THEN
-    PERFORM skiplock.cron_fail(s, -1, CASE WHEN n > 0 THEN rest ELSE p END,
-                               'expected one duration after @every');
-  END IF;
-  d := skiplock.cron_duration_ms(substr(s, p + 1, least(n, 63)));
-  IF d.error IS NOT NULL THEN
-    PERFORM skiplock.cron_fail(s, -1, p, d.error);
-  END IF;
-  IF d.ms < 1000 OR d.ms % 1000 <> 0 THEN
-    PERFORM skiplock.cron_fail(s, -1, p, '@every needs whole seconds, at least 1s');
-  END IF;
-  RETURN (0, 0, 0, 0, 0, false, false, d.ms / 1000)::skiplock.cron_fields;
-END
-$$;
-
-COMMENT ON FUNCTION skiplock.cron_every(s text, p integer) IS 'Internal: an @every expression''s period, whole seconds, at least 1s.';
-
-CREATE FUNCTION skiplock.cron_fail(p_text text, p_field integer, p_pos integer, p_what text) RETURNS void
-    LANGUAGE plpgsql IMMUTABLE
-    AS $$
-BEGIN
-  RAISE EXCEPTION USING ERRCODE = '22023',
-    MESSAGE = format('invalid cron expression "%s": %scharacter %s: %s', p_text,
-                     CASE WHEN p_field >= 0
-                          THEN (ARRAY['minute', 'hour', 'day-of-month', 'month',
-                                      'day-of-week'])[p_field + 1] || ' field, '
-                          ELSE '' END, p_pos + 1, p_what);
-END
-$$;
-
-COMMENT ON FUNCTION skiplock.cron_fail(p_text text, p_field integer, p_pos integer, p_what text) IS 'Internal: raises 22023 for a bad cron expression, naming the field and the character.';
-
-CREATE FUNCTION skiplock.cron_fields_at(s text, p integer) RETURNS skiplock.cron_fields
-    LANGUAGE plpgsql IMMUTABLE
-    AS $$
-DECLARE
-  len int := length(s);
-  bits bigint[] := ARRAY[0, 0, 0, 0, 0];
-  star boolean[] := ARRAY[false, false, false, false, false];
-  dom_at int := 0;
-  fend int;
-  r record;
-  f skiplock.cron_fields;
-  max_days int[] := ARRAY[31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31];
-  days_exist boolean := false;
-BEGIN
-  FOR i IN 0..4 LOOP
-    WHILE substr(s, p + 1, 1) IN (' ', E'\t') LOOP
-      p := p + 1;
-    END LOOP;
-    IF p >= len THEN
-      PERFORM skiplock.cron_fail(s, -1, p, format('expected 5 fields (minute hour day-of-month '
-                                 'month day-of-week), found %s', i));
-    END IF;
-    fend := p;
-    WHILE fend < len AND substr(s, fend + 1, 1) NOT IN (' ', E'\t') LOOP
-      fend := fend + 1;
-    END LOOP;
-    IF i = 2 THEN
-      dom_at := p;
-    END IF;
-    star[i + 1] := substr(s, p + 1, 1) = '*';
-    LOOP
-      r := skiplock.cron_item(s, p, fend, i);
-      bits[i + 1] := bits[i + 1] | r.bits;
-      p := r.after;
-      EXIT WHEN p = fend;
-      IF substr(s, p + 1, 1) <> ',' THEN
-        PERFORM skiplock.cron_fail(s, i, p, format('unexpected character ''%s''',
-                                                   substr(s, p + 1, 1)));
-      END IF;
-      p := p + 1;
-      IF p = fend THEN
-        PERFORM skiplock.cron_fail(s, i, p - 1, 'list ends with '',''');
-      END IF;
-    END LOOP;
-  END LOOP;
-  WHILE substr(s, p + 1, 1) IN (' ', E'\t') LOOP
-    p := p + 1;
-  END LOOP;
-  IF p < len THEN
-    PERFORM skiplock.cron_fail(s, -1, p, 'unexpected sixth field (seconds and years are not supported)');
-  END IF;
-  f := (bits[1], bits[2], bits[3], bits[4], bits[5], star[3], star[5], 0);
-  FOR m IN 1..12 LOOP
-    CONTINUE WHEN (f.month >> m) & 1 = 0;
-    days_exist := days_exist OR (f.dom & ((2::bigint << max_days[m]) - 2)) <> 0;
-  END LOOP;
-  IF (f.dom_star OR f.dow_star) AND NOT days_exist THEN
-    PERFORM skiplock.cron_fail(s, 2, dom_at, 'never fires: no selected month has any of the selected days');
-  END IF;
-  RETURN f;
-END
-$$;
-
-COMMENT ON FUNCTION skiplock.cron_fields_at(s text, p integer) IS 'Internal: the five fields of a cron expression, checked that some day matches.';
-
-CREATE FUNCTION skiplock.cron_fire(names text[], lasts timestamp with time zone[], nexts timestamp with time zone[], kinds text[], payloads jsonb[], queues text[], fires timestamp with time zone[], priorities integer[], keys text[], attempts integer[]) RETURNS void
-    LANGUAGE plpgsql
-    AS $$
-BEGIN
-  UPDATE skiplock.schedules x
-     SET last_fire = coalesce(u.last_fire, x.last_fire), next_fire = u.next_fire,
-         updated_at = now()
-    FROM unnest(names, lasts, nexts) AS u(name, last_fire, next_fire)
-   WHERE x.name = u.name;
-  IF cardinality(fires) > 0 THEN
-    PERFORM skiplock.enqueue_many(NULL, kinds, payloads, queues, fires, NULL, priorities, keys,
-                                  attempts, NULL, NULL, NULL);
-  END IF;
-END
-$$;
-
-COMMENT ON FUNCTION skiplock.cron_fire(names text[], lasts timestamp with time zone[], nexts timestamp with time zone[], kinds text[], payloads jsonb[], queues text[], fires timestamp with time zone[], priorities integer[], keys text[], attempts integer[]) IS 'Internal: moves planned schedules on and enqueues their fire times under cron:NAME:<fire time>, all or nothing.';
-
-CREATE FUNCTION skiplock.cron_item(s text, p integer, lim integer, field integer, OUT bits bigint, OUT after integer) RETURNS record
-    LANGUAGE plpgsql IMMUTABLE
-    AS $$
-DECLARE
-  lo int := (ARRAY[0, 0, 1, 1, 0])[field + 1];
-  hi int := (ARRAY[59, 23, 31, 12, 7])[field + 1];
-  fhi int := hi;
-  step int := 1;
-  single boolean := false;
-  item int := p;
-  at int;
-  acc bigint := 0;
-  r record;
-BEGIN
-  after := p;
-  IF substr(s, p + 1, 1) = '*' THEN
-    after := p + 1;
-  ELSE
-    r := skiplock.cron_value(s, after, lim, field);
-    lo := r.v; hi := r.v; after := r.after; single := true;
-    IF after < lim AND substr(s, after + 1, 1) = '-' THEN
-      after := after + 1;
-      at := after;
-      IF after = lim THEN
-        PERFORM skiplock.cron_fail(s, field, at, 'range without an end');
-      END IF;
-      r := skiplock.cron_value(s, after, lim, field);
-      hi := r.v; after := r.after;
-      IF hi < lo THEN
-        PERFORM skiplock.cron_fail(s, field, item,
-          format('range %s-%s runs backwards (wrap-around is not supported)', lo, hi));
-      END IF;
-      single := false;
-    END IF;
-  END IF;
-  IF after < lim AND substr(s, after + 1, 1) = '/' THEN
-    after := after + 1;
-    at := after;
-    WHILE after < lim AND substr(s, after + 1, 1) BETWEEN '0' AND '9' LOOP
-      acc := acc * 10 + ascii(substr(s, after + 1, 1)) - 48;
-      after := after + 1;
-      EXIT WHEN acc > 9999;
-    END LOOP;
-    IF after = at THEN
-      PERFORM skiplock.cron_fail(s, field, at, 'step must be a number');
-    END IF;
-    IF acc < 1 OR acc > fhi THEN
-      PERFORM skiplock.cron_fail(s, field, at, format('step %s is out of range 1-%s', acc, fhi));
-    END IF;
-    step := acc;
-    IF single THEN
-      hi := CASE WHEN fhi = 7 THEN 6 ELSE fhi END;
-    END IF;
-  END IF;
-  bits := 0;
-  FOR v IN lo..hi BY step LOOP
-    bits := bits | (1::bigint << CASE WHEN field = 4 AND v = 7 THEN 0 ELSE v END);
-  END LOOP;
-END
-$$;
-
-COMMENT ON FUNCTION skiplock.cron_item(s text, p integer, lim integer, field integer, OUT bits bigint, OUT after integer) IS 'Internal: one item of a cron field''s list (*, N, N-M, with /S) as bits.';
-
-CREATE FUNCTION skiplock.cron_match_from(f skiplock.cron_fields, l timestamp without time zone, lim timestamp without time zone) RETURNS timestamp without time zone
-    LANGUAGE plpgsql IMMUTABLE
-    AS $$
-DECLARE
-  m int;
-  d int;
-  wd int;
-  h int;
-  mi int;
-  later bigint;
-  dm boolean;
-  wm boolean;
-BEGIN
-  WHILE l <= lim LOOP
-    m := extract(month FROM l);
-    IF (f.month >> m) & 1 = 0 THEN
-      l := date_trunc('month', l) + interval '1 month';
-      CONTINUE;
-    END IF;
-    d := extract(day FROM l);
-    wd := extract(dow FROM l);
-    dm := (f.dom >> d) & 1 = 1;
-    wm := (f.dow >> wd) & 1 = 1;
-    IF NOT (CASE WHEN f.dom_star OR f.dow_star THEN dm AND wm ELSE dm OR wm END) THEN
-      l := date_trunc('day', l) + interval '1 day';
-      CONTINUE;
-    END IF;
-    h := extract(hour FROM l);
-    mi := extract(minute FROM l);
-    later := f.minute >> mi << mi;
-    IF (f.hour >> h) & 1 = 0 OR later = 0 THEN
-      l := date_trunc('hour', l) + interval '1 hour';
-      CONTINUE;
-    END IF;
-    -- the lowest set bit of later: its minute
-    RETURN date_trunc('hour', l)
-           + make_interval(mins => position('1' IN reverse(later::bit(64)::text)) - 1);
-  END LOOP;
-  RETURN NULL;
-END
-$$;
-
-COMMENT ON FUNCTION skiplock.cron_match_from(f skiplock.cron_fields, l timestamp without time zone, lim timestamp without time zone) IS 'Internal: the first local time at or after l that a parsed expression matches, up to lim.';
-
 CREATE FUNCTION skiplock.cron_next(expression text, zone text, after timestamp with time zone) RETURNS timestamp with time zone
     LANGUAGE plpgsql STABLE SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -1297,185 +316,11 @@ BEGIN
     RAISE EXCEPTION 'instant % is outside years 1 to 9999', after USING ERRCODE = '22023';
   END IF;
   PERFORM skiplock.cron_zone_check(coalesce(zone, 'UTC'));
-  RETURN skiplock.cron_next_of(skiplock.cron_parse(expression), coalesce(zone, 'UTC'), after);
+  RETURN skiplock_internal.cron_next_of(skiplock_internal.cron_parse(expression), coalesce(zone, 'UTC'), after);
 END
 $$;
 
 COMMENT ON FUNCTION skiplock.cron_next(expression text, zone text, after timestamp with time zone) IS 'The first fire time of a cron expression in an IANA zone after an instant; NULL when it never fires again.';
-
-CREATE FUNCTION skiplock.cron_next_of(f skiplock.cron_fields, zone text, after timestamp with time zone) RETURNS timestamp with time zone
-    LANGUAGE plpgsql STABLE
-    AS $$
-DECLARE
-  t_max CONSTANT timestamptz := timestamptz '9999-12-31 23:59:59+00';
-  a bigint := floor(extract(epoch FROM after));
-  local timestamp;
-  lim timestamp;
-  l timestamp;
-  t timestamptz;
-BEGIN
-  IF f.every > 0 THEN
-    t := to_timestamp((floor(a::numeric / f.every) + 1) * f.every);
-    RETURN CASE WHEN t <= t_max THEN t END;
-  END IF;
-  after := to_timestamp(a);
-  local := after AT TIME ZONE zone;
-  l := date_trunc('minute', local) + interval '1 minute';
-  lim := local + interval '36600 days';
-  LOOP
-    l := skiplock.cron_match_from(f, l, lim);
-    EXIT WHEN l IS NULL;
-    t := skiplock.cron_resolve(l, zone);
-    IF t > after THEN
-      RETURN CASE WHEN t <= t_max THEN t END;
-    END IF;
-    -- inside a repeated hour: its first occurrence came before `after`
-    l := l + interval '1 minute';
-  END LOOP;
-  RETURN NULL;
-END
-$$;
-
-COMMENT ON FUNCTION skiplock.cron_next_of(f skiplock.cron_fields, zone text, after timestamp with time zone) IS 'Internal: the first fire time of a parsed expression after an instant; NULL when none.';
-
-CREATE FUNCTION skiplock.cron_parse(expression text) RETURNS skiplock.cron_fields
-    LANGUAGE plpgsql IMMUTABLE
-    AS $$
-DECLARE
-  s text := expression;
-  p int := 0;
-  n int := 0;
-  bad int;
-  word text;
-  macros CONSTANT text[][] := ARRAY[['@yearly', '0 0 1 1 *'], ['@annually', '0 0 1 1 *'],
-                                    ['@monthly', '0 0 1 * *'], ['@weekly', '0 0 * * 0'],
-                                    ['@daily', '0 0 * * *'], ['@midnight', '0 0 * * *'],
-                                    ['@hourly', '0 * * * *']];
-BEGIN
-  IF s IS NULL THEN
-    RAISE EXCEPTION 'cron expression is NULL' USING ERRCODE = '22004';
-  END IF;
-  IF octet_length(s) > 256 THEN
-    RAISE EXCEPTION 'cron expression is % bytes, over the limit of 256', octet_length(s)
-      USING ERRCODE = '22023';
-  END IF;
-  bad := (regexp_match(s, '[^\t\x20-\x7e]') IS NOT NULL)::int;
-  IF bad = 1 THEN
-    -- the C parser counts bytes: the byte offset of the first bad character
-    bad := octet_length(substring(s FROM '^[\t\x20-\x7e]*'));
-    PERFORM skiplock.cron_fail(s, -1, bad, 'unexpected control or non-ASCII character');
-  END IF;
-  WHILE substr(s, p + 1, 1) IN (' ', E'\t') LOOP
-    p := p + 1;
-  END LOOP;
-  IF substr(s, p + 1, 1) <> '@' THEN
-    RETURN skiplock.cron_fields_at(s, p);
-  END IF;
-  WHILE p + n < length(s) AND substr(s, p + n + 1, 1) NOT IN (' ', E'\t') LOOP
-    n := n + 1;
-  END LOOP;
-  word := substr(s, p + 1, n);
-  IF word = '@every' THEN
-    RETURN skiplock.cron_every(s, p);
-  END IF;
-  FOR i IN 1..7 LOOP
-    CONTINUE WHEN lower(word) <> macros[i][1];
-    n := p + n;
-    WHILE substr(s, n + 1, 1) IN (' ', E'\t') LOOP
-      n := n + 1;
-    END LOOP;
-    IF n < length(s) THEN
-      PERFORM skiplock.cron_fail(s, -1, n, 'unexpected text after ' || macros[i][1]);
-    END IF;
-    RETURN skiplock.cron_fields_at(macros[i][2], 0);
-  END LOOP;
-  PERFORM skiplock.cron_fail(s, -1, p, format('unknown macro "%s" (expected @yearly, @monthly, '
-                             '@weekly, @daily, @hourly or @every DUR)', left(word, 20)));
-  RETURN NULL;
-END
-$$;
-
-COMMENT ON FUNCTION skiplock.cron_parse(expression text) IS 'Internal: a cron expression parsed, or 22023 naming the field and character that are wrong.';
-
-CREATE FUNCTION skiplock.cron_plan(f skiplock.cron_fields, zone text, cursor timestamp with time zone, now timestamp with time zone, policy text, bound integer, grace_s bigint) RETURNS skiplock.cron_plan
-    LANGUAGE plpgsql STABLE
-    AS $$
-DECLARE
-  p skiplock.cron_plan := (false, false, cursor, '{}', NULL);
-  first timestamptz := skiplock.cron_next_of(f, zone, cursor);
-  max int;
-  span bigint := 64;
-  lo timestamptz;
-  t timestamptz;
-  found timestamptz[];
-BEGIN
-  IF first IS NULL THEN
-    RETURN p;
-  END IF;
-  IF first > now THEN
-    p.next := first;
-    RETURN p;
-  END IF;
-  p.any_due := true;
-  p.behind := extract(epoch FROM now - first) > grace_s;
-  max := CASE WHEN NOT p.behind OR policy = 'all' THEN greatest(bound, 1) ELSE 1 END;
-  LOOP
-    lo := greatest(cursor, now - make_interval(secs => span));
-    found := '{}';
-    t := skiplock.cron_next_of(f, zone, lo);
-    WHILE t IS NOT NULL AND t <= now LOOP
-      found := found || t;
-      t := skiplock.cron_next_of(f, zone, t);
-    END LOOP;
-    EXIT WHEN cardinality(found) >= max OR lo = cursor;
-    span := span * 4;
-  END LOOP;
-  found := found[greatest(cardinality(found) - max + 1, 1):];
-  p.newest := found[cardinality(found)];
-  p.fires := CASE WHEN p.behind AND policy = 'none' THEN '{}' ELSE found END;
-  p.next := skiplock.cron_next_of(f, zone, p.newest);
-  RETURN p;
-END
-$$;
-
-COMMENT ON FUNCTION skiplock.cron_plan(f skiplock.cron_fields, zone text, cursor timestamp with time zone, now timestamp with time zone, policy text, bound integer, grace_s bigint) IS 'Internal: one evaluation of a schedule: its due fire times with the catch-up policy applied, and the next.';
-
-CREATE FUNCTION skiplock.cron_resolve(local timestamp without time zone, zone text) RETURNS timestamp with time zone
-    LANGUAGE plpgsql STABLE
-    AS $$
-DECLARE
-  t timestamptz := local AT TIME ZONE zone;
-  back timestamp := t AT TIME ZONE zone;
-  lo timestamptz;
-  hi timestamptz;
-  mid timestamptz;
-  early timestamptz;
-BEGIN
-  IF back <> local THEN
-    -- in a gap: its end lies in (local - offset after, t]
-    lo := local AT TIME ZONE 'UTC' - (back - (t AT TIME ZONE 'UTC'));
-    hi := t;
-    WHILE hi - lo > interval '1 second' LOOP
-      mid := lo + date_trunc('second', (hi - lo) / 2);
-      IF (mid AT TIME ZONE zone) >= local THEN
-        hi := mid;
-      ELSE
-        lo := mid;
-      END IF;
-    END LOOP;
-    RETURN hi;
-  END IF;
-  -- an earlier occurrence exists when the offset a day before was larger
-  early := local AT TIME ZONE 'UTC' - (((t - interval '1 day') AT TIME ZONE zone)
-                                      - ((t - interval '1 day') AT TIME ZONE 'UTC'));
-  IF early < t AND (early AT TIME ZONE zone) = local THEN
-    RETURN early;
-  END IF;
-  RETURN t;
-END
-$$;
-
-COMMENT ON FUNCTION skiplock.cron_resolve(local timestamp without time zone, zone text) IS 'Internal: a local time in a zone as an instant: a skipped time at the end of its gap, a repeated one at its first occurrence.';
 
 CREATE FUNCTION skiplock.cron_tick(max_schedules integer DEFAULT 100, catch_up_bound integer DEFAULT 100, grace interval DEFAULT '00:01:00'::interval) RETURNS TABLE(due integer, fired integer, behind integer, enqueued bigint, failed integer, failure text, next_due timestamp with time zone, db_now timestamp with time zone)
     LANGUAGE sql SECURITY DEFINER
@@ -1530,7 +375,7 @@ BEGIN
   LOOP
     due := due + 1;
     BEGIN
-      p := skiplock.cron_plan(skiplock.cron_parse(s.expression), s.zone, s.cursor, v_now,
+      p := skiplock_internal.cron_plan(skiplock_internal.cron_parse(s.expression), s.zone, s.cursor, v_now,
                               s.catch_up, catch_up_bound, v_grace);
     EXCEPTION WHEN data_exception OR integrity_constraint_violation THEN
       failed := failed + 1;
@@ -1562,7 +407,7 @@ BEGIN
   -- 2. move them on and enqueue, all at once; when that fails, one by one
   IF cardinality(names) > 0 THEN
     BEGIN
-      PERFORM skiplock.cron_fire(names, lasts, nexts, kinds, payloads, queues, fires, prios,
+      PERFORM skiplock_internal.cron_fire(names, lasts, nexts, kinds, payloads, queues, fires, prios,
                                  keys, maxes);
     EXCEPTION WHEN data_exception OR integrity_constraint_violation THEN
       whole := false;
@@ -1574,7 +419,7 @@ BEGIN
       lo := firsts[i];
       hi := firsts[i] + counts[i] - 1;
       BEGIN
-        PERFORM skiplock.cron_fire(names[i:i], lasts[i:i], nexts[i:i], kinds[lo:hi],
+        PERFORM skiplock_internal.cron_fire(names[i:i], lasts[i:i], nexts[i:i], kinds[lo:hi],
                                    payloads[lo:hi], queues[lo:hi], fires[lo:hi], prios[lo:hi],
                                    keys[lo:hi], maxes[lo:hi]);
         ok := true;
@@ -1598,61 +443,6 @@ END
 $$;
 
 COMMENT ON FUNCTION skiplock.cron_tick_at(at timestamp with time zone, max_schedules integer, catch_up_bound integer, grace interval) IS 'Fires the schedules due at an instant (owners and tests): each moved on and its jobs enqueued once for the fleet.';
-
-CREATE FUNCTION skiplock.cron_value(s text, p integer, lim integer, field integer, OUT v integer, OUT after integer) RETURNS record
-    LANGUAGE plpgsql IMMUTABLE
-    AS $$
-DECLARE
-  lo int := (ARRAY[0, 0, 1, 1, 0])[field + 1];
-  hi int := (ARRAY[59, 23, 31, 12, 7])[field + 1];
-  names text[] := CASE field WHEN 3 THEN ARRAY['jan', 'feb', 'mar', 'apr', 'may', 'jun',
-                                               'jul', 'aug', 'sep', 'oct', 'nov', 'dec']
-                             WHEN 4 THEN ARRAY['sun', 'mon', 'tue', 'wed', 'thu', 'fri',
-                                               'sat'] END;
-  c text := substr(s, p + 1, 1);
-  n int := 0;
-  word text;
-  acc bigint := 0;
-BEGIN
-  IF c BETWEEN '0' AND '9' THEN
-    after := p;
-    WHILE after < lim AND substr(s, after + 1, 1) BETWEEN '0' AND '9' LOOP
-      acc := acc * 10 + ascii(substr(s, after + 1, 1)) - 48;
-      after := after + 1;
-      IF acc > 9999 THEN
-        PERFORM skiplock.cron_fail(s, field, p, 'number too large');
-      END IF;
-    END LOOP;
-    IF acc < lo OR acc > hi THEN
-      PERFORM skiplock.cron_fail(s, field, p, format('%s is out of range %s-%s', acc, lo, hi));
-    END IF;
-    v := acc;
-    RETURN;
-  END IF;
-  IF NOT (c BETWEEN 'a' AND 'z' OR c BETWEEN 'A' AND 'Z') THEN
-    PERFORM skiplock.cron_fail(s, field, p, format('unexpected character ''%s'' (expected a number%s)',
-                               c, CASE WHEN names IS NULL THEN '' ELSE ' or a name' END));
-  END IF;
-  WHILE p + n < lim AND (substr(s, p + n + 1, 1) BETWEEN 'a' AND 'z'
-                         OR substr(s, p + n + 1, 1) BETWEEN 'A' AND 'Z') LOOP
-    n := n + 1;
-  END LOOP;
-  word := substr(s, p + 1, n);
-  IF names IS NOT NULL AND n = 3 AND lower(word) = ANY (names) THEN
-    v := array_position(names, lower(word)) - 1 + CASE field WHEN 3 THEN 1 ELSE 0 END;
-    after := p + 3;
-    RETURN;
-  END IF;
-  IF n = 1 AND upper(c) IN ('L', 'W') THEN
-    PERFORM skiplock.cron_fail(s, field, p, format('''%s'' is not supported (Vixie cron syntax only)', c));
-  END IF;
-  PERFORM skiplock.cron_fail(s, field, p, format('unknown name "%s"%s', left(word, 20),
-    CASE field WHEN 3 THEN ' (expected jan..dec)' WHEN 4 THEN ' (expected sun..sat)'
-               ELSE ' (this field takes numbers only)' END));
-END
-$$;
-
-COMMENT ON FUNCTION skiplock.cron_value(s text, p integer, lim integer, field integer, OUT v integer, OUT after integer) IS 'Internal: a number or a month or weekday name in a cron field.';
 
 CREATE FUNCTION skiplock.cron_zone_check(zone text) RETURNS void
     LANGUAGE plpgsql STABLE SECURITY DEFINER
@@ -1682,138 +472,6 @@ $_$;
 
 COMMENT ON FUNCTION skiplock.cron_zone_check(zone text) IS 'Refuses (22023) a zone name the tz database does not have, or one PostgreSQL reads as a fixed-offset abbreviation.';
 
-CREATE FUNCTION skiplock.deps_attach(p_child bigint, p_run_at timestamp with time zone, p_policy text, p_report boolean, p_parents bigint[]) RETURNS void
-    LANGUAGE plpgsql
-    AS $$
-DECLARE
-  v_ids bigint[];
-  v_states text[];
-BEGIN
-  INSERT INTO skiplock.job_waits (child_id, run_at, on_parent_failure, report, parents, waiting)
-  VALUES (p_child, p_run_at, p_policy, p_report, cardinality(p_parents), cardinality(p_parents));
-  INSERT INTO skiplock.job_deps (parent_id, child_id)
-  SELECT p, p_child FROM unnest(p_parents) p;
-  SELECT array_agg(f.id), array_agg(f.state) INTO v_ids, v_states
-    FROM skiplock.finished_jobs f
-   WHERE f.id = ANY (p_parents) AND NOT EXISTS (SELECT 1 FROM skiplock.jobs j WHERE j.id = f.id);
-  IF v_ids IS NOT NULL THEN
-    PERFORM skiplock.deps_resolve(v_ids, v_states);
-  END IF;
-END
-$$;
-
-COMMENT ON FUNCTION skiplock.deps_attach(p_child bigint, p_run_at timestamp with time zone, p_policy text, p_report boolean, p_parents bigint[]) IS 'Internal: records what a new job waits for (job_waits, job_deps); parents already finished count at once.';
-
-CREATE FUNCTION skiplock.deps_parents(p_ids bigint[], p_keys text[]) RETURNS bigint[]
-    LANGUAGE plpgsql
-    AS $$
-DECLARE
-  v_ids bigint[];
-  v_key text;
-  v_id bigint;
-  v_missing bigint;
-BEGIN
-  IF coalesce(cardinality(p_ids), 0) + coalesce(cardinality(p_keys), 0) > 1000 THEN
-    RAISE EXCEPTION 'depends_on: at most 1000 parents' USING ERRCODE = '22023';
-  END IF;
-  IF array_position(p_ids, NULL) IS NOT NULL OR array_position(p_keys, NULL) IS NOT NULL THEN
-    RAISE EXCEPTION 'depends_on: a parent id or key must not be NULL' USING ERRCODE = '22004';
-  END IF;
-  v_ids := coalesce(p_ids, '{}');
-  FOREACH v_key IN ARRAY coalesce(p_keys, '{}') LOOP
-    v_id := coalesce(
-      (SELECT j.id FROM skiplock.jobs j
-        WHERE j.unique_key = v_key AND j.state IN ('available', 'running') LIMIT 1),
-      (SELECT f.id FROM skiplock.finished_jobs f WHERE f.unique_key = v_key
-        ORDER BY f.id DESC LIMIT 1));
-    IF v_id IS NULL THEN
-      RAISE EXCEPTION 'depends_on_keys: no job holds the unique key %', v_key
-        USING ERRCODE = '23503',
-              HINT = 'A parent must exist first: live, or finished and kept by retention.';
-    END IF;
-    v_ids := v_ids || v_id;
-  END LOOP;
-  v_ids := ARRAY(SELECT DISTINCT u FROM unnest(v_ids) u ORDER BY u);
-  PERFORM 1 FROM skiplock.jobs j WHERE j.id = ANY (v_ids) FOR KEY SHARE OF j;
-  SELECT u INTO v_missing FROM unnest(v_ids) u
-   WHERE NOT EXISTS (SELECT 1 FROM skiplock.jobs j WHERE j.id = u)
-     AND NOT EXISTS (SELECT 1 FROM skiplock.finished_jobs f WHERE f.id = u)
-   LIMIT 1;
-  IF FOUND THEN
-    RAISE EXCEPTION 'depends_on: job % does not exist', v_missing
-      USING ERRCODE = '23503',
-            HINT = 'A parent must exist first: live, or finished and kept by retention.';
-  END IF;
-  RETURN v_ids;
-END
-$$;
-
-COMMENT ON FUNCTION skiplock.deps_parents(p_ids bigint[], p_keys text[]) IS 'Internal: the parent ids a child names (ids and unique keys), live ones locked FOR KEY SHARE; 23503 for a parent neither live nor kept, 22023/22004 for bad lists.';
-
-CREATE FUNCTION skiplock.deps_resolve(p_ids bigint[], p_states text[]) RETURNS void
-    LANGUAGE plpgsql
-    AS $$
-DECLARE
-  v_ids bigint[] := p_ids;
-  v_states text[] := p_states;
-  v_free bigint[];
-  v_doomed bigint[];
-  v_moved record;
-BEGIN
-  WHILE coalesce(cardinality(v_ids), 0) > 0 LOOP
-    -- an ended job waits for nothing any more
-    DELETE FROM skiplock.job_waits w WHERE w.child_id = ANY (v_ids);
-    WITH closed AS (
-      DELETE FROM skiplock.job_deps d USING unnest(v_ids, v_states) AS f(id, state)
-       WHERE d.parent_id = f.id
-      RETURNING d.child_id, f.state),
-    counted AS (
-      SELECT c.child_id, count(*) AS n,
-             count(*) FILTER (WHERE c.state = 'completed') AS ok,
-             count(*) FILTER (WHERE c.state = 'discarded') AS disc,
-             count(*) FILTER (WHERE c.state = 'cancelled') AS canc
-        FROM closed c GROUP BY c.child_id),
-    waits AS (
-      UPDATE skiplock.job_waits w
-         SET waiting = w.waiting - c.n, completed = w.completed + c.ok,
-             discarded = w.discarded + c.disc, cancelled = w.cancelled + c.canc
-        FROM counted c WHERE w.child_id = c.child_id
-      RETURNING w.child_id, w.waiting,
-                w.on_parent_failure = 'cancel' AND w.discarded + w.cancelled > 0 AS doomed)
-    SELECT array_agg(x.child_id) FILTER (WHERE x.waiting = 0 AND NOT x.doomed),
-           array_agg(x.child_id) FILTER (WHERE x.doomed)
-      INTO v_free, v_doomed FROM waits x;
-    IF v_free IS NOT NULL THEN
-      UPDATE skiplock.jobs j
-         SET run_at = w.run_at,
-             payload = CASE WHEN w.report
-                            THEN j.payload || jsonb_build_object('batch', jsonb_build_object(
-                                   'size', w.parents, 'completed', w.completed,
-                                   'discarded', w.discarded, 'cancelled', w.cancelled))
-                            ELSE j.payload END
-        FROM skiplock.job_waits w
-       WHERE w.child_id = j.id AND j.id = ANY (v_free) AND j.state = 'available'
-         AND j.run_at = skiplock.waiting_run_at();
-      DELETE FROM skiplock.job_waits w WHERE w.child_id = ANY (v_free);
-      PERFORM pg_notify('skiplock_jobs', '');
-    END IF;
-    EXIT WHEN v_doomed IS NULL;
-    -- cancelled by their policy: a parent failed; what waits for them follows
-    UPDATE skiplock.jobs j
-       SET state = 'cancelled', finished_at = now(),
-           errors = skiplock.errors_append(j.errors, j.attempt,
-                      'cancelled: a job it depends on was discarded or cancelled', now())
-     WHERE j.id = ANY (v_doomed) AND j.state = 'available';
-    DELETE FROM skiplock.job_waits w WHERE w.child_id = ANY (v_doomed);
-    SELECT * INTO v_moved FROM skiplock.finish_moved(v_doomed);
-    v_ids := v_moved.ids;
-    v_states := v_moved.states;
-  END LOOP;
-END
-$$;
-
-COMMENT ON FUNCTION skiplock.deps_resolve(p_ids bigint[], p_states text[]) IS 'Internal: closes the dependencies of ended jobs (ids, final states) in the caller''s transaction: children made due when none is left, or cancelled by their policy, iteratively.';
-
 CREATE FUNCTION skiplock.distribute() RETURNS boolean
     LANGUAGE plpgsql
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -1827,7 +485,7 @@ BEGIN
             HINT = 'CREATE EXTENSION citus and add the worker nodes first (docs/scaling.md).';
   END IF;
   PERFORM 1 FROM skiplock.layout FOR UPDATE;
-  IF skiplock.is_distributed() THEN
+  IF skiplock_internal.is_distributed() THEN
     RETURN false;
   END IF;
   -- reference tables after distributed ones in one transaction
@@ -1849,13 +507,13 @@ BEGIN
   PERFORM create_reference_table('skiplock.breakers');
   PERFORM create_reference_table('skiplock.breaker_events');
   -- the functions a statement on a shard calls
-  FOREACH f IN ARRAY ARRAY['skiplock.errors_append(jsonb, integer, text, jsonb)',
-                           'skiplock.backoff_delay(text, integer, bigint, bigint, bigint, '
+  FOREACH f IN ARRAY ARRAY['skiplock_internal.errors_append(jsonb, integer, text, jsonb)',
+                           'skiplock_internal.backoff_delay(text, integer, bigint, bigint, bigint, '
                              'double precision)',
                            'skiplock.retry_delay_ms(integer, bigint, text, bigint, bigint, '
                              'bigint, boolean, text, bigint, bigint, double precision, '
                              'double precision)',
-                           'skiplock.breaker_step(skiplock.breakers, integer, integer)'] LOOP
+                           'skiplock_internal.breaker_step(skiplock.breakers, integer, integer)'] LOOP
     PERFORM create_distributed_function(f::regprocedure);
   END LOOP;
   UPDATE skiplock.layout SET distributed = true, changed_at = now();
@@ -1873,9 +531,9 @@ CREATE FUNCTION skiplock.enqueue(kind text, payload jsonb DEFAULT '{}'::jsonb, q
 BEGIN
   RETURN (skiplock.enqueue_many(NULL, ARRAY[kind], ARRAY[payload], ARRAY[coalesce(queue, 'default')],
             ARRAY[coalesce(run_at, now())], NULL, ARRAY[priority], ARRAY[unique_key],
-            ARRAY[max_attempts], ARRAY[skiplock.interval_ms(timeout, 'timeout')::int],
-            ARRAY[skiplock.interval_ms(backoff_base, 'backoff_base')::int],
-            ARRAY[skiplock.interval_ms(backoff_cap, 'backoff_cap')::int], ARRAY[backoff]))[1];
+            ARRAY[max_attempts], ARRAY[skiplock_internal.interval_ms(timeout, 'timeout')::int],
+            ARRAY[skiplock_internal.interval_ms(backoff_base, 'backoff_base')::int],
+            ARRAY[skiplock_internal.interval_ms(backoff_cap, 'backoff_cap')::int], ARRAY[backoff]))[1];
 END
 $$;
 
@@ -1890,29 +548,29 @@ DECLARE
   v_parents bigint[];
   v_id bigint;
 BEGIN
-  PERFORM skiplock.check_parent_policy(on_parent_failure);
+  PERFORM skiplock_internal.check_parent_policy(on_parent_failure);
   IF depends_on IS NOT NULL OR depends_on_keys IS NOT NULL THEN
-    IF skiplock.is_distributed() THEN
+    IF skiplock_internal.is_distributed() THEN
       RAISE EXCEPTION 'enqueue_after: dependencies are not supported on the distributed layout yet'
         USING ERRCODE = '0A000';
     END IF;
-    PERFORM skiplock.check_job_times(coalesce(run_at, now()), 0);
-    v_parents := skiplock.deps_parents(depends_on, depends_on_keys);
+    PERFORM skiplock_internal.check_job_times(coalesce(run_at, now()), 0);
+    v_parents := skiplock_internal.deps_parents(depends_on, depends_on_keys);
   END IF;
   v_id := (skiplock.enqueue_many(NULL, ARRAY[kind], ARRAY[payload],
             ARRAY[coalesce(queue, 'default')],
-            ARRAY[CASE WHEN cardinality(v_parents) > 0 THEN skiplock.waiting_run_at()
+            ARRAY[CASE WHEN cardinality(v_parents) > 0 THEN skiplock_internal.waiting_run_at()
                        ELSE coalesce(run_at, now()) END], NULL, ARRAY[priority],
             ARRAY[unique_key], ARRAY[max_attempts],
-            ARRAY[skiplock.interval_ms(timeout, 'timeout')::int],
-            ARRAY[skiplock.interval_ms(backoff_base, 'backoff_base')::int],
-            ARRAY[skiplock.interval_ms(backoff_cap, 'backoff_cap')::int], ARRAY[backoff]))[1];
+            ARRAY[skiplock_internal.interval_ms(timeout, 'timeout')::int],
+            ARRAY[skiplock_internal.interval_ms(backoff_base, 'backoff_base')::int],
+            ARRAY[skiplock_internal.interval_ms(backoff_cap, 'backoff_cap')::int], ARRAY[backoff]))[1];
   -- with parents, unless its unique key was held by another job (returned)
   IF cardinality(v_parents) > 0
      AND EXISTS (SELECT 1 FROM skiplock.jobs j
-                  WHERE j.id = v_id AND j.run_at = skiplock.waiting_run_at())
+                  WHERE j.id = v_id AND j.run_at = skiplock_internal.waiting_run_at())
      AND NOT EXISTS (SELECT 1 FROM skiplock.job_waits w WHERE w.child_id = v_id) THEN
-    PERFORM skiplock.deps_attach(v_id, coalesce(run_at, now()), on_parent_failure, false,
+    PERFORM skiplock_internal.deps_attach(v_id, coalesce(run_at, now()), on_parent_failure, false,
                                  v_parents);
   END IF;
   RETURN v_id;
@@ -1938,7 +596,7 @@ BEGIN
   IF callback_kind IS NULL THEN
     RAISE EXCEPTION 'enqueue_batch: callback_kind is required' USING ERRCODE = '22023';
   END IF;
-  IF skiplock.is_distributed() THEN
+  IF skiplock_internal.is_distributed() THEN
     RAISE EXCEPTION 'enqueue_batch: dependencies are not supported on the distributed layout yet'
       USING ERRCODE = '0A000';
   END IF;
@@ -1948,10 +606,10 @@ BEGIN
              NULL, array_fill(priority, ARRAY[v_n]), array_fill(NULL::text, ARRAY[v_n]),
              array_fill(max_attempts, ARRAY[v_n]), v_nulls, v_nulls, v_nulls);
   v_cb := (skiplock.enqueue_many(NULL, ARRAY[callback_kind], ARRAY[callback_payload],
-             ARRAY[coalesce(queue, 'default')], ARRAY[skiplock.waiting_run_at()], NULL,
+             ARRAY[coalesce(queue, 'default')], ARRAY[skiplock_internal.waiting_run_at()], NULL,
              ARRAY[priority], ARRAY[NULL::text], ARRAY[max_attempts], ARRAY[NULL::int],
              ARRAY[NULL::int], ARRAY[NULL::int]))[1];
-  PERFORM skiplock.deps_attach(v_cb, now(), 'run', true, skiplock.deps_parents(v_ids, NULL));
+  PERFORM skiplock_internal.deps_attach(v_cb, now(), 'run', true, skiplock_internal.deps_parents(v_ids, NULL));
   RETURN v_ids || v_cb;
 END
 $$;
@@ -1965,15 +623,15 @@ CREATE FUNCTION skiplock.enqueue_many(p_token text, p_kinds text[], p_payloads j
 DECLARE
   v_ids bigint[];
 BEGIN
-  PERFORM skiplock.check_job_times(r, d)
+  PERFORM skiplock_internal.check_job_times(r, d)
      FROM unnest(p_run_ats, p_delays_ms) AS t(r, d)
     WHERE NOT (r >= timestamptz '1970-01-01 00:00+00' AND r < timestamptz '2200-01-01 00:00+00')
        OR d < 0 OR d > 3153600000000;
   PERFORM skiplock.check_job_input(p_kinds, p_queues, p_payloads);
-  v_ids := skiplock.enqueue_many_unchecked(p_token, p_kinds, p_payloads, p_queues, p_run_ats,
+  v_ids := skiplock_internal.enqueue_many_unchecked(p_token, p_kinds, p_payloads, p_queues, p_run_ats,
              p_delays_ms, p_priorities, p_unique_keys, p_max_attempts, p_timeouts,
              p_backoff_bases, p_backoff_caps, p_backoffs);
-  IF skiplock.is_distributed()
+  IF skiplock_internal.is_distributed()
      AND coalesce(current_setting('skiplock.notify', true), '') <> 'off' THEN
     PERFORM pg_notify('skiplock_jobs', '');
   END IF;
@@ -1982,136 +640,6 @@ END
 $$;
 
 COMMENT ON FUNCTION skiplock.enqueue_many(p_token text, p_kinds text[], p_payloads jsonb[], p_queues text[], p_run_ats timestamp with time zone[], p_delays_ms bigint[], p_priorities integer[], p_unique_keys text[], p_max_attempts integer[], p_timeouts integer[], p_backoff_bases integer[], p_backoff_caps integer[], p_backoffs text[]) IS 'Enqueues many jobs at once, all or nothing; with a token, a retried call returns the ids of the first instead of enqueueing again.';
-
-CREATE FUNCTION skiplock.enqueue_many_unchecked(p_token text, p_kinds text[], p_payloads jsonb[], p_queues text[], p_run_ats timestamp with time zone[], p_delays_ms bigint[], p_priorities integer[], p_unique_keys text[], p_max_attempts integer[], p_timeouts integer[], p_backoff_bases integer[], p_backoff_caps integer[], p_backoffs text[] DEFAULT NULL::text[]) RETURNS bigint[]
-    LANGUAGE plpgsql SECURITY DEFINER
-    SET search_path TO 'pg_catalog', 'pg_temp'
-    AS $$
-DECLARE
-  v_ids bigint[];
-  v_seq regclass := pg_get_serial_sequence('skiplock.jobs', 'id')::regclass;
-  v_keyed boolean := EXISTS (SELECT 1 FROM unnest(p_unique_keys) u WHERE u IS NOT NULL);
-BEGIN
-  IF p_token IS NOT NULL THEN
-    INSERT INTO skiplock.enqueue_tokens (token) VALUES (p_token) ON CONFLICT DO NOTHING;
-    IF NOT FOUND THEN
-      SELECT t.ids INTO v_ids FROM skiplock.enqueue_tokens t WHERE t.token = p_token;
-      RETURN v_ids;
-    END IF;
-  END IF;
-  IF EXISTS (SELECT 1 FROM unnest(p_kinds) k WHERE k IS NULL OR length(k) NOT BETWEEN 1 AND 128)
-  THEN
-    RAISE EXCEPTION 'job kind must be 1 to 128 characters' USING ERRCODE = '22023';
-  END IF;
-  IF NOT v_keyed THEN
-    -- No job has a unique key: nothing can conflict.  Ids first, in input
-    -- order, then one plain INSERT of the zipped arrays.
-    v_ids := ARRAY(SELECT nextval(v_seq) FROM generate_series(1, cardinality(p_kinds)));
-    INSERT INTO skiplock.jobs (id, kind, payload, queue, run_at, priority, max_attempts,
-                               timeout_ms, backoff_base_ms, backoff_cap_ms, backoff)
-    SELECT i, k, coalesce(p, '{}'), coalesce(q, 'default'),
-           coalesce(r, now() + coalesce(d, 0) * interval '1 millisecond'),
-           coalesce(pr, 0), coalesce(m, 25), tmo, bb, bc, bs
-      FROM unnest(v_ids, p_kinds, p_payloads, p_queues, p_run_ats, p_delays_ms, p_priorities,
-                  p_max_attempts, p_timeouts, p_backoff_bases, p_backoff_caps, p_backoffs)
-           AS t(i, k, p, q, r, d, pr, m, tmo, bb, bc, bs);
-  ELSE
-    WITH input AS MATERIALIZED (
-      SELECT t.*, nextval(v_seq) AS nid
-        FROM unnest(p_kinds, p_payloads, p_queues, p_run_ats, p_delays_ms, p_priorities,
-                    p_unique_keys, p_max_attempts, p_timeouts, p_backoff_bases, p_backoff_caps,
-                    p_backoffs)
-             WITH ORDINALITY AS t(k, p, q, r, d, pr, u, m, tmo, bb, bc, bs, ord)
-    ), plain AS (
-      INSERT INTO skiplock.jobs (id, kind, payload, queue, run_at, priority, unique_key,
-                                 max_attempts, timeout_ms, backoff_base_ms, backoff_cap_ms,
-                                 backoff)
-      SELECT nid, k, coalesce(p, '{}'), coalesce(q, 'default'),
-             coalesce(r, now() + coalesce(d, 0) * interval '1 millisecond'),
-             coalesce(pr, 0), NULL, coalesce(m, 25), tmo, bb, bc, bs
-        FROM input WHERE u IS NULL ORDER BY ord
-    ), keyed AS (
-      INSERT INTO skiplock.jobs (id, kind, payload, queue, run_at, priority, unique_key,
-                                 max_attempts, timeout_ms, backoff_base_ms, backoff_cap_ms,
-                                 backoff)
-      SELECT nid, k, coalesce(p, '{}'), coalesce(q, 'default'),
-             coalesce(r, now() + coalesce(d, 0) * interval '1 millisecond'),
-             coalesce(pr, 0), u, coalesce(m, 25), tmo, bb, bc, bs
-        FROM input WHERE u IS NOT NULL ORDER BY ord
-      ON CONFLICT DO NOTHING
-      RETURNING id
-    )
-    SELECT array_agg(CASE WHEN input.u IS NULL THEN input.nid ELSE keyed.id END
-                     ORDER BY input.ord) INTO v_ids
-      FROM input LEFT JOIN keyed ON keyed.id = input.nid;
-  END IF;
-  -- Jobs whose unique key was held: the holder's id.
-  IF v_keyed THEN
-    FOR i IN 1..coalesce(array_length(v_ids, 1), 0) LOOP
-      IF v_ids[i] IS NULL THEN
-        v_ids[i] := skiplock.enqueue_one(p_kinds[i], p_payloads[i],
-                      coalesce(p_queues[i], 'default'),
-                      coalesce(p_run_ats[i], now() + coalesce(p_delays_ms[i], 0) * interval '1 millisecond'),
-                      p_priorities[i], p_unique_keys[i], coalesce(p_max_attempts[i], 25),
-                      p_timeouts[i], p_backoff_bases[i], p_backoff_caps[i]);
-      END IF;
-    END LOOP;
-  END IF;
-  IF p_token IS NOT NULL THEN
-    UPDATE skiplock.enqueue_tokens t SET ids = v_ids WHERE t.token = p_token;
-  END IF;
-  RETURN v_ids;
-END
-$$;
-
-COMMENT ON FUNCTION skiplock.enqueue_many_unchecked(p_token text, p_kinds text[], p_payloads jsonb[], p_queues text[], p_run_ats timestamp with time zone[], p_delays_ms bigint[], p_priorities integer[], p_unique_keys text[], p_max_attempts integer[], p_timeouts integer[], p_backoff_bases integer[], p_backoff_caps integer[], p_backoffs text[]) IS 'Internal: the bulk insert behind enqueue_many, after its checks; a token already used returns the ids of that call.';
-
-CREATE FUNCTION skiplock.enqueue_one(p_kind text, p_payload jsonb, p_queue text, p_run_at timestamp with time zone, p_priority integer, p_unique_key text, p_max_attempts integer, p_timeout_ms integer, p_backoff_base_ms integer, p_backoff_cap_ms integer) RETURNS bigint
-    LANGUAGE plpgsql SECURITY DEFINER
-    SET search_path TO 'pg_catalog', 'pg_temp'
-    AS $$
-DECLARE
-  v_id bigint;
-  v_dist boolean := skiplock.is_distributed();
-BEGIN
-  IF p_kind IS NULL OR length(p_kind) NOT BETWEEN 1 AND 128 THEN
-    RAISE EXCEPTION 'job kind must be 1 to 128 characters' USING ERRCODE = '22023';
-  END IF;
-  IF p_queue IS NULL OR length(p_queue) NOT BETWEEN 1 AND 128 THEN
-    RAISE EXCEPTION 'queue name must be 1 to 128 characters' USING ERRCODE = '22023';
-  END IF;
-  IF p_max_attempts IS NULL OR p_max_attempts < 1 THEN
-    RAISE EXCEPTION 'max_attempts must be at least 1' USING ERRCODE = '22023';
-  END IF;
-  PERFORM skiplock.check_job_times(p_run_at, NULL);
-  FOR i IN 1..10 LOOP
-    INSERT INTO skiplock.jobs AS j (kind, payload, queue, run_at, priority, unique_key,
-                                    max_attempts, timeout_ms, backoff_base_ms, backoff_cap_ms)
-    VALUES (p_kind, coalesce(p_payload, '{}'), p_queue, coalesce(p_run_at, now()),
-            coalesce(p_priority, 0), p_unique_key, p_max_attempts, p_timeout_ms,
-            p_backoff_base_ms, p_backoff_cap_ms)
-    ON CONFLICT DO NOTHING
-    RETURNING j.id INTO v_id;
-    IF v_id IS NOT NULL THEN
-      RETURN v_id;
-    END IF;
-    IF v_dist THEN
-      SELECT j.id INTO v_id FROM skiplock.jobs j
-       WHERE j.queue = p_queue AND j.unique_key = p_unique_key
-         AND j.state IN ('available', 'running');
-    ELSE
-      SELECT j.id INTO v_id FROM skiplock.jobs j
-       WHERE j.unique_key = p_unique_key AND j.state IN ('available', 'running');
-    END IF;
-    IF v_id IS NOT NULL THEN
-      RETURN v_id;
-    END IF;
-  END LOOP;
-  RAISE EXCEPTION 'unique key "%" is contended', p_unique_key USING ERRCODE = '40001';
-END
-$$;
-
-COMMENT ON FUNCTION skiplock.enqueue_one(p_kind text, p_payload jsonb, p_queue text, p_run_at timestamp with time zone, p_priority integer, p_unique_key text, p_max_attempts integer, p_timeout_ms integer, p_backoff_base_ms integer, p_backoff_cap_ms integer) IS 'Internal: one job written after enqueue checked its arguments; an existing id when the unique key is taken by an unfinished job.';
 
 CREATE FUNCTION skiplock.enqueue_tokens_prune(p_max integer) RETURNS integer
     LANGUAGE sql
@@ -2125,34 +653,6 @@ CREATE FUNCTION skiplock.enqueue_tokens_prune(p_max integer) RETURNS integer
 $$;
 
 COMMENT ON FUNCTION skiplock.enqueue_tokens_prune(p_max integer) IS 'delete up to n enqueue tokens older than 15 minutes (maintenance)';
-
-CREATE FUNCTION skiplock.errors_append(errors jsonb, attempt integer, err text, at jsonb) RETURNS jsonb
-    LANGUAGE sql IMMUTABLE
-    AS $$
-  SELECT CASE WHEN err IS NULL THEN errors
-              ELSE (CASE WHEN jsonb_array_length(errors) >= 20 THEN errors - 0 ELSE errors END)
-                   || jsonb_build_array(jsonb_build_object(
-                        'attempt', attempt, 'at', at,
-                        'error', CASE WHEN length(err) <= 8192 THEN err
-                                      ELSE left(err, 8192) || format(E'\n… (%s more characters cut)',
-                                                                     length(err) - 8192) END)) END
-$$;
-
-COMMENT ON FUNCTION skiplock.errors_append(errors jsonb, attempt integer, err text, at jsonb) IS 'Internal: errors_append with the time as a JSON value (to_jsonb(now()) of the caller), IMMUTABLE for statements on Citus shards.';
-
-CREATE FUNCTION skiplock.errors_append(errors jsonb, attempt integer, err text, at timestamp with time zone) RETURNS jsonb
-    LANGUAGE sql STABLE
-    AS $$
-  SELECT CASE WHEN err IS NULL THEN errors
-              ELSE (CASE WHEN jsonb_array_length(errors) >= 20 THEN errors - 0 ELSE errors END)
-                   || jsonb_build_array(jsonb_build_object(
-                        'attempt', attempt, 'at', at,
-                        'error', CASE WHEN length(err) <= 8192 THEN err
-                                      ELSE left(err, 8192) || format(E'\n… (%s more characters cut)',
-                                                                     length(err) - 8192) END)) END
-$$;
-
-COMMENT ON FUNCTION skiplock.errors_append(errors jsonb, attempt integer, err text, at timestamp with time zone) IS 'Internal: a job''s error history with one more entry (its text cut at 8,192 characters); the newest 20 are kept.';
 
 CREATE FUNCTION skiplock.fail(id bigint, fencing bigint, error text, retryable boolean DEFAULT true, retry_after interval DEFAULT NULL::interval, queue text DEFAULT NULL::text) RETURNS text
     LANGUAGE plpgsql SECURITY DEFINER
@@ -2169,41 +669,13 @@ BEGIN
     FROM skiplock.record(ARRAY[fail.id], ARRAY[fail.fencing],
                          ARRAY[CASE WHEN fail.retryable THEN 'retry' ELSE 'discard' END],
                          NULL, ARRAY[fail.error],
-                         ARRAY[skiplock.interval_ms(fail.retry_after, 'retry_after')],
+                         ARRAY[skiplock_internal.interval_ms(fail.retry_after, 'retry_after')],
                          job_queues => ARRAY[fail.queue]) r;
   RETURN coalesce(v_state, 'fenced_out');
 END
 $$;
 
 COMMENT ON FUNCTION skiplock.fail(id bigint, fencing bigint, error text, retryable boolean, retry_after interval, queue text) IS 'Records a failed attempt under its claim (and queue, protocol 2): available (retried), discarded or fenced_out.';
-
-CREATE FUNCTION skiplock.fail_p1(id bigint, fencing bigint, error text, retryable boolean DEFAULT true, retry_after interval DEFAULT NULL::interval) RETURNS text
-    LANGUAGE plpgsql SECURITY DEFINER
-    SET search_path TO 'pg_catalog', 'pg_temp'
-    AS $_$ BEGIN RETURN (SELECT skiplock.fail($1, $2, $3, $4, $5)); END $_$;
-
-COMMENT ON FUNCTION skiplock.fail_p1(id bigint, fencing bigint, error text, retryable boolean, retry_after interval) IS 'Internal: protocol 1''s fail, renamed by step 0027 for the statements in flight as it committed; calls the new one.';
-
-CREATE FUNCTION skiplock.finish_moved(p_ids bigint[], OUT n integer, OUT ids bigint[], OUT states text[]) RETURNS record
-    LANGUAGE plpgsql
-    AS $$
-BEGIN
-  WITH m AS (
-    DELETE FROM skiplock.jobs j
-     WHERE j.id = ANY (p_ids) AND j.state IN ('completed', 'discarded', 'cancelled')
-    RETURNING j.*),
-  k AS (
-    INSERT INTO skiplock.finished_jobs
-    SELECT m.*, x.expires_at
-      FROM m CROSS JOIN LATERAL (SELECT skiplock.keep_until(m.queue, m.state,
-                                          coalesce(m.finished_at, now())) AS expires_at) x
-     WHERE x.expires_at > now()
-    RETURNING 1)
-  SELECT count(*)::int, array_agg(m.id), array_agg(m.state) INTO n, ids, states FROM m;
-END
-$$;
-
-COMMENT ON FUNCTION skiplock.finish_moved(p_ids bigint[], OUT n integer, OUT ids bigint[], OUT states text[]) IS 'Internal: moves finished jobs by id from jobs to finished_jobs (one PostgreSQL), kept until their retention; returns how many, their ids and states.';
 
 CREATE FUNCTION skiplock.finished_act(p_action text, p_batch integer) RETURNS bigint
     LANGUAGE plpgsql
@@ -2366,7 +838,7 @@ DECLARE
   v_n bigint;
   v_ids bigint[];
 BEGIN
-  IF skiplock.is_distributed() THEN
+  IF skiplock_internal.is_distributed() THEN
     -- the local table and the distributed partition in separate statements
     FOR t IN SELECT s.name, s.lo, s.hi FROM skiplock.finished_tables s
               WHERE s.state = 'standalone' AND s.hi > clock_timestamp()
@@ -2414,12 +886,12 @@ BEGIN
   IF EXISTS (SELECT 1 FROM skiplock.finished_area) THEN
     RETURN 0;
   END IF;
-  IF skiplock.is_distributed() THEN
-    RETURN skiplock.move_finished(ARRAY(
+  IF skiplock_internal.is_distributed() THEN
+    RETURN skiplock_internal.move_finished(ARRAY(
       SELECT j.id FROM skiplock.jobs j WHERE j.state IN ('completed', 'discarded', 'cancelled')
        ORDER BY j.finished_at LIMIT p_batch));
   END IF;
-  RETURN skiplock.move_finished(ARRAY(
+  RETURN skiplock_internal.move_finished(ARRAY(
     SELECT j.id FROM skiplock.jobs j WHERE j.state IN ('completed', 'discarded', 'cancelled')
      ORDER BY j.finished_at LIMIT p_batch FOR UPDATE SKIP LOCKED));
 END
@@ -2476,7 +948,7 @@ DECLARE
   v_n bigint;
   v_ids bigint[];
 BEGIN
-  IF skiplock.is_distributed() THEN
+  IF skiplock_internal.is_distributed() THEN
     v_ids := ARRAY(SELECT x.id FROM skiplock.finished_jobs_default x
                     WHERE x.expires_at <= v_now LIMIT p_batch);
     DELETE FROM skiplock.finished_jobs_default d
@@ -2705,61 +1177,6 @@ $$;
 
 COMMENT ON FUNCTION skiplock.finished_slots(p_limit integer) IS 'the ranges from now to the horizon: partition, standalone or missing';
 
-CREATE FUNCTION skiplock.grant_role(p_role text, p_kind text) RETURNS void
-    LANGUAGE plpgsql
-    AS $$
-DECLARE
-  f regprocedure;
-  t regclass;
-BEGIN
-  EXECUTE format('REVOKE ALL ON ALL TABLES IN SCHEMA skiplock FROM %I', p_role);
-  EXECUTE format('REVOKE ALL ON ALL SEQUENCES IN SCHEMA skiplock FROM %I', p_role);
-  EXECUTE format('REVOKE ALL ON ALL FUNCTIONS IN SCHEMA skiplock FROM %I', p_role);
-  EXECUTE format('GRANT USAGE ON SCHEMA skiplock TO %I', p_role);
-  EXECUTE format('GRANT SELECT ON skiplock.retention, skiplock.maintenance, '
-                 'skiplock.finished_partitions, skiplock.breakers, skiplock.breaker_events, '
-                 'skiplock.schedules, skiplock.schema_version, skiplock.pauses, '
-                 'skiplock.workers, skiplock.limits, skiplock.limit_windows TO %I', p_role);
-  FOREACH t IN ARRAY ARRAY['skiplock.jobs', 'skiplock.finished_jobs', 'skiplock.all_jobs',
-                           'skiplock.leases']::regclass[] LOOP
-    IF p_kind = 'operator' THEN
-      EXECUTE format('GRANT SELECT ON %s TO %I', t, p_role);
-    ELSE
-      EXECUTE format('GRANT SELECT (%s) ON %s TO %I',
-                     (SELECT string_agg(quote_ident(a.attname), ', ' ORDER BY a.attnum)
-                        FROM pg_attribute a
-                       WHERE a.attrelid = t AND NOT a.attisdropped AND a.attname <> 'fencing'
-                         AND (a.attnum > 0 OR (a.attname = 'xmin'
-                                               AND t = 'skiplock.jobs'::regclass))),
-                     t, p_role);
-    END IF;
-  END LOOP;
-  IF p_kind <> 'worker' THEN
-    EXECUTE format('GRANT SELECT ON skiplock.actions TO %I', p_role);
-  END IF;
-  FOR f IN SELECT p.oid::regprocedure FROM pg_proc p
-            WHERE p.pronamespace = 'skiplock'::regnamespace AND p.prokind = 'f'
-              AND (p.proname IN (SELECT e.name FROM skiplock.every_role_functions e)
-                   OR (p_kind = 'worker' AND p.prosecdef
-                       AND p.proname NOT IN (SELECT o.name FROM skiplock.operator_functions o))
-                   OR (p_kind = 'operator' AND p.prosecdef))
-  LOOP
-    EXECUTE format('GRANT EXECUTE ON FUNCTION %s TO %I', f, p_role);
-  END LOOP;
-  IF p_kind = 'operator' THEN
-    EXECUTE format('GRANT INSERT, UPDATE, DELETE ON skiplock.jobs, skiplock.schedules, '
-                   'skiplock.breakers, skiplock.breaker_events, skiplock.enqueue_tokens TO %I',
-                   p_role);
-    EXECUTE format('GRANT SELECT ON skiplock.enqueue_tokens TO %I', p_role);
-    EXECUTE format('GRANT USAGE ON ALL SEQUENCES IN SCHEMA skiplock TO %I', p_role);
-  END IF;
-  INSERT INTO skiplock.granted_roles (role_name, kind) VALUES (p_role, p_kind)
-  ON CONFLICT (role_name) DO UPDATE SET kind = EXCLUDED.kind, granted_at = now();
-END
-$$;
-
-COMMENT ON FUNCTION skiplock.grant_role(p_role text, p_kind text) IS 'Internal: the privileges of one role of a kind (worker, operator, reader), from scratch; run by grant_roles and by steps that change them.';
-
 CREATE FUNCTION skiplock.grant_roles(p_owner text, p_worker text, p_operator text DEFAULT NULL::text, p_reader text DEFAULT NULL::text) RETURNS void
     LANGUAGE plpgsql
     AS $$
@@ -2767,56 +1184,23 @@ DECLARE
   r record;
 BEGIN
   IF p_owner IS NOT NULL THEN
-    EXECUTE format('ALTER SCHEMA skiplock OWNER TO %I', p_owner);
-    FOR r IN
-      SELECT c.oid::regclass AS obj, c.relkind FROM pg_class c
-      WHERE c.relnamespace = 'skiplock'::regnamespace AND c.relkind IN ('r', 'p', 'v', 'm', 'S')
-        AND NOT EXISTS (SELECT 1 FROM pg_depend d
-                        WHERE d.classid = 'pg_class'::regclass AND d.objid = c.oid
-                          AND d.deptype IN ('a', 'i') AND c.relkind = 'S')
-    LOOP
-      EXECUTE format('ALTER %s %s OWNER TO %I',
-                     CASE r.relkind WHEN 'S' THEN 'SEQUENCE' WHEN 'v' THEN 'VIEW'
-                                    WHEN 'm' THEN 'MATERIALIZED VIEW' ELSE 'TABLE' END,
-                     r.obj, p_owner);
-    END LOOP;
-    FOR r IN SELECT p.oid::regprocedure AS fn FROM pg_proc p
-             WHERE p.pronamespace = 'skiplock'::regnamespace AND p.prokind = 'f' LOOP
-      EXECUTE format('ALTER FUNCTION %s OWNER TO %I', r.fn, p_owner);
-    END LOOP;
-    FOR r IN SELECT t.oid::regtype AS ty FROM pg_type t
-             WHERE t.typnamespace = 'skiplock'::regnamespace AND t.typtype = 'c'
-               AND NOT EXISTS (SELECT 1 FROM pg_class c WHERE c.oid = t.typrelid
-                                                          AND c.relkind <> 'c') LOOP
-      EXECUTE format('ALTER TYPE %s OWNER TO %I', r.ty, p_owner);
-    END LOOP;
-    -- Step 0008 gave the worker default privileges on new objects: gone.
-    FOR r IN SELECT DISTINCT grantee::regrole::text AS g
-               FROM pg_default_acl d, aclexplode(d.defaclacl) a
-              WHERE d.defaclnamespace = 'skiplock'::regnamespace AND a.grantee <> 0 LOOP
-      EXECUTE format('ALTER DEFAULT PRIVILEGES FOR ROLE %I IN SCHEMA skiplock '
-                     'REVOKE ALL ON TABLES FROM %s', p_owner, r.g);
-      EXECUTE format('ALTER DEFAULT PRIVILEGES FOR ROLE %I IN SCHEMA skiplock '
-                     'REVOKE ALL ON SEQUENCES FROM %s', p_owner, r.g);
-      EXECUTE format('ALTER DEFAULT PRIVILEGES FOR ROLE %I IN SCHEMA skiplock '
-                     'REVOKE ALL ON FUNCTIONS FROM %s', p_owner, r.g);
-    END LOOP;
+    PERFORM skiplock_internal.own_all(p_owner);
   END IF;
   IF p_worker IS NOT NULL THEN
-    PERFORM skiplock.grant_role(p_worker, 'worker');
+    PERFORM skiplock_internal.grant_role(p_worker, 'worker');
   END IF;
   IF p_operator IS NOT NULL THEN
-    PERFORM skiplock.grant_role(p_operator, 'operator');
+    PERFORM skiplock_internal.grant_role(p_operator, 'operator');
   END IF;
   IF p_reader IS NOT NULL THEN
-    PERFORM skiplock.grant_role(p_reader, 'reader');
+    PERFORM skiplock_internal.grant_role(p_reader, 'reader');
   END IF;
   -- Every role granted before gets the functions later steps added.
   FOR r IN SELECT g.role_name, g.kind FROM skiplock.granted_roles g
             WHERE g.role_name IS DISTINCT FROM p_worker AND g.role_name IS DISTINCT FROM p_operator
               AND g.role_name IS DISTINCT FROM p_reader
               AND EXISTS (SELECT 1 FROM pg_roles x WHERE x.rolname = g.role_name) LOOP
-    PERFORM skiplock.grant_role(r.role_name, r.kind);
+    PERFORM skiplock_internal.grant_role(r.role_name, r.kind);
   END LOOP;
 END
 $$;
@@ -2845,8 +1229,8 @@ BEGIN
     RAISE EXCEPTION 'heartbeat: lease must be 100 ms to 1 day, got %', heartbeat.lease
       USING ERRCODE = '22023';
   END IF;
-  IF skiplock.is_distributed() THEN
-    RETURN QUERY SELECT * FROM skiplock.heartbeat_by_queue(ids, fencings, lease, job_queues);
+  IF skiplock_internal.is_distributed() THEN
+    RETURN QUERY SELECT * FROM skiplock_internal.heartbeat_by_queue(ids, fencings, lease, job_queues);
     RETURN;
   END IF;
   -- Never waits: a row another transaction holds is skipped here.
@@ -2883,62 +1267,6 @@ END
 $$;
 
 COMMENT ON FUNCTION skiplock.heartbeat(ids bigint[], fencings bigint[], lease interval, job_queues text[]) IS 'Extends running claims (found under their queues in protocol 2) without waiting; one row per claim: extended, locked.';
-
-CREATE FUNCTION skiplock.heartbeat_by_queue(ids bigint[], fencings bigint[], lease interval, job_queues text[]) RETURNS SETOF skiplock.heartbeat_result
-    LANGUAGE plpgsql
-    AS $$
-DECLARE
-  v_expires timestamptz := now() + lease;
-  v_keys text[] := ARRAY(SELECT t.i || ':' || t.f FROM unnest(ids, fencings) AS t(i, f));
-  v_unknown bigint[];
-  v_queues text[];
-  v_q text;
-  v_locked bigint[];
-  v_done text[] := '{}';
-  v_running text[];
-BEGIN
-  v_unknown := ARRAY(SELECT t.i FROM unnest(ids, job_queues) AS t(i, q) WHERE t.q IS NULL);
-  v_queues := ARRAY(SELECT DISTINCT t.q FROM unnest(job_queues) AS t(q) WHERE t.q IS NOT NULL);
-  IF cardinality(v_unknown) > 0 THEN
-    v_queues := v_queues || ARRAY(SELECT DISTINCT j.queue FROM skiplock.jobs j
-                                   WHERE j.id = ANY (v_unknown));
-  END IF;
-  FOR v_q IN SELECT DISTINCT q FROM unnest(v_queues) q LOOP
-    v_locked := ARRAY(SELECT t.i FROM unnest(ids, job_queues) AS t(i, q)
-                       WHERE t.q IS NULL OR t.q = v_q);
-    v_locked := ARRAY(
-      SELECT j.id FROM skiplock.jobs j
-       WHERE j.queue = v_q AND j.state = 'running' COLLATE "C" AND j.id = ANY (v_locked)
-         FOR NO KEY UPDATE SKIP LOCKED);
-    CONTINUE WHEN cardinality(v_locked) = 0;
-    WITH u AS (
-      UPDATE skiplock.jobs j SET lease_expires_at = v_expires
-       WHERE j.queue = v_q AND j.id = ANY (v_locked)
-         AND (j.id::text || ':' || j.fencing::text) = ANY (v_keys)
-      RETURNING j.id::text || ':' || j.fencing::text AS k)
-    SELECT v_done || coalesce(array_agg(u.k), '{}') INTO v_done FROM u;
-  END LOOP;
-  IF cardinality(v_done) < cardinality(ids) THEN
-    -- a new statement: of the rest, those still running are held (locked)
-    v_running := ARRAY(SELECT j.id::text || ':' || j.fencing::text FROM skiplock.jobs j
-                        WHERE j.id = ANY (ids) AND j.state = 'running' COLLATE "C");
-  END IF;
-  RETURN QUERY
-  SELECT t.i, t.k = ANY (v_done) OR t.k = ANY (coalesce(v_running, '{}')),
-         NOT t.k = ANY (v_done) AND t.k = ANY (coalesce(v_running, '{}'))
-    FROM unnest(ids, v_keys) WITH ORDINALITY AS t(i, k, ord)
-   ORDER BY t.ord;
-END
-$$;
-
-COMMENT ON FUNCTION skiplock.heartbeat_by_queue(ids bigint[], fencings bigint[], lease interval, job_queues text[]) IS 'Internal: heartbeat on the distributed layout, one locking statement per queue, never waiting.';
-
-CREATE FUNCTION skiplock.heartbeat_p1(ids bigint[], fencings bigint[], lease interval DEFAULT '00:00:30'::interval) RETURNS SETOF skiplock.heartbeat_result
-    LANGUAGE plpgsql SECURITY DEFINER
-    SET search_path TO 'pg_catalog', 'pg_temp'
-    AS $_$ BEGIN RETURN QUERY SELECT * FROM skiplock.heartbeat($1, $2, $3); END $_$;
-
-COMMENT ON FUNCTION skiplock.heartbeat_p1(ids bigint[], fencings bigint[], lease interval) IS 'Internal: protocol 1''s heartbeat, renamed by step 0027 for the statements in flight as it committed; calls the new one.';
 
 CREATE FUNCTION skiplock.idem_claim(key text, request_hash text, ttl interval DEFAULT '24:00:00'::interval, recovery interval DEFAULT '00:01:00'::interval) RETURNS TABLE(outcome text, response_code integer, response_body jsonb, holder text)
     LANGUAGE plpgsql SECURITY DEFINER
@@ -3174,34 +1502,6 @@ $$;
 
 COMMENT ON FUNCTION skiplock.installed_version() IS 'The newest schema step applied to this database (0 before any).';
 
-CREATE FUNCTION skiplock.interval_ms(p interval, p_what text) RETURNS bigint
-    LANGUAGE plpgsql IMMUTABLE
-    AS $$
-DECLARE
-  v numeric;
-BEGIN
-  IF p IS NULL THEN
-    RETURN NULL;
-  END IF;
-  v := round(extract(epoch FROM p) * 1000);
-  IF v < 0 OR v > 2147483647 THEN
-    RAISE EXCEPTION '% % is out of range', p_what, p USING ERRCODE = '22023',
-      DETAIL = 'It must be from 0 to 24 days.';
-  END IF;
-  RETURN v::bigint;
-END
-$$;
-
-COMMENT ON FUNCTION skiplock.interval_ms(p interval, p_what text) IS 'Internal: an interval as whole milliseconds, 0 to 24 days; 22023 naming what outside that.';
-
-CREATE FUNCTION skiplock.is_distributed() RETURNS boolean
-    LANGUAGE sql STABLE
-    AS $$
-  SELECT coalesce((SELECT l.distributed FROM skiplock.layout l), false)
-$$;
-
-COMMENT ON FUNCTION skiplock.is_distributed() IS 'Internal: true once skiplock.distribute() spread the jobs over a Citus cluster by queue.';
-
 CREATE FUNCTION skiplock.job_cancel(id bigint) RETURNS skiplock.job_action_result
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -3218,7 +1518,7 @@ BEGIN
    WHERE j.id = job_cancel.id AND j.state IN ('available', 'running')
   RETURNING j.state INTO v_state;
   IF FOUND THEN
-    PERFORM skiplock.move_finished(ARRAY[job_cancel.id]);
+    PERFORM skiplock_internal.move_finished(ARRAY[job_cancel.id]);
     RETURN (true, 'cancelled'::text);
   END IF;
   SELECT j.state INTO v_state FROM skiplock.all_jobs j WHERE j.id = job_cancel.id LIMIT 1;
@@ -3241,7 +1541,7 @@ BEGIN
   IF job_complete.id IS NULL OR job_complete.fencing IS NULL THEN
     RAISE EXCEPTION 'job_complete: id and fencing must not be NULL' USING ERRCODE = '22004';
   END IF;
-  IF NOT skiplock.is_distributed() THEN
+  IF NOT skiplock_internal.is_distributed() THEN
     SELECT j.fencing, j.state INTO v_fencing, v_state
       FROM skiplock.jobs j
      WHERE j.id = job_complete.id
@@ -3286,13 +1586,6 @@ $$;
 
 COMMENT ON FUNCTION skiplock.job_complete(id bigint, fencing bigint, result jsonb, queue text) IS 'In an effect''s transaction: raises SK001 unless the claim (and queue) is current, then completes the job there.';
 
-CREATE FUNCTION skiplock.job_complete_p1(id bigint, fencing bigint, result jsonb DEFAULT NULL::jsonb) RETURNS void
-    LANGUAGE plpgsql SECURITY DEFINER
-    SET search_path TO 'pg_catalog', 'pg_temp'
-    AS $_$ BEGIN PERFORM skiplock.job_complete($1, $2, $3); END $_$;
-
-COMMENT ON FUNCTION skiplock.job_complete_p1(id bigint, fencing bigint, result jsonb) IS 'Internal: protocol 1''s job_complete, renamed by step 0027 for the statements in flight as it committed; calls the new one.';
-
 CREATE FUNCTION skiplock.job_discard(id bigint) RETURNS skiplock.job_action_result
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -3308,7 +1601,7 @@ BEGIN
          lease_owner = NULL, lease_expires_at = NULL
    WHERE j.id = job_discard.id AND j.state IN ('available', 'running');
   IF FOUND THEN
-    PERFORM skiplock.move_finished(ARRAY[job_discard.id]);
+    PERFORM skiplock_internal.move_finished(ARRAY[job_discard.id]);
     RETURN (true, 'discarded'::text);
   END IF;
   SELECT j.state INTO v_state FROM skiplock.all_jobs j WHERE j.id = job_discard.id LIMIT 1;
@@ -3328,7 +1621,7 @@ DECLARE
   v_state text;
   v_queue text := job_fence.queue;
 BEGIN
-  IF NOT skiplock.is_distributed() THEN
+  IF NOT skiplock_internal.is_distributed() THEN
     SELECT j.fencing, j.state INTO v_fencing, v_state
       FROM skiplock.jobs j
      WHERE j.id = job_fence.id AND (job_fence.queue IS NULL OR j.queue = job_fence.queue)
@@ -3359,13 +1652,6 @@ END
 $$;
 
 COMMENT ON FUNCTION skiplock.job_fence(id bigint, fencing bigint, queue text) IS 'In an effect''s transaction: holds the job''s row and raises SK001 unless the claim (and queue) is current.';
-
-CREATE FUNCTION skiplock.job_fence_p1(id bigint, fencing bigint) RETURNS void
-    LANGUAGE plpgsql SECURITY DEFINER
-    SET search_path TO 'pg_catalog', 'pg_temp'
-    AS $_$ BEGIN PERFORM skiplock.job_fence($1, $2); END $_$;
-
-COMMENT ON FUNCTION skiplock.job_fence_p1(id bigint, fencing bigint) IS 'Internal: protocol 1''s job_fence, renamed by step 0027 for the statements in flight as it committed; calls the new one.';
 
 CREATE FUNCTION skiplock.job_retry(id bigint, attempts integer DEFAULT NULL::integer) RETURNS skiplock.job_action_result
     LANGUAGE plpgsql SECURITY DEFINER
@@ -3673,7 +1959,7 @@ BEGIN
     RAISE EXCEPTION 'jobs_prune: older_than must be >= 0 and n 1 to 1000000'
       USING ERRCODE = '22023';
   END IF;
-  IF skiplock.is_distributed() THEN
+  IF skiplock_internal.is_distributed() THEN
     v_ids := ARRAY(SELECT x.id FROM skiplock.finished_jobs x WHERE x.finished_at < v_cut
                     ORDER BY x.finished_at LIMIT n);
     DELETE FROM skiplock.finished_jobs f WHERE f.id = ANY (v_ids) AND f.finished_at < v_cut;
@@ -3703,46 +1989,6 @@ $$;
 
 COMMENT ON FUNCTION skiplock.jobs_prune(older_than interval, n integer) IS 'delete up to n finished jobs finished before now() - older_than (operators)';
 
-CREATE FUNCTION skiplock.keep_of(p_queue text, p_state text, OUT keep interval, OUT kept boolean) RETURNS record
-    LANGUAGE plpgsql STABLE
-    AS $$
-BEGIN
-  SELECT r.keep INTO keep FROM skiplock.retention r
-   WHERE r.state = p_state AND r.queue IN (p_queue, '*')
-   ORDER BY r.queue = '*' LIMIT 1;
-  kept := FOUND AND (keep IS NULL OR keep > interval '0');
-END
-$$;
-
-COMMENT ON FUNCTION skiplock.keep_of(p_queue text, p_state text, OUT keep interval, OUT kept boolean) IS 'Internal: the retention of a queue''s finished jobs in a state (keep NULL: forever; kept false: not kept), read before a statement on Citus.';
-
-CREATE FUNCTION skiplock.keep_until(p_queue text, p_state text, p_finished timestamp with time zone) RETURNS timestamp with time zone
-    LANGUAGE sql STABLE
-    AS $$
-  SELECT CASE WHEN r.keep IS NULL THEN timestamptz 'infinity'
-              WHEN r.keep > interval '0' THEN p_finished + r.keep END
-    FROM skiplock.retention r
-   WHERE r.state = p_state AND r.queue IN (p_queue, '*')
-   ORDER BY r.queue = '*' LIMIT 1
-$$;
-
-COMMENT ON FUNCTION skiplock.keep_until(p_queue text, p_state text, p_finished timestamp with time zone) IS 'Internal: when a finished job of a queue in a state expires under the retention: NULL when not kept, infinity when kept forever.';
-
-CREATE FUNCTION skiplock.kind_wait_reason(p_queue text, p_kind text) RETURNS text
-    LANGUAGE sql STABLE
-    SET search_path TO 'pg_catalog', 'pg_temp'
-    AS $$
-  SELECT CASE
-    WHEN EXISTS (SELECT 1 FROM skiplock.pauses p WHERE p.queue = p_queue OR p.kind = p_kind)
-    THEN 'paused'
-    WHEN EXISTS (SELECT 1 FROM skiplock.breakers b WHERE b.kind = p_kind AND b.state <> 'closed')
-    THEN 'breaker'
-    WHEN EXISTS (SELECT 1 FROM skiplock.limits l WHERE l.kind = p_kind) THEN 'limit'
-    ELSE 'worker' END
-$$;
-
-COMMENT ON FUNCTION skiplock.kind_wait_reason(p_queue text, p_kind text) IS 'Internal: what holds the due jobs of one kind in one queue: paused, breaker, limit, or worker (nothing).';
-
 CREATE FUNCTION skiplock.lease_acquire(name text, owner text, ttl interval) RETURNS bigint
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -3751,7 +1997,7 @@ CREATE FUNCTION skiplock.lease_acquire(name text, owner text, ttl interval) RETU
 DECLARE
   v_fencing bigint;
 BEGIN
-  PERFORM skiplock.lease_check_args(lease_acquire.name, lease_acquire.owner, lease_acquire.ttl);
+  PERFORM skiplock_internal.lease_check_args(lease_acquire.name, lease_acquire.owner, lease_acquire.ttl);
   INSERT INTO skiplock.leases AS l (name, owner, fencing, acquired_at, expires_at, renewed_at)
   VALUES (lease_acquire.name, lease_acquire.owner, 1, clock_timestamp(),
           clock_timestamp() + lease_acquire.ttl, clock_timestamp())
@@ -3769,48 +2015,6 @@ $$;
 
 COMMENT ON FUNCTION skiplock.lease_acquire(name text, owner text, ttl interval) IS 'new fencing token for owner, or NULL while a live lease is held';
 
-CREATE FUNCTION skiplock.lease_check_args(p_name text, p_owner text, p_ttl interval) RETURNS void
-    LANGUAGE plpgsql STABLE
-    AS $$
-BEGIN
-  IF p_name IS NULL OR length(p_name) NOT BETWEEN 1 AND 256 THEN
-    RAISE EXCEPTION 'lease name must be 1 to 256 characters' USING ERRCODE = '22023';
-  END IF;
-  IF p_owner IS NULL OR length(p_owner) NOT BETWEEN 1 AND 256 THEN
-    RAISE EXCEPTION 'lease owner must be 1 to 256 characters' USING ERRCODE = '22023';
-  END IF;
-  IF p_ttl IS NULL OR p_ttl <= interval '0' OR p_ttl > interval '365 days' THEN
-    RAISE EXCEPTION 'lease ttl must be positive and at most 365 days, got %',
-      coalesce(p_ttl::text, 'NULL') USING ERRCODE = '22023';
-  END IF;
-  PERFORM skiplock.lease_check_reserved(p_name);
-END
-$$;
-
-COMMENT ON FUNCTION skiplock.lease_check_args(p_name text, p_owner text, p_ttl interval) IS 'Internal: the checks of the lease functions'' name, owner and ttl (22004, 22023).';
-
-CREATE FUNCTION skiplock.lease_check_reserved(p_name text) RETURNS void
-    LANGUAGE plpgsql STABLE
-    AS $$
-BEGIN
-  IF (p_name LIKE 'skiplock.migrate:%' OR p_name = 'skiplock.maintenance')
-     AND NOT pg_has_role(session_user,
-       (SELECT n.nspowner FROM pg_namespace n WHERE n.nspname = 'skiplock'), 'MEMBER') THEN
-    IF p_name = 'skiplock.maintenance' THEN
-      RAISE EXCEPTION 'lease "%" is reserved for skiplock''s maintenance', p_name
-        USING ERRCODE = '42501',
-              HINT = 'Maintenance takes it with skiplock.maintenance_acquire for 15 seconds '
-                     'at a time (workers, `skiplock retention maintain`).';
-    END IF;
-    RAISE EXCEPTION 'lease "%" is reserved for the migrator', p_name
-      USING ERRCODE = '42501',
-            HINT = 'Migration leases are taken by `skiplock migrate` as the schema owner.';
-  END IF;
-END
-$$;
-
-COMMENT ON FUNCTION skiplock.lease_check_reserved(p_name text) IS 'Internal: refuses (42501) a reserved lease name to a role that may not take it.';
-
 CREATE FUNCTION skiplock.lease_fence(name text, fencing bigint) RETURNS void
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -3821,7 +2025,7 @@ DECLARE
   v_owner text;
   v_expires timestamptz;
 BEGIN
-  PERFORM skiplock.lease_check_reserved(lease_fence.name);
+  PERFORM skiplock_internal.lease_check_reserved(lease_fence.name);
   SELECT l.fencing, l.owner, l.expires_at INTO v_fencing, v_owner, v_expires
     FROM skiplock.leases l WHERE l.name = lease_fence.name
      FOR SHARE;
@@ -3872,7 +2076,7 @@ CREATE FUNCTION skiplock.lease_renew(name text, owner text, fencing bigint, ttl 
     AS $$
 #variable_conflict use_column
 BEGIN
-  PERFORM skiplock.lease_check_args(lease_renew.name, lease_renew.owner, lease_renew.ttl);
+  PERFORM skiplock_internal.lease_check_args(lease_renew.name, lease_renew.owner, lease_renew.ttl);
   UPDATE skiplock.leases l
      SET expires_at = clock_timestamp() + lease_renew.ttl, renewed_at = clock_timestamp()
    WHERE l.name = lease_renew.name AND l.owner = lease_renew.owner
@@ -3897,32 +2101,13 @@ $$;
 
 COMMENT ON FUNCTION skiplock.leases_keep_rows() IS 'Trigger: refuses to delete lease rows, which keep the last fencing token of their name.';
 
-CREATE FUNCTION skiplock.limit_next_room(l skiplock.limits, p_t timestamp with time zone) RETURNS timestamp with time zone
-    LANGUAGE sql STABLE
-    AS $$
-  SELECT least(
-    CASE WHEN l.rate IS NULL THEN NULL
-         WHEN l.key_field IS NULL
-         THEN (SELECT min(a) FROM unnest(l.starts_at) a
-                WHERE a > p_t - l.per_ms * interval '1 millisecond')
-              + l.per_ms * interval '1 millisecond'
-         ELSE (SELECT min(a) FROM skiplock.limit_windows w, unnest(w.starts_at) a
-                WHERE w.kind = l.kind AND a > p_t - l.per_ms * interval '1 millisecond')
-              + l.per_ms * interval '1 millisecond' END,
-    CASE WHEN l.max_running IS NULL THEN NULL
-         ELSE (SELECT min(j.lease_expires_at) FROM skiplock.jobs j
-                WHERE j.state = 'running' AND j.kind = l.kind AND j.lease_expires_at > p_t) END)
-$$;
-
-COMMENT ON FUNCTION skiplock.limit_next_room(l skiplock.limits, p_t timestamp with time zone) IS 'Internal: the earliest time a limit may have room again, as far as it knows at p_t (a start leaving its window, a lease expiring); NULL when neither.';
-
 CREATE FUNCTION skiplock.limit_remove(kind text, actor text DEFAULT CURRENT_USER, role text DEFAULT 'sql'::text) RETURNS boolean
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 #variable_conflict use_variable
 BEGIN
-  PERFORM skiplock.check_actor(actor, role);
+  PERFORM skiplock_internal.check_actor(actor, role);
   DELETE FROM skiplock.limits x WHERE x.kind = kind;
   IF NOT FOUND THEN
     RETURN false;
@@ -3936,6 +2121,28 @@ $$;
 
 COMMENT ON FUNCTION skiplock.limit_remove(kind text, actor text, role text) IS 'Removes the limit of a kind; true when there was one; logged (operators).';
 
+CREATE TABLE skiplock.limits (
+    kind text NOT NULL,
+    key_field text,
+    max_running integer,
+    rate integer,
+    per_ms bigint,
+    starts_at timestamp with time zone[] DEFAULT '{}'::timestamp with time zone[] NOT NULL,
+    starts_n integer[] DEFAULT '{}'::integer[] NOT NULL,
+    changed_at timestamp with time zone DEFAULT now() NOT NULL,
+    changed_by text NOT NULL,
+    CONSTRAINT limits_changed_by_check CHECK (((length(changed_by) >= 1) AND (length(changed_by) <= 200))),
+    CONSTRAINT limits_check CHECK (((max_running IS NOT NULL) OR (rate IS NOT NULL))),
+    CONSTRAINT limits_check1 CHECK (((rate IS NULL) = (per_ms IS NULL))),
+    CONSTRAINT limits_key_field_check CHECK (((length(key_field) >= 1) AND (length(key_field) <= 128))),
+    CONSTRAINT limits_kind_check CHECK (((length(kind) >= 1) AND (length(kind) <= 128))),
+    CONSTRAINT limits_max_running_check CHECK (((max_running >= 1) AND (max_running <= 1000000))),
+    CONSTRAINT limits_per_ms_check CHECK (((per_ms >= 1) AND (per_ms <= 86400000))),
+    CONSTRAINT limits_rate_check CHECK (((rate >= 1) AND (rate <= 1000000)))
+);
+
+COMMENT ON TABLE skiplock.limits IS 'Limits on job starts per kind (or per key of the kind): max_running at a time, rate starts per per_ms; the kind''s start window when it has no key_field.';
+
 CREATE FUNCTION skiplock.limit_set(kind text, max_running integer DEFAULT NULL::integer, rate integer DEFAULT NULL::integer, per interval DEFAULT NULL::interval, key_field text DEFAULT NULL::text, actor text DEFAULT CURRENT_USER, role text DEFAULT 'sql'::text) RETURNS skiplock.limits
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -3945,7 +2152,7 @@ DECLARE
   v_per_ms bigint;
   r skiplock.limits;
 BEGIN
-  PERFORM skiplock.check_actor(actor, role);
+  PERFORM skiplock_internal.check_actor(actor, role);
   IF kind IS NULL OR length(kind) NOT BETWEEN 1 AND 128 THEN
     RAISE EXCEPTION 'limit_set: a kind of 1 to 128 characters is required' USING ERRCODE = '22023';
   END IF;
@@ -3977,7 +2184,7 @@ BEGIN
   IF key_field IS NOT NULL AND length(key_field) NOT BETWEEN 1 AND 128 THEN
     RAISE EXCEPTION 'limit_set: key_field must be 1 to 128 characters' USING ERRCODE = '22023';
   END IF;
-  IF skiplock.is_distributed() THEN
+  IF skiplock_internal.is_distributed() THEN
     RAISE EXCEPTION 'limit_set: limits are not supported on the distributed layout yet'
       USING ERRCODE = '0A000';
   END IF;
@@ -4007,26 +2214,6 @@ $$;
 
 COMMENT ON FUNCTION skiplock.limit_set(kind text, max_running integer, rate integer, per interval, key_field text, actor text, role text) IS 'Sets the limit of a kind: at most max_running running, and/or rate starts per interval; per key (the payload''s key_field) or for the kind; logged (operators).';
 
-CREATE FUNCTION skiplock.limit_used(p_at timestamp with time zone[], p_n integer[], p_t timestamp with time zone, p_per_ms bigint) RETURNS bigint
-    LANGUAGE sql IMMUTABLE
-    AS $$
-  SELECT coalesce(sum(s.n), 0) FROM unnest(p_at, p_n) AS s(a, n)
-   WHERE s.a > p_t - p_per_ms * interval '1 millisecond'
-$$;
-
-COMMENT ON FUNCTION skiplock.limit_used(p_at timestamp with time zone[], p_n integer[], p_t timestamp with time zone, p_per_ms bigint) IS 'Internal: how many starts of a window (times, counts) fall in the per_ms before p_t.';
-
-CREATE FUNCTION skiplock.limit_window(p_at timestamp with time zone[], p_n integer[], p_t timestamp with time zone, p_per_ms bigint, p_got integer, OUT starts_at timestamp with time zone[], OUT starts_n integer[]) RETURNS record
-    LANGUAGE sql IMMUTABLE
-    AS $$
-  SELECT coalesce(array_agg(s.a ORDER BY s.o), '{}') || CASE WHEN p_got > 0 THEN ARRAY[p_t] ELSE '{}' END,
-         coalesce(array_agg(s.n ORDER BY s.o), '{}') || CASE WHEN p_got > 0 THEN ARRAY[p_got] ELSE '{}' END
-    FROM unnest(p_at, p_n) WITH ORDINALITY AS s(a, n, o)
-   WHERE s.a > p_t - p_per_ms * interval '1 millisecond'
-$$;
-
-COMMENT ON FUNCTION skiplock.limit_window(p_at timestamp with time zone[], p_n integer[], p_t timestamp with time zone, p_per_ms bigint, p_got integer, OUT starts_at timestamp with time zone[], OUT starts_n integer[]) IS 'Internal: a start window trimmed to the per_ms before p_t, with p_got starts at p_t appended.';
-
 CREATE FUNCTION skiplock.limits_status() RETURNS TABLE(kind text, key_field text, max_running integer, running bigint, rate integer, per_ms bigint, started bigint, waiting bigint, keys bigint, changed_at timestamp with time zone, changed_by text)
     LANGUAGE sql STABLE SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -4037,8 +2224,8 @@ CREATE FUNCTION skiplock.limits_status() RETURNS TABLE(kind text, key_field text
          l.rate, l.per_ms,
          CASE WHEN l.rate IS NULL THEN NULL
               WHEN l.key_field IS NULL
-              THEN skiplock.limit_used(l.starts_at, l.starts_n, clock_timestamp(), l.per_ms)
-              ELSE (SELECT coalesce(sum(skiplock.limit_used(w.starts_at, w.starts_n,
+              THEN skiplock_internal.limit_used(l.starts_at, l.starts_n, clock_timestamp(), l.per_ms)
+              ELSE (SELECT coalesce(sum(skiplock_internal.limit_used(w.starts_at, w.starts_n,
                                                             clock_timestamp(), l.per_ms)), 0)
                       FROM skiplock.limit_windows w WHERE w.kind = l.kind)::bigint END,
          (SELECT count(*) FROM skiplock.jobs j
@@ -4191,65 +2378,6 @@ $$;
 
 COMMENT ON FUNCTION skiplock.maintenance_release(owner text, fencing bigint) IS 'end the maintenance lease of a token at once';
 
-CREATE FUNCTION skiplock.move_finished(p_ids bigint[]) RETURNS integer
-    LANGUAGE plpgsql
-    AS $$
-DECLARE
-  v_n int := 0;
-  v_m int;
-  v_q text;
-  v_now timestamptz := now();
-  v_kc interval;
-  v_kd interval;
-  v_kx interval;
-  v_hc boolean;
-  v_hd boolean;
-  v_hx boolean;
-  v_moved record;
-BEGIN
-  IF NOT skiplock.is_distributed() THEN
-    SELECT * INTO v_moved FROM skiplock.finish_moved(p_ids);
-    IF v_moved.n > 0 AND EXISTS (SELECT 1 FROM skiplock.job_waits) THEN
-      PERFORM skiplock.deps_resolve(v_moved.ids, v_moved.states);
-    END IF;
-    RETURN v_moved.n;
-  END IF;
-  IF coalesce(cardinality(p_ids), 0) = 0 THEN
-    RETURN 0;
-  END IF;
-  FOR v_q IN SELECT DISTINCT j.queue FROM skiplock.jobs j WHERE j.id = ANY (p_ids) LOOP
-    SELECT k.keep, k.kept INTO v_kc, v_hc FROM skiplock.keep_of(v_q, 'completed') k;
-    SELECT k.keep, k.kept INTO v_kd, v_hd FROM skiplock.keep_of(v_q, 'discarded') k;
-    SELECT k.keep, k.kept INTO v_kx, v_hx FROM skiplock.keep_of(v_q, 'cancelled') k;
-    WITH m AS (
-      DELETE FROM skiplock.jobs j
-       WHERE j.queue = v_q AND j.id = ANY (p_ids)
-         AND j.state IN ('completed', 'discarded', 'cancelled')
-      RETURNING j.*),
-    k AS (
-      INSERT INTO skiplock.finished_jobs
-      SELECT m.*, e.expires_at
-        FROM m
-       CROSS JOIN LATERAL (
-         SELECT CASE m.state WHEN 'completed' THEN v_kc WHEN 'discarded' THEN v_kd
-                             ELSE v_kx END AS keep,
-                CASE m.state WHEN 'completed' THEN v_hc WHEN 'discarded' THEN v_hd
-                             ELSE v_hx END AS kept) r
-       CROSS JOIN LATERAL (
-         SELECT CASE WHEN r.keep IS NULL THEN timestamptz 'infinity'
-                     ELSE ((coalesce(m.finished_at, v_now) AT TIME ZONE 'UTC') + r.keep)
-                          AT TIME ZONE 'UTC' END AS expires_at) e
-       WHERE r.kept AND e.expires_at > v_now
-      RETURNING 1)
-    SELECT count(*)::int INTO v_m FROM m;
-    v_n := v_n + v_m;
-  END LOOP;
-  RETURN v_n;
-END
-$$;
-
-COMMENT ON FUNCTION skiplock.move_finished(p_ids bigint[]) IS 'Internal: moves finished jobs by id from jobs to finished_jobs, kept until their retention, and resolves what waits for them; returns how many left jobs.';
-
 CREATE FUNCTION skiplock.notify_jobs() RETURNS trigger
     LANGUAGE plpgsql
     AS $$
@@ -4302,45 +2430,18 @@ DECLARE
   k record;
   v_changed boolean;
 BEGIN
-  PERFORM skiplock.check_actor(actor, role);
-  SELECT * INTO k FROM skiplock.pause_key(queue, kind);
+  PERFORM skiplock_internal.check_actor(actor, role);
+  SELECT * INTO k FROM skiplock_internal.pause_key(queue, kind);
   INSERT INTO skiplock.pauses (queue, kind, paused_by, role)
   VALUES (k.queue, k.kind, actor, role) ON CONFLICT DO NOTHING;
   v_changed := FOUND;
-  PERFORM skiplock.action_record(actor, role, 'pause', skiplock.pause_target(k.queue, k.kind),
+  PERFORM skiplock.action_record(actor, role, 'pause', skiplock_internal.pause_target(k.queue, k.kind),
                                  1, v_changed::int);
   RETURN v_changed;
 END
 $$;
 
 COMMENT ON FUNCTION skiplock.pause(queue text, kind text, actor text, role text) IS 'pause a queue or a kind fleet-wide (operators); true when it was not paused';
-
-CREATE FUNCTION skiplock.pause_key(p_queue text, p_kind text, OUT queue text, OUT kind text) RETURNS record
-    LANGUAGE plpgsql
-    AS $$
-BEGIN
-  queue := coalesce(nullif(p_queue, '*'), '*');
-  kind := coalesce(nullif(p_kind, '*'), '*');
-  IF (queue = '*') = (kind = '*') THEN
-    RAISE EXCEPTION 'pause: name a queue or a kind, not both nor neither'
-      USING ERRCODE = '22023';
-  END IF;
-  IF length(queue) > 128 OR length(kind) > 128 THEN
-    RAISE EXCEPTION 'pause: a queue or kind is 1 to 128 characters' USING ERRCODE = '22023';
-  END IF;
-END
-$$;
-
-COMMENT ON FUNCTION skiplock.pause_key(p_queue text, p_kind text, OUT queue text, OUT kind text) IS 'Internal: the pause row''s key of a queue or a kind; exactly one must name something.';
-
-CREATE FUNCTION skiplock.pause_target(p_queue text, p_kind text) RETURNS jsonb
-    LANGUAGE sql IMMUTABLE
-    AS $$
-  SELECT CASE WHEN p_kind = '*' THEN jsonb_build_object('queue', p_queue)
-              ELSE jsonb_build_object('kind', p_kind) END
-$$;
-
-COMMENT ON FUNCTION skiplock.pause_target(p_queue text, p_kind text) IS 'Internal: what the action log names for a pause: {"queue": q} or {"kind": k}.';
 
 CREATE FUNCTION skiplock.payload_max() RETURNS integer
     LANGUAGE sql IMMUTABLE PARALLEL SAFE
@@ -4370,99 +2471,6 @@ $$;
 
 COMMENT ON FUNCTION skiplock.record(ids bigint[], fencings bigint[], outcomes text[], results jsonb[], errors text[], retry_after_ms bigint[], deferred boolean[], backoffs text[], backoff_bases_ms bigint[], backoff_caps_ms bigint[], job_queues text[]) IS 'Records a batch of outcomes, each fenced by its token (and queue, protocol 2); one row per outcome accepted.';
 
-CREATE FUNCTION skiplock.record_by_queue(ids bigint[], fencings bigint[], outcomes text[], results jsonb[], errors text[], retry_after_ms bigint[], deferred boolean[], backoffs text[], backoff_bases_ms bigint[], backoff_caps_ms bigint[], job_queues text[]) RETURNS TABLE(id bigint, kind text, state text, run_at timestamp with time zone, outcome text, delay_ms bigint)
-    LANGUAGE plpgsql
-    AS $$
-#variable_conflict use_column
-DECLARE
-  v_now timestamptz := now();
-  v_now_utc timestamp := now() AT TIME ZONE 'UTC';
-  v_at jsonb := to_jsonb(now());
-  v_n int := cardinality(ids);
-  v_r float8[] := ARRAY(SELECT random() FROM generate_series(1, cardinality(ids)));
-  v_unknown bigint[];
-  v_queues text[];
-  v_q text;
-  v_kc interval;
-  v_kd interval;
-  v_hc boolean;
-  v_hd boolean;
-  v_ec timestamptz;
-  v_ed timestamptz;
-BEGIN
-  -- handles without a queue (protocol 1): found on every shard
-  v_unknown := ARRAY(SELECT t.i FROM unnest(ids, job_queues) AS t(i, q) WHERE t.q IS NULL);
-  v_queues := ARRAY(SELECT DISTINCT t.q FROM unnest(job_queues) AS t(q) WHERE t.q IS NOT NULL);
-  IF cardinality(v_unknown) > 0 THEN
-    v_queues := v_queues || ARRAY(SELECT DISTINCT j.queue FROM skiplock.jobs j
-                                   WHERE j.id = ANY (v_unknown));
-  END IF;
-  FOR v_q IN SELECT DISTINCT q FROM unnest(v_queues) q LOOP
-    SELECT k.keep, k.kept INTO v_kc, v_hc FROM skiplock.keep_of(v_q, 'completed') k;
-    SELECT k.keep, k.kept INTO v_kd, v_hd FROM skiplock.keep_of(v_q, 'discarded') k;
-    v_ec := CASE WHEN v_kc IS NULL THEN timestamptz 'infinity' ELSE v_now + v_kc END;
-    v_ed := CASE WHEN v_kd IS NULL THEN timestamptz 'infinity' ELSE v_now + v_kd END;
-    RETURN QUERY
-    WITH reported AS MATERIALIZED (
-      SELECT t.*, v_n AS n
-        FROM unnest(ids, fencings, outcomes, results, errors, retry_after_ms, deferred,
-                    backoffs, backoff_bases_ms, backoff_caps_ms, job_queues, v_r)
-             WITH ORDINALITY AS t(id, fencing, outcome, result, error, asked_ms, deferred,
-                                  backoff, base_ms, cap_ms, queue, r, ord)
-       WHERE t.queue IS NULL OR t.queue = v_q),
-    ended AS (
-      DELETE FROM skiplock.jobs j USING reported v
-       WHERE j.queue = v_q AND j.id = v.id AND j.fencing = v.fencing
-         AND j.state = 'running' COLLATE "C"
-         AND (v.outcome IN ('ok', 'discard') OR j.attempt >= j.max_attempts)
-      RETURNING j.id, j.queue, j.kind, j.payload, j.priority, j.run_at, j.attempt,
-                j.max_attempts, j.fencing, j.unique_key, j.timeout_ms, j.backoff_base_ms,
-                j.backoff_cap_ms, j.errors, j.created_at, j.attempted_at, j.backoff,
-                j.last_delay_ms,
-                CASE WHEN v.outcome = 'ok' THEN 'completed' ELSE 'discarded' END AS state,
-                v.outcome, v.result, v.error),
-    kept AS (
-      INSERT INTO skiplock.finished_jobs (id, queue, kind, payload, state, priority, run_at,
-                  attempt, max_attempts, fencing, unique_key, timeout_ms, backoff_base_ms,
-                  backoff_cap_ms, errors, result, created_at, attempted_at, finished_at,
-                  backoff, last_delay_ms, expires_at)
-      SELECT f.id, f.queue, f.kind, f.payload, f.state, f.priority, f.run_at, f.attempt,
-             f.max_attempts, f.fencing, f.unique_key, f.timeout_ms, f.backoff_base_ms,
-             f.backoff_cap_ms, skiplock.errors_append(f.errors, f.attempt, f.error, v_at),
-             CASE WHEN f.outcome = 'ok' THEN f.result END, f.created_at, f.attempted_at, v_now,
-             f.backoff, f.last_delay_ms,
-             CASE WHEN f.state = 'completed' THEN v_ec ELSE v_ed END
-        FROM ended f
-       WHERE CASE WHEN f.state = 'completed' THEN v_hc ELSE v_hd END),
-    decided AS (
-      SELECT j.id, j.fencing, v.error,
-             skiplock.retry_delay_ms(j.attempt, j.last_delay_ms, j.backoff, j.backoff_base_ms,
-                                     j.backoff_cap_ms, v.asked_ms, v.deferred, v.backoff,
-                                     v.base_ms, v.cap_ms, v.r, (v.ord - 1 + v.r) / v.n)
-               AS delay_ms, v.outcome
-        FROM skiplock.jobs j JOIN reported v ON j.id = v.id AND j.fencing = v.fencing
-       WHERE j.queue = v_q AND j.state = 'running' COLLATE "C"
-         AND v.outcome IN ('retry', 'fail') AND j.attempt < j.max_attempts),
-    retried AS (
-      UPDATE skiplock.jobs j SET
-        state = 'available',
-        errors = skiplock.errors_append(j.errors, j.attempt, d.error, v_at),
-        run_at = (v_now_utc + d.delay_ms * interval '1 millisecond') AT TIME ZONE 'UTC',
-        last_delay_ms = d.delay_ms,
-        lease_owner = NULL, lease_expires_at = NULL
-        FROM decided d
-       WHERE j.queue = v_q AND j.id = d.id AND j.fencing = d.fencing
-         AND j.state = 'running' COLLATE "C"
-      RETURNING j.id, j.kind, j.state, j.run_at, d.outcome, j.last_delay_ms AS delay_ms)
-    SELECT r.id, r.kind, r.state, r.run_at, r.outcome, r.delay_ms FROM retried r
-    UNION ALL
-    SELECT e.id, e.kind, e.state, e.run_at, e.outcome, NULL::bigint FROM ended e;
-  END LOOP;
-END
-$$;
-
-COMMENT ON FUNCTION skiplock.record_by_queue(ids bigint[], fencings bigint[], outcomes text[], results jsonb[], errors text[], retry_after_ms bigint[], deferred boolean[], backoffs text[], backoff_bases_ms bigint[], backoff_caps_ms bigint[], job_queues text[]) IS 'Internal: record_outcomes on the distributed layout, one statement per queue with the times and the retention read beforehand.';
-
 CREATE FUNCTION skiplock.record_claim(ids bigint[], fencings bigint[], outcomes text[], results jsonb[], errors text[], retry_after_ms bigint[], deferred boolean[], backoffs text[], backoff_bases_ms bigint[], backoff_caps_ms bigint[], owner text, kinds text[], queues text[], n integer, lease interval, after_priority integer DEFAULT NULL::integer, after_run_at_us bigint DEFAULT NULL::bigint, after_id bigint DEFAULT NULL::bigint, job_queues text[] DEFAULT NULL::text[]) RETURNS SETOF skiplock.exchange_row
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -4491,7 +2499,7 @@ DECLARE
   v_at timestamptz;
   v_wait timestamptz;
 BEGIN
-  PERFORM skiplock.check_record_args(ids, fencings, outcomes, results, errors, retry_after_ms,
+  PERFORM skiplock_internal.check_record_args(ids, fencings, outcomes, results, errors, retry_after_ms,
                                      deferred, backoffs, backoff_bases_ms, backoff_caps_ms,
                                      job_queues);
   -- 1. the outcomes, each recorded once
@@ -4503,21 +2511,21 @@ BEGIN
     SELECT 'recorded'::text, o.id, o.state, o.run_at, o.delay_ms, NULL::text, NULL::text,
            NULL::jsonb, NULL::int, NULL::int, NULL::bigint, NULL::timestamptz, NULL::int,
            NULL::int, NULL::bigint
-      FROM skiplock.record_outcomes(ids, fencings, outcomes, results, errors, retry_after_ms,
+      FROM skiplock_internal.record_outcomes(ids, fencings, outcomes, results, errors, retry_after_ms,
                                     deferred, backoffs, backoff_bases_ms, backoff_caps_ms,
                                     job_queues) o;
   ELSIF cardinality(record_claim.ids) > 0 THEN
     SELECT array_agg(o.id), array_agg(o.kind), array_agg(o.state), array_agg(o.run_at),
            array_agg(o.outcome), array_agg(o.delay_ms)
       INTO v_ids, v_kinds, v_states, v_run_at, v_outcomes, v_delays
-      FROM skiplock.record_outcomes(ids, fencings, outcomes, results, errors, retry_after_ms,
+      FROM skiplock_internal.record_outcomes(ids, fencings, outcomes, results, errors, retry_after_ms,
                                     deferred, backoffs, backoff_bases_ms, backoff_caps_ms,
                                     job_queues) o;
     -- 2. what they say about each kind's downstream, for its breaker, and
     -- what the jobs they ended mean for the jobs that wait for them
-    PERFORM skiplock.count_for_breakers(v_kinds, v_outcomes);
+    PERFORM skiplock_internal.count_for_breakers(v_kinds, v_outcomes);
     IF EXISTS (SELECT 1 FROM skiplock.job_deps d WHERE d.parent_id = ANY (record_claim.ids)) THEN
-      PERFORM skiplock.deps_resolve(
+      PERFORM skiplock_internal.deps_resolve(
         ARRAY(SELECT r.id FROM unnest(v_ids, v_states) r(id, s) WHERE r.s <> 'available'),
         ARRAY(SELECT r.s FROM unnest(v_ids, v_states) r(id, s) WHERE r.s <> 'available'));
     END IF;
@@ -4531,16 +2539,16 @@ BEGIN
     RETURN;
   END IF;
   -- 3. the next jobs: picked (pauses, breakers, limits, keyset), then leased
-  IF skiplock.is_distributed() THEN
+  IF skiplock_internal.is_distributed() THEN
     v_kinds := ARRAY(SELECT unnest(kinds) EXCEPT SELECT x.kind FROM skiplock.limits x);
     IF cardinality(v_kinds) > 0 OR cardinality(kinds) = 0 THEN
-      RETURN QUERY SELECT * FROM skiplock.claim_by_queue(owner, v_kinds, queues, n, lease,
+      RETURN QUERY SELECT * FROM skiplock_internal.claim_by_queue(owner, v_kinds, queues, n, lease,
                      after_priority, after_run_at_us, after_id);
     END IF;
     RETURN;
   END IF;
   SELECT p.ids, p.started_at, p.wait_until INTO v_ids, v_at, v_wait
-    FROM skiplock.claim_take(owner, kinds, queues, n, lease, after_priority, after_run_at_us,
+    FROM skiplock_internal.claim_take(owner, kinds, queues, n, lease, after_priority, after_run_at_us,
                              after_id) p;
   IF wait_hints AND v_wait IS NOT NULL THEN
     RETURN NEXT ROW('wait', NULL, NULL, v_wait,
@@ -4561,108 +2569,6 @@ END
 $$;
 
 COMMENT ON FUNCTION skiplock.record_claim(ids bigint[], fencings bigint[], outcomes text[], results jsonb[], errors text[], retry_after_ms bigint[], deferred boolean[], backoffs text[], backoff_bases_ms bigint[], backoff_caps_ms bigint[], owner text, kinds text[], queues text[], n integer, lease interval, after_priority integer, after_run_at_us bigint, after_id bigint, job_queues text[], wait_hints boolean) IS 'record outcomes, then claim, in one call: rows tagged recorded / claimed (and, with wait_hints, wait: when a limit may next have room); n = 0 records only; job_queues: the handles'' queues (protocol 2)';
-
-CREATE FUNCTION skiplock.record_claim_p1(ids bigint[], fencings bigint[], outcomes text[], results jsonb[], errors text[], retry_after_ms bigint[], deferred boolean[], backoffs text[], backoff_bases_ms bigint[], backoff_caps_ms bigint[], owner text, kinds text[], queues text[], n integer, lease interval, after_priority integer DEFAULT NULL::integer, after_run_at_us bigint DEFAULT NULL::bigint, after_id bigint DEFAULT NULL::bigint) RETURNS SETOF skiplock.exchange_row
-    LANGUAGE plpgsql SECURITY DEFINER
-    SET search_path TO 'pg_catalog', 'pg_temp'
-    AS $_$ BEGIN RETURN QUERY SELECT * FROM skiplock.record_claim($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18); END $_$;
-
-COMMENT ON FUNCTION skiplock.record_claim_p1(ids bigint[], fencings bigint[], outcomes text[], results jsonb[], errors text[], retry_after_ms bigint[], deferred boolean[], backoffs text[], backoff_bases_ms bigint[], backoff_caps_ms bigint[], owner text, kinds text[], queues text[], n integer, lease interval, after_priority integer, after_run_at_us bigint, after_id bigint) IS 'Internal: protocol 1''s record_claim, renamed by step 0027 for the statements in flight as it committed; calls the new one.';
-
-CREATE FUNCTION skiplock.record_outcomes(ids bigint[], fencings bigint[], outcomes text[], results jsonb[], errors text[], retry_after_ms bigint[], deferred boolean[], backoffs text[], backoff_bases_ms bigint[], backoff_caps_ms bigint[], job_queues text[]) RETURNS TABLE(id bigint, kind text, state text, run_at timestamp with time zone, outcome text, delay_ms bigint)
-    LANGUAGE plpgsql
-    AS $$
-#variable_conflict use_column
-BEGIN
-  IF skiplock.is_distributed() THEN
-    RETURN QUERY SELECT * FROM skiplock.record_by_queue(ids, fencings, outcomes, results, errors,
-                   retry_after_ms, deferred, backoffs, backoff_bases_ms, backoff_caps_ms,
-                   job_queues);
-    RETURN;
-  END IF;
-  -- (plpgsql, not sql: its plan is prepared once per session)
-  RETURN QUERY
-  WITH reported AS MATERIALIZED (
-    -- ord and n place each row's jitter in its own slot of the batch, so
-    -- that a batch of retries spreads out instead of returning together
-    SELECT t.*, random() AS r, cardinality(record_outcomes.ids) AS n
-      FROM unnest(record_outcomes.ids, record_outcomes.fencings, record_outcomes.outcomes,
-                  record_outcomes.results, record_outcomes.errors,
-                  record_outcomes.retry_after_ms, record_outcomes.deferred,
-                  record_outcomes.backoffs, record_outcomes.backoff_bases_ms,
-                  record_outcomes.backoff_caps_ms, record_outcomes.job_queues)
-           WITH ORDINALITY AS t(id, fencing, outcome, result, error, asked_ms, deferred,
-                                backoff, base_ms, cap_ms, queue, ord)),
-  ended AS (
-    DELETE FROM skiplock.jobs j USING reported v
-     WHERE j.id = v.id AND j.fencing = v.fencing AND j.state = 'running' COLLATE "C"
-       AND (v.queue IS NULL OR j.queue = v.queue)
-       AND (v.outcome IN ('ok', 'discard') OR j.attempt >= j.max_attempts)
-    RETURNING j.id, j.queue, j.kind, j.payload, j.priority, j.run_at, j.attempt,
-              j.max_attempts, j.fencing, j.unique_key, j.timeout_ms, j.backoff_base_ms,
-              j.backoff_cap_ms, j.errors, j.created_at, j.attempted_at, j.backoff,
-              j.last_delay_ms,
-              CASE WHEN v.outcome = 'ok' THEN 'completed' ELSE 'discarded' END AS state,
-              v.outcome, v.result, v.error),
-  kept AS (
-    INSERT INTO skiplock.finished_jobs (id, queue, kind, payload, state, priority, run_at,
-                attempt, max_attempts, fencing, unique_key, timeout_ms, backoff_base_ms,
-                backoff_cap_ms, errors, result, created_at, attempted_at, finished_at, backoff,
-                last_delay_ms, expires_at)
-    SELECT f.id, f.queue, f.kind, f.payload, f.state, f.priority, f.run_at, f.attempt,
-           f.max_attempts, f.fencing, f.unique_key, f.timeout_ms, f.backoff_base_ms,
-           f.backoff_cap_ms, skiplock.errors_append(f.errors, f.attempt, f.error, now()),
-           CASE WHEN f.outcome = 'ok' THEN f.result END, f.created_at, f.attempted_at, now(),
-           f.backoff, f.last_delay_ms,
-           CASE WHEN k.keep IS NULL THEN timestamptz 'infinity' ELSE now() + k.keep END
-      FROM ended f
-      -- the queue's own retention for this state, else the default ('*')
-      JOIN skiplock.retention rd ON rd.queue = '*' AND rd.state = f.state
-      LEFT JOIN skiplock.retention rq ON rq.queue = f.queue AND rq.state = f.state
-     CROSS JOIN LATERAL (SELECT CASE WHEN rq.queue IS NULL THEN rd.keep ELSE rq.keep END
-                                AS keep) k
-     WHERE k.keep IS NULL OR k.keep > interval '0'),
-  decided AS (
-    -- the rows ended leaves alone: a retry or failure with attempts left
-    SELECT j.id, j.fencing, v.error,
-           skiplock.retry_delay_ms(j.attempt, j.last_delay_ms, j.backoff, j.backoff_base_ms,
-                                   j.backoff_cap_ms, v.asked_ms, v.deferred, v.backoff,
-                                   v.base_ms, v.cap_ms, v.r, (v.ord - 1 + v.r) / v.n)
-             AS delay_ms, v.outcome
-      FROM skiplock.jobs j JOIN reported v ON j.id = v.id AND j.fencing = v.fencing
-     WHERE j.state = 'running' COLLATE "C" AND v.outcome IN ('retry', 'fail')
-       AND (v.queue IS NULL OR j.queue = v.queue)
-       AND j.attempt < j.max_attempts),
-  retried AS (
-    UPDATE skiplock.jobs j SET
-      state = 'available',
-      errors = skiplock.errors_append(j.errors, j.attempt, d.error, now()),
-      run_at = now() + d.delay_ms * interval '1 millisecond',
-      last_delay_ms = d.delay_ms,
-      lease_owner = NULL, lease_expires_at = NULL
-      FROM decided d
-     WHERE j.id = d.id AND j.fencing = d.fencing AND j.state = 'running' COLLATE "C"
-    RETURNING j.id, j.kind, j.state, j.run_at, d.outcome, j.last_delay_ms AS delay_ms)
-  SELECT r.id, r.kind, r.state, r.run_at, r.outcome, r.delay_ms FROM retried r
-  UNION ALL
-  SELECT e.id, e.kind, e.state, e.run_at, e.outcome, NULL::bigint FROM ended e;
-END
-$$;
-
-COMMENT ON FUNCTION skiplock.record_outcomes(ids bigint[], fencings bigint[], outcomes text[], results jsonb[], errors text[], retry_after_ms bigint[], deferred boolean[], backoffs text[], backoff_bases_ms bigint[], backoff_caps_ms bigint[], job_queues text[]) IS 'Internal: record a batch of outcomes (ended, kept, decided, retried), each guarded by its fencing token and queue; one row per outcome recorded.';
-
-CREATE FUNCTION skiplock.record_outcomes_p1(ids bigint[], fencings bigint[], outcomes text[], results jsonb[], errors text[], retry_after_ms bigint[], deferred boolean[], backoffs text[], backoff_bases_ms bigint[], backoff_caps_ms bigint[]) RETURNS TABLE(id bigint, kind text, state text, run_at timestamp with time zone, outcome text, delay_ms bigint)
-    LANGUAGE plpgsql
-    AS $_$ BEGIN RETURN QUERY SELECT * FROM skiplock.record_outcomes($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, NULL); END $_$;
-
-COMMENT ON FUNCTION skiplock.record_outcomes_p1(ids bigint[], fencings bigint[], outcomes text[], results jsonb[], errors text[], retry_after_ms bigint[], deferred boolean[], backoffs text[], backoff_bases_ms bigint[], backoff_caps_ms bigint[]) IS 'Internal: protocol 1''s record_outcomes, renamed by step 0027 for the statements in flight as it committed; calls the new one.';
-
-CREATE FUNCTION skiplock.record_p1(ids bigint[], fencings bigint[], outcomes text[], results jsonb[] DEFAULT NULL::jsonb[], errors text[] DEFAULT NULL::text[], retry_after_ms bigint[] DEFAULT NULL::bigint[], deferred boolean[] DEFAULT NULL::boolean[], backoffs text[] DEFAULT NULL::text[], backoff_bases_ms bigint[] DEFAULT NULL::bigint[], backoff_caps_ms bigint[] DEFAULT NULL::bigint[]) RETURNS SETOF skiplock.recorded_outcome
-    LANGUAGE plpgsql SECURITY DEFINER
-    SET search_path TO 'pg_catalog', 'pg_temp'
-    AS $_$ BEGIN RETURN QUERY SELECT * FROM skiplock.record($1, $2, $3, $4, $5, $6, $7, $8, $9, $10); END $_$;
-
-COMMENT ON FUNCTION skiplock.record_p1(ids bigint[], fencings bigint[], outcomes text[], results jsonb[], errors text[], retry_after_ms bigint[], deferred boolean[], backoffs text[], backoff_bases_ms bigint[], backoff_caps_ms bigint[]) IS 'Internal: protocol 1''s record, renamed by step 0027 for the statements in flight as it committed; calls the new one.';
 
 CREATE FUNCTION skiplock.rescue(n integer DEFAULT 1000) RETURNS SETOF skiplock.rescued_job
     LANGUAGE plpgsql SECURITY DEFINER
@@ -4685,7 +2591,7 @@ BEGIN
   IF rescue.n IS NULL OR rescue.n NOT BETWEEN 1 AND 100000 THEN
     RAISE EXCEPTION 'rescue: n must be 1 to 100000' USING ERRCODE = '22023';
   END IF;
-  IF NOT skiplock.is_distributed() THEN
+  IF NOT skiplock_internal.is_distributed() THEN
     WITH r AS (
       SELECT j.id FROM skiplock.jobs j
        WHERE j.state = 'running' AND j.lease_expires_at < now()
@@ -4695,7 +2601,7 @@ BEGIN
         state = CASE WHEN j.attempt >= j.max_attempts THEN 'discarded' ELSE 'available' END,
         finished_at = CASE WHEN j.attempt >= j.max_attempts THEN now() END,
         run_at = now(), lease_owner = NULL, lease_expires_at = NULL,
-        errors = skiplock.errors_append(j.errors, j.attempt, 'lease expired: '
+        errors = skiplock_internal.errors_append(j.errors, j.attempt, 'lease expired: '
                    || coalesce(j.lease_owner, '?') || ' stopped renewing it', now())
         FROM r WHERE j.id = r.id
       RETURNING j.id, j.state, j.queue, j.kind)
@@ -4719,7 +2625,7 @@ BEGIN
           state = CASE WHEN j.attempt >= j.max_attempts THEN 'discarded' ELSE 'available' END,
           finished_at = CASE WHEN j.attempt >= j.max_attempts THEN v_now END,
           run_at = v_now, lease_owner = NULL, lease_expires_at = NULL,
-          errors = skiplock.errors_append(j.errors, j.attempt, 'lease expired: '
+          errors = skiplock_internal.errors_append(j.errors, j.attempt, 'lease expired: '
                      || coalesce(j.lease_owner, '?') || ' stopped renewing it', v_at)
           FROM r WHERE j.queue = v_q AND j.id = r.id
         RETURNING j.id, j.state, j.queue, j.kind)
@@ -4735,7 +2641,7 @@ BEGIN
       PERFORM pg_notify('skiplock_jobs', '');
     END IF;
   END IF;
-  PERFORM skiplock.move_finished(ARRAY(SELECT t.i FROM unnest(v_ids, v_states) AS t(i, s)
+  PERFORM skiplock_internal.move_finished(ARRAY(SELECT t.i FROM unnest(v_ids, v_states) AS t(i, s)
                                         WHERE t.s = 'discarded'));
   RETURN QUERY SELECT * FROM unnest(v_ids, v_states, v_queues, v_kinds);
 END
@@ -4752,11 +2658,11 @@ DECLARE
   k record;
   v_changed boolean;
 BEGIN
-  PERFORM skiplock.check_actor(actor, role);
-  SELECT * INTO k FROM skiplock.pause_key(queue, kind);
+  PERFORM skiplock_internal.check_actor(actor, role);
+  SELECT * INTO k FROM skiplock_internal.pause_key(queue, kind);
   DELETE FROM skiplock.pauses p WHERE p.queue = k.queue AND p.kind = k.kind;
   v_changed := FOUND;
-  PERFORM skiplock.action_record(actor, role, 'resume', skiplock.pause_target(k.queue, k.kind),
+  PERFORM skiplock.action_record(actor, role, 'resume', skiplock_internal.pause_target(k.queue, k.kind),
                                  1, v_changed::int);
   RETURN v_changed;
 END
@@ -4831,51 +2737,11 @@ CREATE FUNCTION skiplock.retry_delay_ms(attempt integer, last_delay_ms bigint, j
       THEN greatest(coalesce(asked_ms, 0), p.cap / 2 + floor((p.cap - p.cap / 2) * slot)::bigint)
     WHEN asked_ms > 0
       THEN least(asked_ms, p.cap) + floor(r * (least(asked_ms, p.cap) / 10 + 1))::bigint
-    ELSE skiplock.backoff_delay(p.s, attempt - 1, p.base, p.cap, last_delay_ms, r)
+    ELSE skiplock_internal.backoff_delay(p.s, attempt - 1, p.base, p.cap, last_delay_ms, r)
   END, 0), 31536000000) FROM p
 $$;
 
 COMMENT ON FUNCTION skiplock.retry_delay_ms(attempt integer, last_delay_ms bigint, job_backoff text, job_base_ms bigint, job_cap_ms bigint, asked_ms bigint, deferred boolean, bs text, bb bigint, bc bigint, r double precision, slot double precision) IS 'the retry decision: delay in ms before the next attempt of a failed job';
-
-CREATE TABLE skiplock.schedules (
-    name text NOT NULL,
-    expression text NOT NULL,
-    zone text DEFAULT 'UTC'::text NOT NULL,
-    kind text NOT NULL,
-    payload jsonb DEFAULT '{}'::jsonb NOT NULL,
-    queue text DEFAULT 'default'::text NOT NULL,
-    priority integer DEFAULT 0 NOT NULL,
-    max_attempts integer DEFAULT 25 NOT NULL,
-    enabled boolean DEFAULT true NOT NULL,
-    catch_up text DEFAULT 'latest'::text NOT NULL,
-    last_fire timestamp with time zone,
-    next_fire timestamp with time zone,
-    created_at timestamp with time zone DEFAULT now() NOT NULL,
-    updated_at timestamp with time zone DEFAULT now() NOT NULL,
-    CONSTRAINT schedules_attempts_check CHECK ((max_attempts >= 1)),
-    CONSTRAINT schedules_catch_up_check CHECK ((catch_up = ANY (ARRAY['none'::text, 'latest'::text, 'all'::text]))),
-    CONSTRAINT schedules_expression_check CHECK (((length(expression) >= 1) AND (length(expression) <= 256))),
-    CONSTRAINT schedules_kind_check CHECK (((length(kind) >= 1) AND (length(kind) <= 128))),
-    CONSTRAINT schedules_name_check CHECK (((length(name) >= 1) AND (length(name) <= 128))),
-    CONSTRAINT schedules_queue_check CHECK (((length(queue) >= 1) AND (length(queue) <= 128))),
-    CONSTRAINT schedules_times_check CHECK (((created_at >= '1970-01-01 00:00:00+00'::timestamp with time zone) AND (created_at < '2200-01-01 00:00:00+00'::timestamp with time zone) AND (last_fire >= '1970-01-01 00:00:00+00'::timestamp with time zone) AND (last_fire < '2200-01-01 00:00:00+00'::timestamp with time zone) AND (next_fire >= '1970-01-01 00:00:00+00'::timestamp with time zone) AND (next_fire < '2200-01-01 00:00:00+00'::timestamp with time zone))),
-    CONSTRAINT schedules_zone_check CHECK (((length(zone) >= 1) AND (length(zone) <= 128)))
-);
-
-COMMENT ON TABLE skiplock.schedules IS 'Cron schedules: expression, zone, the job each fire enqueues, and the last and next fire times.';
-
-COMMENT ON CONSTRAINT schedules_times_check ON skiplock.schedules IS 'created_at, last_fire and next_fire are finite times from 1970 to 2199, as a job''s run_at';
-
-CREATE FUNCTION skiplock.schedule_definition(s skiplock.schedules) RETURNS jsonb
-    LANGUAGE sql IMMUTABLE
-    AS $$
-  SELECT jsonb_build_object('name', s.name, 'expression', s.expression, 'zone', s.zone,
-                            'kind', s.kind, 'payload', s.payload, 'queue', s.queue,
-                            'priority', s.priority, 'max_attempts', s.max_attempts,
-                            'catch_up', s.catch_up);
-$$;
-
-COMMENT ON FUNCTION skiplock.schedule_definition(s skiplock.schedules) IS 'Internal: a stored schedule''s definition, as schedule_spec_check returns a declared one.';
 
 CREATE FUNCTION skiplock.schedule_fire(p_name text, p_created_at timestamp with time zone, p_expected_last timestamp with time zone, p_new_last timestamp with time zone, p_next timestamp with time zone, p_fires timestamp with time zone[], p_keys text[]) RETURNS bigint[]
     LANGUAGE plpgsql SECURITY DEFINER
@@ -4959,7 +2825,7 @@ DECLARE
   s skiplock.schedules;
   v_id bigint;
 BEGIN
-  PERFORM skiplock.check_actor(actor, role);
+  PERFORM skiplock_internal.check_actor(actor, role);
   SELECT * INTO s FROM skiplock.schedules x WHERE x.name = name FOR SHARE;
   IF NOT FOUND THEN
     RETURN NULL;
@@ -4982,7 +2848,7 @@ CREATE FUNCTION skiplock.schedule_set_paused(name text, paused boolean, actor te
 DECLARE
   v_was boolean;
 BEGIN
-  PERFORM skiplock.check_actor(actor, role);
+  PERFORM skiplock_internal.check_actor(actor, role);
   IF paused IS NULL THEN
     RAISE EXCEPTION 'schedule_set_paused: paused must not be NULL' USING ERRCODE = '22004';
   END IF;
@@ -5005,107 +2871,6 @@ END
 $$;
 
 COMMENT ON FUNCTION skiplock.schedule_set_paused(name text, paused boolean, actor text, role text) IS 'pause or resume a schedule, logged (operators)';
-
-CREATE FUNCTION skiplock.schedule_spec_check(spec jsonb) RETURNS jsonb
-    LANGUAGE plpgsql STABLE
-    AS $$
-DECLARE
-  k text;
-  v_name text;
-  v_kind text;
-  v_queue text;
-  v_zone text;
-  v_catch text;
-  v_payload jsonb;
-BEGIN
-  IF jsonb_typeof(spec) IS DISTINCT FROM 'object' THEN
-    RAISE EXCEPTION 'expected an object' USING ERRCODE = '22023';
-  END IF;
-  FOR k IN SELECT jsonb_object_keys(spec) LOOP
-    IF k NOT IN ('name', 'expression', 'kind', 'zone', 'queue', 'payload', 'priority',
-                 'max_attempts', 'catch_up') THEN
-      RAISE EXCEPTION 'unknown field "%"', k USING ERRCODE = '22023';
-    END IF;
-  END LOOP;
-  IF jsonb_typeof(spec->'name') IS DISTINCT FROM 'string'
-     OR jsonb_typeof(spec->'expression') IS DISTINCT FROM 'string'
-     OR jsonb_typeof(spec->'kind') IS DISTINCT FROM 'string'
-     OR coalesce(jsonb_typeof(spec->'zone'), 'string') <> 'string'
-     OR coalesce(jsonb_typeof(spec->'queue'), 'string') <> 'string'
-     OR coalesce(jsonb_typeof(spec->'catch_up'), 'string') <> 'string' THEN
-    RAISE EXCEPTION '"name", "expression" and "kind" are required strings; "zone", "queue" and "catch_up" are strings'
-      USING ERRCODE = '22023';
-  END IF;
-  IF coalesce(jsonb_typeof(spec->'priority'), 'number') <> 'number'
-     OR coalesce(jsonb_typeof(spec->'max_attempts'), 'number') <> 'number'
-     OR (spec->>'priority')::numeric NOT BETWEEN -1000000 AND 1000000
-     OR (spec->>'max_attempts')::numeric NOT BETWEEN 1 AND 1000000
-     OR (spec->>'priority')::numeric % 1 <> 0 OR (spec->>'max_attempts')::numeric % 1 <> 0 THEN
-    RAISE EXCEPTION '"priority" and "max_attempts" must be integers in range'
-      USING ERRCODE = '22023';
-  END IF;
-  v_name := spec->>'name';
-  v_kind := spec->>'kind';
-  v_queue := coalesce(spec->>'queue', 'default');
-  v_zone := coalesce(spec->>'zone', 'UTC');
-  v_catch := coalesce(spec->>'catch_up', 'latest');
-  v_payload := coalesce(spec->'payload', '{}');
-  IF octet_length(v_name) NOT BETWEEN 1 AND 128 THEN
-    RAISE EXCEPTION 'schedule name must be 1 to 128 bytes (got %)', octet_length(v_name)
-      USING ERRCODE = '22023';
-  END IF;
-  IF v_name ~ '[\x01-\x1f\x7f]' THEN
-    RAISE EXCEPTION 'schedule name must not contain control characters' USING ERRCODE = '22023';
-  END IF;
-  IF octet_length(v_kind) NOT BETWEEN 1 AND 128 THEN
-    RAISE EXCEPTION 'job kind must be 1 to 128 bytes (got %)', octet_length(v_kind)
-      USING ERRCODE = '22023';
-  END IF;
-  IF v_kind ~ '[\x01-\x1f\x7f]' THEN
-    RAISE EXCEPTION 'job kind must not contain control characters' USING ERRCODE = '22023';
-  END IF;
-  IF octet_length(v_queue) NOT BETWEEN 1 AND 128 THEN
-    RAISE EXCEPTION 'queue name must be 1 to 128 bytes (got %)', octet_length(v_queue)
-      USING ERRCODE = '22023';
-  END IF;
-  IF v_queue ~ '[\x01-\x1f\x7f]' THEN
-    RAISE EXCEPTION 'queue name must not contain control characters' USING ERRCODE = '22023';
-  END IF;
-  IF octet_length(v_payload::text) > skiplock.payload_max() THEN
-    RAISE EXCEPTION 'payload is % bytes, over the limit of %', octet_length(v_payload::text),
-      skiplock.payload_max() USING ERRCODE = '22023';
-  END IF;
-  IF v_catch NOT IN ('none', 'latest', 'all') THEN
-    RAISE EXCEPTION 'catch_up: unknown catch-up policy "%" (expected none, latest or all)',
-      v_catch USING ERRCODE = '22023';
-  END IF;
-  PERFORM skiplock.cron_zone_check(v_zone);
-  PERFORM skiplock.cron_parse(spec->>'expression');
-  RETURN jsonb_build_object('name', v_name, 'expression', spec->>'expression', 'zone', v_zone,
-                            'kind', v_kind, 'payload', v_payload, 'queue', v_queue,
-                            'priority', coalesce((spec->>'priority')::int, 0),
-                            'max_attempts', coalesce((spec->>'max_attempts')::int, 25),
-                            'catch_up', v_catch);
-END
-$$;
-
-COMMENT ON FUNCTION skiplock.schedule_spec_check(spec jsonb) IS 'Internal: a declared schedule checked (22023 in the words of cron add and cron apply), defaults filled in.';
-
-CREATE FUNCTION skiplock.schedule_times(expression text, zone text, cursor timestamp with time zone, now timestamp with time zone, OUT last_fire timestamp with time zone, OUT next_fire timestamp with time zone) RETURNS record
-    LANGUAGE plpgsql STABLE
-    AS $$
-DECLARE
-  p skiplock.cron_plan := skiplock.cron_plan(skiplock.cron_parse(expression), zone,
-                                             to_timestamp(floor(extract(epoch FROM least(cursor, now)))),
-                                             to_timestamp(floor(extract(epoch FROM now))),
-                                             'none', 1, -1);
-BEGIN
-  last_fire := CASE WHEN p.any_due THEN p.newest END;
-  next_fire := CASE WHEN p.next < timestamptz '2200-01-01 00:00+00' THEN p.next END;
-END
-$$;
-
-COMMENT ON FUNCTION skiplock.schedule_times(expression text, zone text, cursor timestamp with time zone, now timestamp with time zone, OUT last_fire timestamp with time zone, OUT next_fire timestamp with time zone) IS 'Internal: last_fire and next_fire across a change of expression or zone: what passed is skipped.';
 
 CREATE FUNCTION skiplock.schedules_declare(schedules jsonb, force boolean DEFAULT false) RETURNS TABLE(name text, action text, detail text)
     LANGUAGE plpgsql SECURITY DEFINER
@@ -5130,7 +2895,7 @@ BEGIN
   FOR d IN SELECT e FROM jsonb_array_elements(schedules) e LOOP
     i := i + 1;
     BEGIN
-      d := skiplock.schedule_spec_check(d);
+      d := skiplock_internal.schedule_spec_check(d);
     EXCEPTION WHEN data_exception THEN
       RAISE EXCEPTION 'schedule % ("%"): %', i,
         left(coalesce(CASE WHEN jsonb_typeof(d) = 'object' THEN d->>'name' END, ''), 128),
@@ -5149,7 +2914,7 @@ BEGIN
     SELECT * INTO cur FROM skiplock.schedules x WHERE x.name = d->>'name';
     SELECT x.first_seen INTO seen FROM skiplock.schedule_declarations x
      WHERE x.name = d->>'name' AND x.definition_hash = h;
-    IF cur.name IS NOT NULL AND skiplock.schedule_definition(cur) = d THEN
+    IF cur.name IS NOT NULL AND skiplock_internal.schedule_definition(cur) = d THEN
       action := 'unchanged';
       INSERT INTO skiplock.schedule_declarations AS x (name, definition_hash)
       VALUES (d->>'name', h) ON CONFLICT DO NOTHING;
@@ -5161,7 +2926,7 @@ BEGIN
                        to_char(seen AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"'));
     ELSIF cur.name IS NULL THEN
       action := 'created';
-      t := skiplock.schedule_times(d->>'expression', d->>'zone', now(), now());
+      t := skiplock_internal.schedule_times(d->>'expression', d->>'zone', now(), now());
       INSERT INTO skiplock.schedules (name, expression, zone, kind, payload, queue, priority,
                                       max_attempts, catch_up, next_fire)
       VALUES (d->>'name', d->>'expression', d->>'zone', d->>'kind', d->'payload', d->>'queue',
@@ -5169,7 +2934,7 @@ BEGIN
     ELSE
       action := 'updated';
       IF (cur.expression, cur.zone) IS DISTINCT FROM (d->>'expression', d->>'zone') THEN
-        t := skiplock.schedule_times(d->>'expression', d->>'zone',
+        t := skiplock_internal.schedule_times(d->>'expression', d->>'zone',
                                      coalesce(cur.last_fire, cur.created_at), now());
       ELSE
         t := (cur.last_fire, cur.next_fire);
@@ -5193,12 +2958,6 @@ END
 $$;
 
 COMMENT ON FUNCTION skiplock.schedules_declare(schedules jsonb, force boolean) IS 'Applies schedules declared in an application''s code: created, updated, unchanged, or superseded by a newer definition (force applies it anyway).';
-
-CREATE FUNCTION skiplock.waiting_run_at() RETURNS timestamp with time zone
-    LANGUAGE sql IMMUTABLE
-    AS $$ SELECT timestamptz '2199-12-31 00:00:00+00' $$;
-
-COMMENT ON FUNCTION skiplock.waiting_run_at() IS 'Internal: the run_at that holds a job waiting for its parents (never due).';
 
 CREATE FUNCTION skiplock.waits_summary(cap integer DEFAULT 10000, queues text[] DEFAULT NULL::text[]) RETURNS TABLE(queue text, reason text, jobs bigint)
     LANGUAGE plpgsql STABLE SECURITY DEFINER
@@ -5229,7 +2988,7 @@ BEGIN
   END IF;
   -- the waiting jobs per queue, from job_waits (dependencies are refused
   -- on the distributed layout, where job_waits stays empty)
-  IF NOT skiplock.is_distributed() THEN
+  IF NOT skiplock_internal.is_distributed() THEN
     SELECT coalesce(jsonb_object_agg(d.queue, d.n), '{}') INTO v_deps
       FROM (SELECT j.queue, count(*) AS n
               FROM (SELECT w.child_id FROM skiplock.job_waits w LIMIT cap) w
@@ -5244,7 +3003,7 @@ BEGIN
     v_dep := least(coalesce((v_deps ->> v_queue)::bigint, 0), v_later);
     RETURN QUERY
       SELECT v_queue, r.reason, sum(r.n)::bigint
-        FROM (SELECT skiplock.kind_wait_reason(v_queue, d.kind) AS reason, d.n
+        FROM (SELECT skiplock_internal.kind_wait_reason(v_queue, d.kind) AS reason, d.n
                 FROM (SELECT x.kind, count(*) AS n
                         FROM (SELECT j.kind FROM skiplock.jobs j
                                WHERE j.queue = v_queue AND j.state = 'available'
@@ -5328,6 +3087,2267 @@ END
 $_$;
 
 COMMENT ON FUNCTION skiplock.workers_seen(p_seen interval) IS 'workers with an empty claim within p_seen, and the due jobs each left behind (of 1000 read)';
+
+CREATE FUNCTION skiplock_internal.backoff_delay(strategy text, n integer, base_ms bigint, cap_ms bigint, prev_ms bigint, r double precision) RETURNS bigint
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    AS $$
+  WITH c AS (SELECT least(base_ms * power(2::numeric, least(greatest(n, 0), 62)), cap_ms)::bigint AS ceil)
+  SELECT CASE
+    WHEN base_ms <= 0 OR cap_ms <= 0 THEN 0
+    WHEN strategy = 'equal' THEN c.ceil / 2 + floor(r * (c.ceil - c.ceil / 2 + 1))::bigint
+    WHEN strategy = 'exponential' THEN c.ceil
+    WHEN strategy = 'fixed' THEN least(base_ms, cap_ms)
+    WHEN strategy = 'decorrelated' THEN
+      least(least(base_ms, cap_ms) + floor(r * greatest(
+              least(greatest(coalesce(nullif(prev_ms, 0), base_ms), 0) * 3, cap_ms)
+              - least(base_ms, cap_ms) + 1, 0))::bigint, cap_ms)
+    ELSE floor(r * (c.ceil + 1))::bigint
+  END FROM c
+$$;
+
+COMMENT ON FUNCTION skiplock_internal.backoff_delay(strategy text, n integer, base_ms bigint, cap_ms bigint, prev_ms bigint, r double precision) IS 'Internal, pure: the delay in ms of a backoff strategy (full, equal, decorrelated, exponential, fixed) for attempt n, given a random draw.';
+
+CREATE TABLE skiplock.breakers (
+    kind text NOT NULL,
+    state text DEFAULT 'closed'::text NOT NULL,
+    prev_state text,
+    failure_pct integer DEFAULT 50 NOT NULL,
+    min_calls integer DEFAULT 10 NOT NULL,
+    window_calls integer DEFAULT 100 NOT NULL,
+    window_ms bigint DEFAULT 60000 NOT NULL,
+    open_ms bigint DEFAULT 60000 NOT NULL,
+    probes integer DEFAULT 3 NOT NULL,
+    calls integer DEFAULT 0 NOT NULL,
+    failures integer DEFAULT 0 NOT NULL,
+    window_started_at timestamp with time zone DEFAULT now() NOT NULL,
+    probes_left integer DEFAULT 0 NOT NULL,
+    probe_ok integer DEFAULT 0 NOT NULL,
+    open_until timestamp with time zone,
+    changed_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT breakers_bounds_check CHECK (((min_calls <= 1000000) AND (window_calls <= 1000000) AND (window_ms <= '3153600000000'::bigint) AND (open_ms <= '3153600000000'::bigint) AND (probes <= 10000))),
+    CONSTRAINT breakers_config_check CHECK ((((failure_pct >= 1) AND (failure_pct <= 100)) AND (min_calls >= 1) AND (window_calls >= 1) AND (window_ms > 0) AND (open_ms > 0) AND (probes >= 1))),
+    CONSTRAINT breakers_kind_check CHECK (((length(kind) >= 1) AND (length(kind) <= 128))),
+    CONSTRAINT breakers_open_check CHECK (((state <> 'open'::text) OR (open_until IS NOT NULL))),
+    CONSTRAINT breakers_state_check CHECK ((state = ANY (ARRAY['closed'::text, 'open'::text, 'half_open'::text])))
+);
+
+COMMENT ON TABLE skiplock.breakers IS 'One circuit breaker per kind, shared by the fleet: state, settings and the counts of the current window.';
+
+COMMENT ON CONSTRAINT breakers_bounds_check ON skiplock.breakers IS 'the settings stay within what breaker_configure accepts';
+
+CREATE FUNCTION skiplock_internal.breaker_step(b skiplock.breakers, ok integer, bad integer) RETURNS skiplock.breakers
+    LANGUAGE plpgsql STABLE
+    AS $$
+DECLARE
+  n skiplock.breakers := b;
+  v_ok bigint := greatest(coalesce(ok, 0), 0);
+  v_bad bigint := greatest(coalesce(bad, 0), 0);
+  v_window interval := least(greatest(b.window_ms, 1), 3153600000000) * interval '1 millisecond';
+  v_open interval := least(greatest(b.open_ms, 1), 3153600000000) * interval '1 millisecond';
+  v_calls bigint := greatest(b.calls, 0);
+  v_failures bigint := greatest(b.failures, 0);
+BEGIN
+  n.prev_state := b.state;
+  IF b.state = 'closed' THEN
+    IF b.window_started_at <= now() - v_window OR b.calls >= b.window_calls THEN
+      v_calls := 0;
+      v_failures := 0;
+      n.window_started_at := now();
+    END IF;
+    v_calls := least(v_calls + v_ok + v_bad, 2147483647);
+    v_failures := least(v_failures + v_bad, v_calls);
+    n.calls := v_calls;
+    n.failures := v_failures;
+    IF v_calls >= b.min_calls
+       AND v_failures * 100 >= least(greatest(b.failure_pct, 1), 100) * v_calls THEN
+      n.state := 'open';
+      n.open_until := now() + v_open;
+      n.changed_at := now();
+    END IF;
+  ELSIF b.state = 'half_open' THEN
+    IF v_bad > 0 THEN
+      n.state := 'open';
+      n.open_until := now() + v_open;
+      n.changed_at := now();
+    ELSE
+      n.probe_ok := least(greatest(b.probe_ok, 0) + v_ok, 2147483647);
+      IF n.probe_ok >= least(greatest(b.probes, 1), 10000) THEN
+        n.state := 'closed';
+        n.calls := 0;
+        n.failures := 0;
+        n.window_started_at := now();
+        n.open_until := NULL;
+        n.changed_at := now();
+      END IF;
+    END IF;
+  END IF;
+  RETURN n;
+END
+$$;
+
+COMMENT ON FUNCTION skiplock_internal.breaker_step(b skiplock.breakers, ok integer, bad integer) IS 'Internal, pure: a breaker after ok successes and bad failures were counted; the caller writes the row it returns.';
+
+CREATE FUNCTION skiplock_internal.check_actor(p_actor text, p_role text) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+  IF p_actor IS NULL OR length(p_actor) NOT BETWEEN 1 AND 200
+     OR p_role IS NULL OR length(p_role) NOT BETWEEN 1 AND 200 THEN
+    RAISE EXCEPTION 'actor and role must be 1 to 200 characters' USING ERRCODE = '22023';
+  END IF;
+END
+$$;
+
+COMMENT ON FUNCTION skiplock_internal.check_actor(p_actor text, p_role text) IS 'Internal: refuses an action-log actor or role that is empty or over 200 characters (22023).';
+
+CREATE FUNCTION skiplock_internal.check_claim_args(p_owner text, p_kinds text[], p_n integer, p_lease interval) RETURNS void
+    LANGUAGE plpgsql IMMUTABLE
+    AS $$
+BEGIN
+  IF p_owner IS NULL OR p_kinds IS NULL OR p_n IS NULL OR p_lease IS NULL THEN
+    RAISE EXCEPTION 'claim: owner, kinds, n and lease must not be NULL' USING ERRCODE = '22004';
+  END IF;
+  IF length(p_owner) NOT BETWEEN 1 AND 256 THEN
+    RAISE EXCEPTION 'claim: owner must be 1 to 256 characters' USING ERRCODE = '22023';
+  END IF;
+  IF cardinality(p_kinds) NOT BETWEEN 1 AND 1000 THEN
+    RAISE EXCEPTION 'claim: kinds must name 1 to 1000 kinds' USING ERRCODE = '22023';
+  END IF;
+  IF p_n NOT BETWEEN 1 AND 1000 THEN
+    RAISE EXCEPTION 'claim: n must be 1 to 1000, got %', p_n USING ERRCODE = '22023';
+  END IF;
+  IF p_lease < interval '100 milliseconds' OR p_lease > interval '1 day' THEN
+    RAISE EXCEPTION 'claim: lease must be 100 ms to 1 day, got %', p_lease
+      USING ERRCODE = '22023';
+  END IF;
+END
+$$;
+
+COMMENT ON FUNCTION skiplock_internal.check_claim_args(p_owner text, p_kinds text[], p_n integer, p_lease interval) IS 'Internal: the checks of a claim''s owner, kinds, n and lease (22004, 22023).';
+
+CREATE FUNCTION skiplock_internal.check_job_times(p_run_at timestamp with time zone, p_delay_ms bigint) RETURNS void
+    LANGUAGE plpgsql STABLE
+    AS $$
+BEGIN
+  IF p_run_at IS NOT NULL AND NOT (p_run_at >= timestamptz '1970-01-01 00:00+00'
+                                   AND p_run_at < timestamptz '2200-01-01 00:00+00') THEN
+    RAISE EXCEPTION 'run_at % is out of range', p_run_at USING ERRCODE = '22023',
+      DETAIL = 'A job runs at a finite time from 1970-01-01 to 2199-12-31 (UTC).';
+  END IF;
+  IF p_delay_ms IS NOT NULL AND (p_delay_ms < 0 OR p_delay_ms > 3153600000000) THEN
+    RAISE EXCEPTION 'delay % ms is out of range', p_delay_ms USING ERRCODE = '22023',
+      DETAIL = 'A delay is 0 to 100 years.';
+  END IF;
+END
+$$;
+
+COMMENT ON FUNCTION skiplock_internal.check_job_times(p_run_at timestamp with time zone, p_delay_ms bigint) IS 'Internal: refuses a run_at outside 1970-2199 or a negative delay (22023), before any enqueue writes.';
+
+CREATE FUNCTION skiplock_internal.check_parent_policy(p_policy text) RETURNS void
+    LANGUAGE plpgsql IMMUTABLE
+    AS $$
+BEGIN
+  IF p_policy IS NULL OR p_policy NOT IN ('cancel', 'run') THEN
+    RAISE EXCEPTION 'on_parent_failure must be cancel or run, got %', coalesce(p_policy, 'NULL')
+      USING ERRCODE = '22023';
+  END IF;
+END
+$$;
+
+COMMENT ON FUNCTION skiplock_internal.check_parent_policy(p_policy text) IS 'Internal: refuses a policy for a failed parent other than cancel or run (22023).';
+
+CREATE FUNCTION skiplock_internal.check_record_args(ids bigint[], fencings bigint[], outcomes text[], results jsonb[], errors text[], retry_after_ms bigint[], deferred boolean[], backoffs text[], backoff_bases_ms bigint[], backoff_caps_ms bigint[], job_queues text[]) RETURNS void
+    LANGUAGE plpgsql IMMUTABLE
+    AS $$
+DECLARE
+  v_n int := cardinality(ids);
+BEGIN
+  IF ids IS NULL OR fencings IS NULL OR outcomes IS NULL THEN
+    RAISE EXCEPTION 'record: ids, fencings and outcomes must not be NULL' USING ERRCODE = '22004';
+  END IF;
+  IF EXISTS (SELECT 1 FROM unnest(ARRAY[cardinality(fencings), cardinality(outcomes),
+                cardinality(results), cardinality(errors), cardinality(retry_after_ms),
+                cardinality(deferred), cardinality(backoffs), cardinality(backoff_bases_ms),
+                cardinality(backoff_caps_ms), cardinality(job_queues)]) c
+              WHERE c <> v_n) THEN
+    RAISE EXCEPTION 'record: every array must have one element per outcome (% ids)', v_n
+      USING ERRCODE = '2202E';
+  END IF;
+  IF EXISTS (SELECT 1 FROM unnest(outcomes) o
+              WHERE o IS NULL OR o NOT IN ('ok', 'retry', 'fail', 'discard'))
+     OR EXISTS (SELECT 1 FROM unnest(backoffs) s
+                 WHERE s NOT IN ('full', 'equal', 'decorrelated', 'exponential', 'fixed'))
+     OR EXISTS (SELECT 1 FROM unnest(retry_after_ms, backoff_bases_ms, backoff_caps_ms)
+                                AS t(a, b, c)
+                 WHERE a < 0 OR b < 0 OR c < 0) THEN
+    RAISE EXCEPTION 'record: an outcome is ok, retry, fail or discard; a backoff is full, '
+                    'equal, decorrelated, exponential or fixed; delays are not negative'
+      USING ERRCODE = '22023';
+  END IF;
+END
+$$;
+
+COMMENT ON FUNCTION skiplock_internal.check_record_args(ids bigint[], fencings bigint[], outcomes text[], results jsonb[], errors text[], retry_after_ms bigint[], deferred boolean[], backoffs text[], backoff_bases_ms bigint[], backoff_caps_ms bigint[], job_queues text[]) IS 'Internal: refuses a batch of outcomes whose arrays disagree in length or hold an unknown outcome or backoff.';
+
+CREATE FUNCTION skiplock_internal.check_record_args_p1(ids bigint[], fencings bigint[], outcomes text[], results jsonb[], errors text[], retry_after_ms bigint[], deferred boolean[], backoffs text[], backoff_bases_ms bigint[], backoff_caps_ms bigint[]) RETURNS void
+    LANGUAGE plpgsql IMMUTABLE
+    AS $_$ BEGIN PERFORM skiplock_internal.check_record_args($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, NULL); END $_$;
+
+COMMENT ON FUNCTION skiplock_internal.check_record_args_p1(ids bigint[], fencings bigint[], outcomes text[], results jsonb[], errors text[], retry_after_ms bigint[], deferred boolean[], backoffs text[], backoff_bases_ms bigint[], backoff_caps_ms bigint[]) IS 'Internal: protocol 1''s check_record_args, renamed by step 0027 for the statements in flight as it committed; calls the new one.';
+
+CREATE FUNCTION skiplock_internal.claim_by_queue(p_owner text, p_kinds text[], p_queues text[], p_n integer, p_lease interval, p_after_priority integer, p_after_run_at_us bigint, p_after_id bigint) RETURNS SETOF skiplock.exchange_row
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+  v_kinds text[] := p_kinds;
+  v_skip text[] := '{}';
+  v_queues text[];
+  v_q text;
+  v_ids bigint[];
+  v_got int := 0;
+  v_m int;
+  v_keyset boolean;
+  v_after timestamptz;
+  v_now timestamptz := now();
+  v_expires timestamptz := now() + p_lease;
+BEGIN
+  PERFORM skiplock_internal.check_claim_args(p_owner, p_kinds, p_n, p_lease);
+  PERFORM skiplock.check_claim_names(p_kinds, p_queues);
+  IF EXISTS (SELECT 1 FROM skiplock.pauses) THEN
+    v_kinds := ARRAY(SELECT unnest(p_kinds) EXCEPT
+                     SELECT p.kind FROM skiplock.pauses p WHERE p.queue = '*');
+    v_skip := ARRAY(SELECT p.queue FROM skiplock.pauses p WHERE p.kind = '*');
+  END IF;
+  -- kinds whose breaker is not closed are left out (no probes yet here)
+  IF EXISTS (SELECT 1 FROM skiplock.breakers b
+              WHERE b.kind = ANY (v_kinds) AND b.state <> 'closed') THEN
+    v_kinds := ARRAY(SELECT unnest(v_kinds) EXCEPT
+                     SELECT b.kind FROM skiplock.breakers b
+                      WHERE b.kind = ANY (v_kinds) AND b.state <> 'closed');
+  END IF;
+  IF p_queues IS NULL THEN
+    -- no queue named: the queues with due work (one task per shard)
+    v_queues := ARRAY(SELECT DISTINCT j.queue FROM skiplock.jobs j
+                       WHERE j.state = 'available' AND j.run_at <= v_now
+                         AND j.kind = ANY (v_kinds));
+  ELSE
+    v_queues := p_queues;
+  END IF;
+  -- a random order, so that no queue waits for another to be empty
+  v_queues := ARRAY(SELECT DISTINCT ON (q) q FROM unnest(v_queues) q
+                     WHERE q <> ALL (v_skip));
+  v_queues := ARRAY(SELECT q FROM unnest(v_queues) q ORDER BY random());
+  v_keyset := p_after_id IS NOT NULL AND cardinality(v_queues) = 1;
+  v_after := timestamptz 'epoch' + p_after_run_at_us * interval '1 microsecond';
+  FOREACH v_q IN ARRAY v_queues LOOP
+    v_m := p_n - v_got;
+    EXIT WHEN v_m <= 0;
+    IF v_keyset THEN
+      v_ids := ARRAY(
+        SELECT a.id FROM (
+          SELECT j.id FROM skiplock.jobs j
+           WHERE j.queue = v_q AND j.state = 'available' AND j.run_at <= v_now
+             AND j.kind = ANY (v_kinds)
+             AND j.priority = p_after_priority AND (j.run_at, j.id) > (v_after, p_after_id)
+           ORDER BY j.priority DESC, j.run_at, j.id LIMIT v_m FOR UPDATE SKIP LOCKED) a
+        UNION ALL
+        SELECT b.id FROM (
+          SELECT j.id FROM skiplock.jobs j
+           WHERE j.queue = v_q AND j.state = 'available' AND j.run_at <= v_now
+             AND j.kind = ANY (v_kinds) AND j.priority < p_after_priority
+           ORDER BY j.priority DESC, j.run_at, j.id LIMIT v_m FOR UPDATE SKIP LOCKED) b
+        LIMIT v_m);
+    ELSE
+      v_ids := ARRAY(
+        SELECT j.id FROM skiplock.jobs j
+         WHERE j.queue = v_q AND j.state = 'available' AND j.run_at <= v_now
+           AND j.kind = ANY (v_kinds)
+         ORDER BY j.priority DESC, j.run_at, j.id LIMIT v_m FOR UPDATE SKIP LOCKED);
+    END IF;
+    CONTINUE WHEN cardinality(v_ids) = 0;
+    RETURN QUERY
+      UPDATE skiplock.jobs j
+         SET state = 'running', attempt = j.attempt + 1, fencing = j.fencing + 1,
+             lease_owner = p_owner, lease_expires_at = v_expires, attempted_at = v_now
+       WHERE j.queue = v_q AND j.id = ANY (v_ids)
+      RETURNING 'claimed'::text, j.id, 'running'::text, j.run_at, NULL::bigint, j.queue,
+                j.kind, j.payload, j.attempt, j.max_attempts, j.fencing, j.lease_expires_at,
+                coalesce(j.timeout_ms, 0), j.priority,
+                (extract(epoch FROM j.run_at AT TIME ZONE 'UTC') * 1000000)::bigint;
+    v_got := v_got + cardinality(v_ids);
+  END LOOP;
+  IF v_got = 0 AND p_n > 0 THEN
+    PERFORM skiplock.worker_idle(p_owner, p_kinds, p_queues);
+  END IF;
+END
+$$;
+
+COMMENT ON FUNCTION skiplock_internal.claim_by_queue(p_owner text, p_kinds text[], p_queues text[], p_n integer, p_lease interval, p_after_priority integer, p_after_run_at_us bigint, p_after_id bigint) IS 'Internal: the claim of record_claim on the distributed layout, one locking statement per queue (queues in random order; priority holds within a queue).';
+
+CREATE FUNCTION skiplock_internal.claim_limited(p_kinds text[], p_queues text[], p_skip text[], p_n integer, OUT ids bigint[], OUT started_at timestamp with time zone, OUT wait_until timestamp with time zone) RETURNS record
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+  l skiplock.limits;
+  v_locked skiplock.limits[];
+  v_full text[];
+  v_k record;
+BEGIN
+  ids := '{}';
+  v_locked := ARRAY(SELECT x FROM skiplock.limits x WHERE x.kind = ANY (p_kinds)
+                     ORDER BY x.kind FOR UPDATE SKIP LOCKED);
+  -- after the locks: the claim before ours on these rows has committed,
+  -- so this clock is past every start it recorded
+  started_at := clock_timestamp();
+  SELECT k.ids, k.full_kinds INTO v_k
+    FROM skiplock_internal.claim_limited_kinds(ARRAY(SELECT x FROM unnest(v_locked) x
+                                             WHERE x.key_field IS NULL),
+                                      p_queues, p_skip, p_n, started_at) k;
+  ids := v_k.ids;
+  v_full := coalesce(v_k.full_kinds, '{}');
+  FOREACH l IN ARRAY v_locked LOOP
+    CONTINUE WHEN l.key_field IS NULL;
+    EXIT WHEN cardinality(ids) >= p_n;
+    ids := ids || skiplock_internal.claim_limited_keys(l, p_queues, p_skip, p_n - cardinality(ids),
+                                              started_at);
+    v_full := v_full || l.kind;
+  END LOOP;
+  IF cardinality(ids) < p_n AND cardinality(v_full) > 0 THEN
+    -- the rows as this claim left them (its own starts in their windows)
+    wait_until := (SELECT min(skiplock_internal.limit_next_room(x, started_at)) FROM skiplock.limits x
+                    WHERE x.kind = ANY (v_full)
+                      AND EXISTS (SELECT 1 FROM skiplock.jobs j
+                                   WHERE j.state = 'available' AND j.run_at <= now()
+                                     AND j.kind = x.kind AND j.id <> ALL (claim_limited.ids)
+                                     AND (p_queues IS NULL OR j.queue = ANY (p_queues))
+                                     AND j.queue <> ALL (p_skip)));
+  END IF;
+END
+$$;
+
+COMMENT ON FUNCTION skiplock_internal.claim_limited(p_kinds text[], p_queues text[], p_skip text[], p_n integer, OUT ids bigint[], OUT started_at timestamp with time zone, OUT wait_until timestamp with time zone) IS 'Internal: the jobs of the limited kinds a claim may start now (those whose limit no other claim holds), the time their starts are recorded at, and when a limit that held due jobs back may next have room.';
+
+CREATE FUNCTION skiplock_internal.claim_limited_keys(l skiplock.limits, p_queues text[], p_skip text[], p_n integer, p_t timestamp with time zone) RETURNS bigint[]
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+  v_pick bigint[];
+  v_keys text[];
+  v_ids bigint[];
+BEGIN
+  WITH due AS (
+    SELECT j.id, coalesce(j.payload ->> l.key_field, '') AS k,
+           row_number() OVER (ORDER BY j.priority DESC, j.run_at, j.id) AS ord
+      FROM (SELECT j.id, j.payload, j.priority, j.run_at FROM skiplock.jobs j
+             WHERE j.state = 'available' AND j.run_at <= now() AND j.kind = l.kind
+               AND (p_queues IS NULL OR j.queue = ANY (p_queues)) AND j.queue <> ALL (p_skip)
+             ORDER BY j.priority DESC, j.run_at, j.id
+             LIMIT greatest(1000, 20 * p_n)) j),
+  room AS (
+    SELECT k.k,
+           least(coalesce(l.max_running - (
+                   SELECT count(*) FROM skiplock.jobs r
+                    WHERE r.state = 'running' AND r.kind = l.kind AND r.lease_expires_at > p_t
+                      AND coalesce(r.payload ->> l.key_field, '') = k.k), 2147483647),
+                 coalesce(l.rate - (
+                   SELECT skiplock_internal.limit_used(w.starts_at, w.starts_n, p_t, l.per_ms)
+                     FROM skiplock.limit_windows w
+                    WHERE w.kind = l.kind AND w.limit_key = k.k), l.rate, 2147483647)) AS room
+      FROM (SELECT DISTINCT d.k FROM due d) k),
+  fits AS (
+    SELECT d.id, d.k, d.ord FROM (
+      SELECT d.*, row_number() OVER (PARTITION BY d.k ORDER BY d.ord) AS nth FROM due d) d
+      JOIN room r ON r.k = d.k
+     WHERE d.nth <= r.room
+     ORDER BY d.ord LIMIT p_n)
+  SELECT array_agg(f.id ORDER BY f.ord), array_agg(f.k ORDER BY f.ord) INTO v_pick, v_keys
+    FROM fits f;
+  IF v_pick IS NULL THEN
+    RETURN '{}';
+  END IF;
+  v_ids := ARRAY(SELECT j.id FROM skiplock.jobs j
+                  WHERE j.id = ANY (v_pick) AND j.state = 'available'
+                  FOR UPDATE SKIP LOCKED);
+  IF l.rate IS NOT NULL AND cardinality(v_ids) > 0 THEN
+    INSERT INTO skiplock.limit_windows AS w (kind, limit_key, starts_at, starts_n)
+    SELECT l.kind, p.k, ARRAY[p_t], ARRAY[count(*)::int]
+      FROM unnest(v_pick, v_keys) AS p(id, k) WHERE p.id = ANY (v_ids) GROUP BY p.k
+    ON CONFLICT (kind, limit_key) DO UPDATE
+       SET (starts_at, starts_n) = (
+         SELECT x.starts_at, x.starts_n
+           FROM skiplock_internal.limit_window(w.starts_at, w.starts_n, p_t, l.per_ms,
+                                      EXCLUDED.starts_n[1]) x);
+  END IF;
+  RETURN v_ids;
+END
+$$;
+
+COMMENT ON FUNCTION skiplock_internal.claim_limited_keys(l skiplock.limits, p_queues text[], p_skip text[], p_n integer, p_t timestamp with time zone) IS 'Internal: the claim of one limit per key (key_field): the room of each key among the first due jobs, the jobs that fit, locked; records their starts per key.';
+
+CREATE FUNCTION skiplock_internal.claim_limited_kinds(p_limits skiplock.limits[], p_queues text[], p_skip text[], p_n integer, p_t timestamp with time zone, OUT ids bigint[], OUT full_kinds text[]) RETURNS record
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+  v_kinds text[];
+  v_rooms bigint[];
+  v_pick bigint[];
+BEGIN
+  WITH lim AS (SELECT * FROM unnest(p_limits) x),
+  run AS (
+    SELECT j.kind, count(*) AS n FROM skiplock.jobs j
+     WHERE j.state = 'running' AND j.lease_expires_at > p_t
+       AND j.kind IN (SELECT l.kind FROM lim l WHERE l.max_running IS NOT NULL)
+     GROUP BY j.kind),
+  room AS (
+    SELECT l.kind,
+           least(p_n::bigint, coalesce(l.max_running - coalesce(r.n, 0), p_n),
+                 coalesce(l.rate - skiplock_internal.limit_used(l.starts_at, l.starts_n, p_t, l.per_ms),
+                          p_n)) AS room
+      FROM lim l LEFT JOIN run r ON r.kind = l.kind)
+  SELECT array_agg(r.kind) FILTER (WHERE r.room > 0), array_agg(r.room) FILTER (WHERE r.room > 0),
+         array_agg(r.kind) FILTER (WHERE r.room <= 0)
+    INTO v_kinds, v_rooms, full_kinds FROM room r;
+  ids := '{}';
+  IF v_kinds IS NULL THEN
+    RETURN;
+  END IF;
+  v_pick := ARRAY(
+    SELECT c.id FROM (
+      SELECT d.id, d.kind, d.ord, row_number() OVER (PARTITION BY d.kind ORDER BY d.ord) AS nth
+        FROM (SELECT j.id, j.kind,
+                     row_number() OVER (ORDER BY j.priority DESC, j.run_at, j.id) AS ord
+                FROM (SELECT j.id, j.kind, j.priority, j.run_at FROM skiplock.jobs j
+                       WHERE j.state = 'available' AND j.run_at <= now()
+                         AND j.kind = ANY (v_kinds)
+                         AND (p_queues IS NULL OR j.queue = ANY (p_queues))
+                         AND j.queue <> ALL (p_skip)
+                       ORDER BY j.priority DESC, j.run_at, j.id
+                       LIMIT greatest(1000, 20 * p_n)) j) d) c
+      JOIN unnest(v_kinds, v_rooms) AS r(kind, room) ON r.kind = c.kind
+     WHERE c.nth <= r.room
+     ORDER BY c.ord LIMIT p_n);
+  ids := ARRAY(SELECT j.id FROM skiplock.jobs j
+                WHERE j.id = ANY (v_pick) AND j.state = 'available'
+                FOR UPDATE SKIP LOCKED);
+  UPDATE skiplock.limits x
+     SET (starts_at, starts_n) = (SELECT w.starts_at, w.starts_n
+                                    FROM skiplock_internal.limit_window(x.starts_at, x.starts_n, p_t,
+                                                               x.per_ms, c.n) w)
+    FROM (SELECT j.kind, count(*)::int AS n FROM skiplock.jobs j
+           WHERE j.id = ANY (claim_limited_kinds.ids) GROUP BY j.kind) c
+   WHERE x.kind = c.kind AND x.rate IS NOT NULL;
+END
+$$;
+
+COMMENT ON FUNCTION skiplock_internal.claim_limited_kinds(p_limits skiplock.limits[], p_queues text[], p_skip text[], p_n integer, p_t timestamp with time zone, OUT ids bigint[], OUT full_kinds text[]) IS 'Internal: the due jobs of the kind-wide limits a claim may start at p_t, each kind within its room (max_running, the rate window), locked SKIP LOCKED, in one pass; records their starts; full_kinds: those with no room.';
+
+CREATE FUNCTION skiplock_internal.claim_pick(p_owner text, p_kinds text[], p_queues text[], p_n integer, p_lease interval, p_after_priority integer, p_after_run_at_us bigint, p_after_id bigint) RETURNS bigint[]
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+  v_ids bigint[];
+BEGIN
+  SELECT t.ids INTO v_ids FROM skiplock_internal.claim_take(p_owner, p_kinds, p_queues, p_n, p_lease,
+    p_after_priority, p_after_run_at_us, p_after_id) t;
+  RETURN v_ids;
+END
+$$;
+
+COMMENT ON FUNCTION skiplock_internal.claim_pick(p_owner text, p_kinds text[], p_queues text[], p_n integer, p_lease interval, p_after_priority integer, p_after_run_at_us bigint, p_after_id bigint) IS 'Internal: the ids of claim_take, for the record_claim of earlier steps.';
+
+CREATE FUNCTION skiplock_internal.claim_probes(p_kinds text[], p_queues text[], p_n integer) RETURNS bigint[]
+    LANGUAGE sql
+    AS $$
+  SELECT skiplock_internal.claim_probes(
+           ARRAY(SELECT unnest(p_kinds) EXCEPT
+                 SELECT p.kind FROM skiplock.pauses p WHERE p.queue = '*'),
+           p_queues, p_n, ARRAY(SELECT p.queue FROM skiplock.pauses p WHERE p.kind = '*'))
+$$;
+
+COMMENT ON FUNCTION skiplock_internal.claim_probes(p_kinds text[], p_queues text[], p_n integer) IS 'Internal: the three-argument form of claim_probes for callers of step 0011; reads the pauses itself.';
+
+CREATE FUNCTION skiplock_internal.claim_probes(p_kinds text[], p_queues text[], p_n integer, p_skip text[]) RETURNS bigint[]
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+  v_ids bigint[];
+BEGIN
+  WITH pk AS (
+    SELECT b.kind FROM skiplock.breakers b
+     WHERE b.kind = ANY (p_kinds)
+       AND ((b.state = 'open' AND b.open_until <= now())
+            OR (b.state = 'half_open' AND (b.probes_left > 0
+                OR b.changed_at <= now() - least(greatest(b.open_ms, 1), 3153600000000)
+                                           * interval '1 millisecond')))),
+  p AS (
+    SELECT x.id, pk.kind FROM pk CROSS JOIN LATERAL (
+      SELECT j.id FROM skiplock.jobs j
+       WHERE j.state = 'available' AND j.run_at <= now() AND j.kind = pk.kind
+         AND (p_queues IS NULL OR j.queue = ANY (p_queues)) AND j.queue <> ALL (p_skip)
+       ORDER BY j.priority DESC, j.run_at, j.id LIMIT 1 FOR UPDATE SKIP LOCKED) x
+    LIMIT p_n),
+  probe AS (
+    UPDATE skiplock.breakers b SET prev_state = b.state, state = 'half_open',
+           probes_left = (CASE WHEN b.state = 'half_open' AND b.probes_left > 0
+                               THEN b.probes_left
+                               ELSE least(greatest(b.probes, 1), 10000) END) - 1,
+           probe_ok = CASE WHEN b.state = 'open' THEN 0 ELSE b.probe_ok END,
+           changed_at = CASE WHEN b.state = 'half_open' AND b.probes_left > 0
+                             THEN b.changed_at ELSE now() END
+      FROM p WHERE b.kind = p.kind
+       AND ((b.state = 'open' AND b.open_until <= now())
+            OR (b.state = 'half_open' AND (b.probes_left > 0
+                OR b.changed_at <= now() - least(greatest(b.open_ms, 1), 3153600000000)
+                                           * interval '1 millisecond')))
+    RETURNING b.kind, b.prev_state, b.state),
+  ev AS (
+    INSERT INTO skiplock.breaker_events (kind, from_state, to_state, reason)
+    SELECT kind, prev_state, state, 'open interval over: admitting probes'
+      FROM probe WHERE prev_state <> state)
+  SELECT coalesce(array_agg(p.id), '{}') INTO v_ids FROM p JOIN probe USING (kind);
+  RETURN v_ids;
+END
+$$;
+
+COMMENT ON FUNCTION skiplock_internal.claim_probes(p_kinds text[], p_queues text[], p_n integer, p_skip text[]) IS 'Internal: the half-open breakers'' probe jobs a claim may take, skipping paused queues and kinds.';
+
+CREATE FUNCTION skiplock_internal.claim_take(p_owner text, p_kinds text[], p_queues text[], p_n integer, p_lease interval, p_after_priority integer, p_after_run_at_us bigint, p_after_id bigint, OUT ids bigint[], OUT started_at timestamp with time zone, OUT wait_until timestamp with time zone) RETURNS record
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+  v_kinds text[] := p_kinds;
+  v_skip text[] := '{}';
+  v_m int;
+  v_after timestamptz;
+BEGIN
+  PERFORM skiplock_internal.check_claim_args(p_owner, p_kinds, p_n, p_lease);
+  PERFORM skiplock.check_claim_names(p_kinds, p_queues);
+  ids := '{}';
+  started_at := now();
+  IF EXISTS (SELECT 1 FROM skiplock.pauses) THEN
+    v_kinds := ARRAY(SELECT unnest(p_kinds) EXCEPT
+                     SELECT p.kind FROM skiplock.pauses p WHERE p.queue = '*');
+    v_skip := ARRAY(SELECT p.queue FROM skiplock.pauses p WHERE p.kind = '*');
+  END IF;
+  IF EXISTS (SELECT 1 FROM skiplock.breakers b
+              WHERE b.kind = ANY (v_kinds) AND b.state <> 'closed') THEN
+    ids := skiplock_internal.claim_probes(v_kinds, p_queues, p_n, v_skip);
+    v_kinds := ARRAY(SELECT unnest(v_kinds) EXCEPT
+                     SELECT b.kind FROM skiplock.breakers b
+                      WHERE b.kind = ANY (v_kinds) AND b.state <> 'closed');
+  END IF;
+  IF EXISTS (SELECT 1 FROM skiplock.limits x WHERE x.kind = ANY (v_kinds)) THEN
+    SELECT claim_take.ids || c.ids, c.started_at, c.wait_until INTO ids, started_at, wait_until
+      FROM skiplock_internal.claim_limited(v_kinds, p_queues, v_skip,
+                                  p_n - cardinality(claim_take.ids)) c;
+    v_kinds := ARRAY(SELECT unnest(v_kinds) EXCEPT SELECT x.kind FROM skiplock.limits x);
+    p_after_id := NULL; -- the keyset mark is of a claim of every kind
+  END IF;
+  v_m := p_n - cardinality(ids);
+  IF v_m > 0 AND cardinality(v_kinds) > 0 AND p_after_id IS NULL THEN
+    ids := ids || ARRAY(
+      SELECT j.id FROM skiplock.jobs j
+       WHERE j.state = 'available' AND j.run_at <= now()
+         AND (p_queues IS NULL OR j.queue = ANY (p_queues)) AND j.kind = ANY (v_kinds)
+         AND j.queue <> ALL (v_skip)
+       ORDER BY j.priority DESC, j.run_at, j.id LIMIT v_m FOR UPDATE SKIP LOCKED);
+    IF cardinality(ids) = 0 AND p_n > 0 THEN
+      PERFORM skiplock.worker_idle(p_owner, p_kinds, p_queues);
+    END IF;
+  ELSIF v_m > 0 AND cardinality(v_kinds) > 0 THEN
+    v_after := timestamptz 'epoch' + p_after_run_at_us * interval '1 microsecond';
+    ids := ids || ARRAY(
+      SELECT a.id FROM (
+        SELECT j.id FROM skiplock.jobs j
+         WHERE j.state = 'available' AND j.run_at <= now()
+           AND (p_queues IS NULL OR j.queue = ANY (p_queues)) AND j.kind = ANY (v_kinds)
+           AND j.queue <> ALL (v_skip)
+           AND j.priority = p_after_priority AND (j.run_at, j.id) > (v_after, p_after_id)
+         ORDER BY j.priority DESC, j.run_at, j.id LIMIT v_m FOR UPDATE SKIP LOCKED) a
+      UNION ALL
+      SELECT b.id FROM (
+        SELECT j.id FROM skiplock.jobs j
+         WHERE j.state = 'available' AND j.run_at <= now()
+           AND (p_queues IS NULL OR j.queue = ANY (p_queues)) AND j.kind = ANY (v_kinds)
+           AND j.queue <> ALL (v_skip)
+           AND j.priority < p_after_priority
+         ORDER BY j.priority DESC, j.run_at, j.id LIMIT v_m FOR UPDATE SKIP LOCKED) b
+      LIMIT v_m);
+  ELSIF cardinality(ids) = 0 AND p_n > 0 THEN
+    PERFORM skiplock.worker_idle(p_owner, p_kinds, p_queues);
+  END IF;
+END
+$$;
+
+COMMENT ON FUNCTION skiplock_internal.claim_take(p_owner text, p_kinds text[], p_queues text[], p_n integer, p_lease interval, p_after_priority integer, p_after_run_at_us bigint, p_after_id bigint, OUT ids bigint[], OUT started_at timestamp with time zone, OUT wait_until timestamp with time zone) IS 'Internal: the ids a claim takes (breaker probes, the room of limited kinds, then due jobs in claim order), locked SKIP LOCKED, the start time to stamp on them, and when a limit that held jobs back may next have room; record_claim leases them.';
+
+CREATE FUNCTION skiplock_internal.complete_p1(id bigint, fencing bigint, result jsonb DEFAULT NULL::jsonb) RETURNS text
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $_$ BEGIN RETURN (SELECT skiplock.complete($1, $2, $3)); END $_$;
+
+COMMENT ON FUNCTION skiplock_internal.complete_p1(id bigint, fencing bigint, result jsonb) IS 'Internal: protocol 1''s complete, renamed by step 0027 for the statements in flight as it committed; calls the new one.';
+
+CREATE FUNCTION skiplock_internal.count_for_breakers(kinds text[], outcomes text[]) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+  v_t record;
+  v_b skiplock.breakers;
+  v_n skiplock.breakers;
+BEGIN
+  IF skiplock_internal.is_distributed() THEN
+    IF NOT EXISTS (SELECT 1 FROM skiplock.breakers x WHERE x.kind = ANY (count_for_breakers.kinds))
+    THEN
+      RETURN;
+    END IF;
+    FOR v_t IN SELECT u.kind, (count(*) FILTER (WHERE u.outcome = 'ok'))::int AS ok,
+                    (count(*) FILTER (WHERE u.outcome IN ('retry', 'fail')))::int AS bad
+               FROM unnest(count_for_breakers.kinds, count_for_breakers.outcomes)
+                    AS u(kind, outcome)
+              GROUP BY u.kind ORDER BY u.kind LOOP
+      CONTINUE WHEN v_t.ok = 0 AND v_t.bad = 0;
+      SELECT * INTO v_b FROM skiplock.breakers x WHERE x.kind = v_t.kind FOR UPDATE;
+      CONTINUE WHEN NOT FOUND;
+      v_n := skiplock_internal.breaker_step(v_b, v_t.ok, v_t.bad);
+      UPDATE skiplock.breakers x
+         SET state = v_n.state, prev_state = v_n.prev_state, calls = v_n.calls,
+             failures = v_n.failures, window_started_at = v_n.window_started_at,
+             probe_ok = v_n.probe_ok, open_until = v_n.open_until, changed_at = v_n.changed_at
+       WHERE x.kind = v_t.kind;
+      IF v_n.prev_state <> v_n.state THEN
+        INSERT INTO skiplock.breaker_events (kind, from_state, to_state, reason)
+        VALUES (v_t.kind, v_n.prev_state, v_n.state,
+                CASE WHEN v_n.state = 'closed' THEN 'probes succeeded'
+                     WHEN v_n.prev_state = 'half_open' THEN 'a probe failed'
+                     ELSE format('%s of %s calls failed', v_n.failures, v_n.calls) END);
+      END IF;
+    END LOOP;
+    RETURN;
+  END IF;
+  IF NOT EXISTS (SELECT 1 FROM skiplock.breakers b WHERE b.kind = ANY (count_for_breakers.kinds))
+  THEN
+    RETURN;
+  END IF;
+  WITH tally AS (
+    SELECT t.kind, (count(*) FILTER (WHERE t.outcome = 'ok'))::int AS ok,
+           (count(*) FILTER (WHERE t.outcome IN ('retry', 'fail')))::int AS bad
+      FROM unnest(count_for_breakers.kinds, count_for_breakers.outcomes) AS t(kind, outcome)
+     GROUP BY t.kind),
+  stepped AS (
+    UPDATE skiplock.breakers b
+       SET (state, prev_state, calls, failures, window_started_at, probe_ok, open_until,
+            changed_at) = (SELECT x.state, x.prev_state, x.calls, x.failures,
+                                  x.window_started_at, x.probe_ok, x.open_until, x.changed_at
+                             FROM skiplock_internal.breaker_step(b, t.ok, t.bad) x)
+      FROM tally t WHERE b.kind = t.kind AND (t.ok > 0 OR t.bad > 0)
+    RETURNING b.kind, b.prev_state, b.state, b.calls, b.failures)
+  INSERT INTO skiplock.breaker_events (kind, from_state, to_state, reason)
+  SELECT s.kind, s.prev_state, s.state,
+         CASE WHEN s.state = 'closed' THEN 'probes succeeded'
+              WHEN s.prev_state = 'half_open' THEN 'a probe failed'
+              ELSE format('%s of %s calls failed', s.failures, s.calls) END
+    FROM stepped s WHERE s.prev_state <> s.state;
+END
+$$;
+
+COMMENT ON FUNCTION skiplock_internal.count_for_breakers(kinds text[], outcomes text[]) IS 'Internal: count recorded outcomes per kind into the circuit breakers of those kinds, with their transitions.';
+
+CREATE FUNCTION skiplock_internal.cron_duration_ms(s text, OUT ms bigint, OUT error text) RETURNS record
+    LANGUAGE plpgsql IMMUTABLE
+    AS $$
+DECLARE
+  maxv CONSTANT bigint := 100::bigint * 365 * 86400000;
+  total bigint := 0;
+  p int := 0;
+  len int := length(s);
+  n bigint;
+  u text;
+  per bigint;
+BEGIN
+  IF len = 0 THEN
+    error := 'empty duration';
+    RETURN;
+  END IF;
+  WHILE p < len LOOP
+    IF NOT substr(s, p + 1, 1) BETWEEN '0' AND '9' THEN
+      error := format('invalid duration "%s": expected a number at "%s"', s, substr(s, p + 1));
+      RETURN;
+    END IF;
+    n := 0;
+    WHILE substr(s, p + 1, 1) BETWEEN '0' AND '9' LOOP
+      n := n * 10 + ascii(substr(s, p + 1, 1)) - 48;
+      p := p + 1;
+      IF n > maxv THEN
+        error := format('duration "%s" is too large', s);
+        RETURN;
+      END IF;
+    END LOOP;
+    u := substring(substr(s, p + 1) FROM '^[A-Za-z]*');
+    per := CASE WHEN u = '' THEN CASE WHEN p = len AND total = 0 THEN 1000 ELSE -1 END
+                WHEN u = 'ms' THEN 1 WHEN u IN ('s', 'sec') THEN 1000
+                WHEN u IN ('m', 'min') THEN 60000 WHEN u = 'h' THEN 3600000
+                WHEN u = 'd' THEN 86400000 ELSE -1 END;
+    IF per < 0 THEN
+      error := format('invalid duration "%s": unknown or missing unit at "%s" (use ms, s, m, h or d)',
+                      s, substr(s, p + 1));
+      RETURN;
+    END IF;
+    IF n > maxv / per OR total + n * per > maxv THEN
+      error := format('duration "%s" is too large', s);
+      RETURN;
+    END IF;
+    total := total + n * per;
+    p := p + length(u);
+  END LOOP;
+  ms := total;
+END
+$$;
+
+COMMENT ON FUNCTION skiplock_internal.cron_duration_ms(s text, OUT ms bigint, OUT error text) IS 'Internal: a duration such as 1h30m as milliseconds, or the error of a bad one.';
+
+CREATE FUNCTION skiplock_internal.cron_every(s text, p integer) RETURNS skiplock.cron_fields
+    LANGUAGE plpgsql IMMUTABLE
+    AS $$
+DECLARE
+  len int := length(s);
+  n int := 0;
+  rest int;
+  d record;
+BEGIN
+  p := p + 6;
+  IF substr(s, p + 1, 1) NOT IN (' ', E'\t') OR p >= len THEN
+    PERFORM skiplock_internal.cron_fail(s, -1, p, 'expected a duration after @every');
+  END IF;
+  WHILE substr(s, p + 1, 1) IN (' ', E'\t') LOOP
+    p := p + 1;
+  END LOOP;
+  WHILE p + n < len AND substr(s, p + n + 1, 1) NOT IN (' ', E'\t') LOOP
+    n := n + 1;
+  END LOOP;
+  rest := p + n;
+  WHILE substr(s, rest + 1, 1) IN (' ', E'\t') LOOP
+    rest := rest + 1;
+  END LOOP;
+  IF n = 0 OR rest < len THEN
+    PERFORM skiplock_internal.cron_fail(s, -1, CASE WHEN n > 0 THEN rest ELSE p END,
+                               'expected one duration after @every');
+  END IF;
+  d := skiplock_internal.cron_duration_ms(substr(s, p + 1, least(n, 63)));
+  IF d.error IS NOT NULL THEN
+    PERFORM skiplock_internal.cron_fail(s, -1, p, d.error);
+  END IF;
+  IF d.ms < 1000 OR d.ms % 1000 <> 0 THEN
+    PERFORM skiplock_internal.cron_fail(s, -1, p, '@every needs whole seconds, at least 1s');
+  END IF;
+  RETURN (0, 0, 0, 0, 0, false, false, d.ms / 1000)::skiplock.cron_fields;
+END
+$$;
+
+COMMENT ON FUNCTION skiplock_internal.cron_every(s text, p integer) IS 'Internal: an @every expression''s period, whole seconds, at least 1s.';
+
+CREATE FUNCTION skiplock_internal.cron_fail(p_text text, p_field integer, p_pos integer, p_what text) RETURNS void
+    LANGUAGE plpgsql IMMUTABLE
+    AS $$
+BEGIN
+  RAISE EXCEPTION USING ERRCODE = '22023',
+    MESSAGE = format('invalid cron expression "%s": %scharacter %s: %s', p_text,
+                     CASE WHEN p_field >= 0
+                          THEN (ARRAY['minute', 'hour', 'day-of-month', 'month',
+                                      'day-of-week'])[p_field + 1] || ' field, '
+                          ELSE '' END, p_pos + 1, p_what);
+END
+$$;
+
+COMMENT ON FUNCTION skiplock_internal.cron_fail(p_text text, p_field integer, p_pos integer, p_what text) IS 'Internal: raises 22023 for a bad cron expression, naming the field and the character.';
+
+CREATE FUNCTION skiplock_internal.cron_fields_at(s text, p integer) RETURNS skiplock.cron_fields
+    LANGUAGE plpgsql IMMUTABLE
+    AS $$
+DECLARE
+  len int := length(s);
+  bits bigint[] := ARRAY[0, 0, 0, 0, 0];
+  star boolean[] := ARRAY[false, false, false, false, false];
+  dom_at int := 0;
+  fend int;
+  r record;
+  f skiplock.cron_fields;
+  max_days int[] := ARRAY[31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31];
+  days_exist boolean := false;
+BEGIN
+  FOR i IN 0..4 LOOP
+    WHILE substr(s, p + 1, 1) IN (' ', E'\t') LOOP
+      p := p + 1;
+    END LOOP;
+    IF p >= len THEN
+      PERFORM skiplock_internal.cron_fail(s, -1, p, format('expected 5 fields (minute hour day-of-month '
+                                 'month day-of-week), found %s', i));
+    END IF;
+    fend := p;
+    WHILE fend < len AND substr(s, fend + 1, 1) NOT IN (' ', E'\t') LOOP
+      fend := fend + 1;
+    END LOOP;
+    IF i = 2 THEN
+      dom_at := p;
+    END IF;
+    star[i + 1] := substr(s, p + 1, 1) = '*';
+    LOOP
+      r := skiplock_internal.cron_item(s, p, fend, i);
+      bits[i + 1] := bits[i + 1] | r.bits;
+      p := r.after;
+      EXIT WHEN p = fend;
+      IF substr(s, p + 1, 1) <> ',' THEN
+        PERFORM skiplock_internal.cron_fail(s, i, p, format('unexpected character ''%s''',
+                                                   substr(s, p + 1, 1)));
+      END IF;
+      p := p + 1;
+      IF p = fend THEN
+        PERFORM skiplock_internal.cron_fail(s, i, p - 1, 'list ends with '',''');
+      END IF;
+    END LOOP;
+  END LOOP;
+  WHILE substr(s, p + 1, 1) IN (' ', E'\t') LOOP
+    p := p + 1;
+  END LOOP;
+  IF p < len THEN
+    PERFORM skiplock_internal.cron_fail(s, -1, p, 'unexpected sixth field (seconds and years are not supported)');
+  END IF;
+  f := (bits[1], bits[2], bits[3], bits[4], bits[5], star[3], star[5], 0);
+  FOR m IN 1..12 LOOP
+    CONTINUE WHEN (f.month >> m) & 1 = 0;
+    days_exist := days_exist OR (f.dom & ((2::bigint << max_days[m]) - 2)) <> 0;
+  END LOOP;
+  IF (f.dom_star OR f.dow_star) AND NOT days_exist THEN
+    PERFORM skiplock_internal.cron_fail(s, 2, dom_at, 'never fires: no selected month has any of the selected days');
+  END IF;
+  RETURN f;
+END
+$$;
+
+COMMENT ON FUNCTION skiplock_internal.cron_fields_at(s text, p integer) IS 'Internal: the five fields of a cron expression, checked that some day matches.';
+
+CREATE FUNCTION skiplock_internal.cron_fire(names text[], lasts timestamp with time zone[], nexts timestamp with time zone[], kinds text[], payloads jsonb[], queues text[], fires timestamp with time zone[], priorities integer[], keys text[], attempts integer[]) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+  UPDATE skiplock.schedules x
+     SET last_fire = coalesce(u.last_fire, x.last_fire), next_fire = u.next_fire,
+         updated_at = now()
+    FROM unnest(names, lasts, nexts) AS u(name, last_fire, next_fire)
+   WHERE x.name = u.name;
+  IF cardinality(fires) > 0 THEN
+    PERFORM skiplock.enqueue_many(NULL, kinds, payloads, queues, fires, NULL, priorities, keys,
+                                  attempts, NULL, NULL, NULL);
+  END IF;
+END
+$$;
+
+COMMENT ON FUNCTION skiplock_internal.cron_fire(names text[], lasts timestamp with time zone[], nexts timestamp with time zone[], kinds text[], payloads jsonb[], queues text[], fires timestamp with time zone[], priorities integer[], keys text[], attempts integer[]) IS 'Internal: moves planned schedules on and enqueues their fire times under cron:NAME:<fire time>, all or nothing.';
+
+CREATE FUNCTION skiplock_internal.cron_item(s text, p integer, lim integer, field integer, OUT bits bigint, OUT after integer) RETURNS record
+    LANGUAGE plpgsql IMMUTABLE
+    AS $$
+DECLARE
+  lo int := (ARRAY[0, 0, 1, 1, 0])[field + 1];
+  hi int := (ARRAY[59, 23, 31, 12, 7])[field + 1];
+  fhi int := hi;
+  step int := 1;
+  single boolean := false;
+  item int := p;
+  at int;
+  acc bigint := 0;
+  r record;
+BEGIN
+  after := p;
+  IF substr(s, p + 1, 1) = '*' THEN
+    after := p + 1;
+  ELSE
+    r := skiplock_internal.cron_value(s, after, lim, field);
+    lo := r.v; hi := r.v; after := r.after; single := true;
+    IF after < lim AND substr(s, after + 1, 1) = '-' THEN
+      after := after + 1;
+      at := after;
+      IF after = lim THEN
+        PERFORM skiplock_internal.cron_fail(s, field, at, 'range without an end');
+      END IF;
+      r := skiplock_internal.cron_value(s, after, lim, field);
+      hi := r.v; after := r.after;
+      IF hi < lo THEN
+        PERFORM skiplock_internal.cron_fail(s, field, item,
+          format('range %s-%s runs backwards (wrap-around is not supported)', lo, hi));
+      END IF;
+      single := false;
+    END IF;
+  END IF;
+  IF after < lim AND substr(s, after + 1, 1) = '/' THEN
+    after := after + 1;
+    at := after;
+    WHILE after < lim AND substr(s, after + 1, 1) BETWEEN '0' AND '9' LOOP
+      acc := acc * 10 + ascii(substr(s, after + 1, 1)) - 48;
+      after := after + 1;
+      EXIT WHEN acc > 9999;
+    END LOOP;
+    IF after = at THEN
+      PERFORM skiplock_internal.cron_fail(s, field, at, 'step must be a number');
+    END IF;
+    IF acc < 1 OR acc > fhi THEN
+      PERFORM skiplock_internal.cron_fail(s, field, at, format('step %s is out of range 1-%s', acc, fhi));
+    END IF;
+    step := acc;
+    IF single THEN
+      hi := CASE WHEN fhi = 7 THEN 6 ELSE fhi END;
+    END IF;
+  END IF;
+  bits := 0;
+  FOR v IN lo..hi BY step LOOP
+    bits := bits | (1::bigint << CASE WHEN field = 4 AND v = 7 THEN 0 ELSE v END);
+  END LOOP;
+END
+$$;
+
+COMMENT ON FUNCTION skiplock_internal.cron_item(s text, p integer, lim integer, field integer, OUT bits bigint, OUT after integer) IS 'Internal: one item of a cron field''s list (*, N, N-M, with /S) as bits.';
+
+CREATE FUNCTION skiplock_internal.cron_match_from(f skiplock.cron_fields, l timestamp without time zone, lim timestamp without time zone) RETURNS timestamp without time zone
+    LANGUAGE plpgsql IMMUTABLE
+    AS $$
+DECLARE
+  m int;
+  d int;
+  wd int;
+  h int;
+  mi int;
+  later bigint;
+  dm boolean;
+  wm boolean;
+BEGIN
+  WHILE l <= lim LOOP
+    m := extract(month FROM l);
+    IF (f.month >> m) & 1 = 0 THEN
+      l := date_trunc('month', l) + interval '1 month';
+      CONTINUE;
+    END IF;
+    d := extract(day FROM l);
+    wd := extract(dow FROM l);
+    dm := (f.dom >> d) & 1 = 1;
+    wm := (f.dow >> wd) & 1 = 1;
+    IF NOT (CASE WHEN f.dom_star OR f.dow_star THEN dm AND wm ELSE dm OR wm END) THEN
+      l := date_trunc('day', l) + interval '1 day';
+      CONTINUE;
+    END IF;
+    h := extract(hour FROM l);
+    mi := extract(minute FROM l);
+    later := f.minute >> mi << mi;
+    IF (f.hour >> h) & 1 = 0 OR later = 0 THEN
+      l := date_trunc('hour', l) + interval '1 hour';
+      CONTINUE;
+    END IF;
+    -- the lowest set bit of later: its minute
+    RETURN date_trunc('hour', l)
+           + make_interval(mins => position('1' IN reverse(later::bit(64)::text)) - 1);
+  END LOOP;
+  RETURN NULL;
+END
+$$;
+
+COMMENT ON FUNCTION skiplock_internal.cron_match_from(f skiplock.cron_fields, l timestamp without time zone, lim timestamp without time zone) IS 'Internal: the first local time at or after l that a parsed expression matches, up to lim.';
+
+CREATE FUNCTION skiplock_internal.cron_next_of(f skiplock.cron_fields, zone text, after timestamp with time zone) RETURNS timestamp with time zone
+    LANGUAGE plpgsql STABLE
+    AS $$
+DECLARE
+  t_max CONSTANT timestamptz := timestamptz '9999-12-31 23:59:59+00';
+  a bigint := floor(extract(epoch FROM after));
+  local timestamp;
+  lim timestamp;
+  l timestamp;
+  t timestamptz;
+BEGIN
+  IF f.every > 0 THEN
+    t := to_timestamp((floor(a::numeric / f.every) + 1) * f.every);
+    RETURN CASE WHEN t <= t_max THEN t END;
+  END IF;
+  after := to_timestamp(a);
+  local := after AT TIME ZONE zone;
+  l := date_trunc('minute', local) + interval '1 minute';
+  lim := local + interval '36600 days';
+  LOOP
+    l := skiplock_internal.cron_match_from(f, l, lim);
+    EXIT WHEN l IS NULL;
+    t := skiplock_internal.cron_resolve(l, zone);
+    IF t > after THEN
+      RETURN CASE WHEN t <= t_max THEN t END;
+    END IF;
+    -- inside a repeated hour: its first occurrence came before `after`
+    l := l + interval '1 minute';
+  END LOOP;
+  RETURN NULL;
+END
+$$;
+
+COMMENT ON FUNCTION skiplock_internal.cron_next_of(f skiplock.cron_fields, zone text, after timestamp with time zone) IS 'Internal: the first fire time of a parsed expression after an instant; NULL when none.';
+
+CREATE FUNCTION skiplock_internal.cron_parse(expression text) RETURNS skiplock.cron_fields
+    LANGUAGE plpgsql IMMUTABLE
+    AS $$
+DECLARE
+  s text := expression;
+  p int := 0;
+  n int := 0;
+  bad int;
+  word text;
+  macros CONSTANT text[][] := ARRAY[['@yearly', '0 0 1 1 *'], ['@annually', '0 0 1 1 *'],
+                                    ['@monthly', '0 0 1 * *'], ['@weekly', '0 0 * * 0'],
+                                    ['@daily', '0 0 * * *'], ['@midnight', '0 0 * * *'],
+                                    ['@hourly', '0 * * * *']];
+BEGIN
+  IF s IS NULL THEN
+    RAISE EXCEPTION 'cron expression is NULL' USING ERRCODE = '22004';
+  END IF;
+  IF octet_length(s) > 256 THEN
+    RAISE EXCEPTION 'cron expression is % bytes, over the limit of 256', octet_length(s)
+      USING ERRCODE = '22023';
+  END IF;
+  bad := (regexp_match(s, '[^\t\x20-\x7e]') IS NOT NULL)::int;
+  IF bad = 1 THEN
+    -- the C parser counts bytes: the byte offset of the first bad character
+    bad := octet_length(substring(s FROM '^[\t\x20-\x7e]*'));
+    PERFORM skiplock_internal.cron_fail(s, -1, bad, 'unexpected control or non-ASCII character');
+  END IF;
+  WHILE substr(s, p + 1, 1) IN (' ', E'\t') LOOP
+    p := p + 1;
+  END LOOP;
+  IF substr(s, p + 1, 1) <> '@' THEN
+    RETURN skiplock_internal.cron_fields_at(s, p);
+  END IF;
+  WHILE p + n < length(s) AND substr(s, p + n + 1, 1) NOT IN (' ', E'\t') LOOP
+    n := n + 1;
+  END LOOP;
+  word := substr(s, p + 1, n);
+  IF word = '@every' THEN
+    RETURN skiplock_internal.cron_every(s, p);
+  END IF;
+  FOR i IN 1..7 LOOP
+    CONTINUE WHEN lower(word) <> macros[i][1];
+    n := p + n;
+    WHILE substr(s, n + 1, 1) IN (' ', E'\t') LOOP
+      n := n + 1;
+    END LOOP;
+    IF n < length(s) THEN
+      PERFORM skiplock_internal.cron_fail(s, -1, n, 'unexpected text after ' || macros[i][1]);
+    END IF;
+    RETURN skiplock_internal.cron_fields_at(macros[i][2], 0);
+  END LOOP;
+  PERFORM skiplock_internal.cron_fail(s, -1, p, format('unknown macro "%s" (expected @yearly, @monthly, '
+                             '@weekly, @daily, @hourly or @every DUR)', left(word, 20)));
+  RETURN NULL;
+END
+$$;
+
+COMMENT ON FUNCTION skiplock_internal.cron_parse(expression text) IS 'Internal: a cron expression parsed, or 22023 naming the field and character that are wrong.';
+
+CREATE FUNCTION skiplock_internal.cron_plan(f skiplock.cron_fields, zone text, cursor timestamp with time zone, now timestamp with time zone, policy text, bound integer, grace_s bigint) RETURNS skiplock.cron_plan
+    LANGUAGE plpgsql STABLE
+    AS $$
+DECLARE
+  p skiplock.cron_plan := (false, false, cursor, '{}', NULL);
+  first timestamptz := skiplock_internal.cron_next_of(f, zone, cursor);
+  max int;
+  span bigint := 64;
+  lo timestamptz;
+  t timestamptz;
+  found timestamptz[];
+BEGIN
+  IF first IS NULL THEN
+    RETURN p;
+  END IF;
+  IF first > now THEN
+    p.next := first;
+    RETURN p;
+  END IF;
+  p.any_due := true;
+  p.behind := extract(epoch FROM now - first) > grace_s;
+  max := CASE WHEN NOT p.behind OR policy = 'all' THEN greatest(bound, 1) ELSE 1 END;
+  LOOP
+    lo := greatest(cursor, now - make_interval(secs => span));
+    found := '{}';
+    t := skiplock_internal.cron_next_of(f, zone, lo);
+    WHILE t IS NOT NULL AND t <= now LOOP
+      found := found || t;
+      t := skiplock_internal.cron_next_of(f, zone, t);
+    END LOOP;
+    EXIT WHEN cardinality(found) >= max OR lo = cursor;
+    span := span * 4;
+  END LOOP;
+  found := found[greatest(cardinality(found) - max + 1, 1):];
+  p.newest := found[cardinality(found)];
+  p.fires := CASE WHEN p.behind AND policy = 'none' THEN '{}' ELSE found END;
+  p.next := skiplock_internal.cron_next_of(f, zone, p.newest);
+  RETURN p;
+END
+$$;
+
+COMMENT ON FUNCTION skiplock_internal.cron_plan(f skiplock.cron_fields, zone text, cursor timestamp with time zone, now timestamp with time zone, policy text, bound integer, grace_s bigint) IS 'Internal: one evaluation of a schedule: its due fire times with the catch-up policy applied, and the next.';
+
+CREATE FUNCTION skiplock_internal.cron_resolve(local timestamp without time zone, zone text) RETURNS timestamp with time zone
+    LANGUAGE plpgsql STABLE
+    AS $$
+DECLARE
+  t timestamptz := local AT TIME ZONE zone;
+  back timestamp := t AT TIME ZONE zone;
+  lo timestamptz;
+  hi timestamptz;
+  mid timestamptz;
+  early timestamptz;
+BEGIN
+  IF back <> local THEN
+    -- in a gap: its end lies in (local - offset after, t]
+    lo := local AT TIME ZONE 'UTC' - (back - (t AT TIME ZONE 'UTC'));
+    hi := t;
+    WHILE hi - lo > interval '1 second' LOOP
+      mid := lo + date_trunc('second', (hi - lo) / 2);
+      IF (mid AT TIME ZONE zone) >= local THEN
+        hi := mid;
+      ELSE
+        lo := mid;
+      END IF;
+    END LOOP;
+    RETURN hi;
+  END IF;
+  -- an earlier occurrence exists when the offset a day before was larger
+  early := local AT TIME ZONE 'UTC' - (((t - interval '1 day') AT TIME ZONE zone)
+                                      - ((t - interval '1 day') AT TIME ZONE 'UTC'));
+  IF early < t AND (early AT TIME ZONE zone) = local THEN
+    RETURN early;
+  END IF;
+  RETURN t;
+END
+$$;
+
+COMMENT ON FUNCTION skiplock_internal.cron_resolve(local timestamp without time zone, zone text) IS 'Internal: a local time in a zone as an instant: a skipped time at the end of its gap, a repeated one at its first occurrence.';
+
+CREATE FUNCTION skiplock_internal.cron_value(s text, p integer, lim integer, field integer, OUT v integer, OUT after integer) RETURNS record
+    LANGUAGE plpgsql IMMUTABLE
+    AS $$
+DECLARE
+  lo int := (ARRAY[0, 0, 1, 1, 0])[field + 1];
+  hi int := (ARRAY[59, 23, 31, 12, 7])[field + 1];
+  names text[] := CASE field WHEN 3 THEN ARRAY['jan', 'feb', 'mar', 'apr', 'may', 'jun',
+                                               'jul', 'aug', 'sep', 'oct', 'nov', 'dec']
+                             WHEN 4 THEN ARRAY['sun', 'mon', 'tue', 'wed', 'thu', 'fri',
+                                               'sat'] END;
+  c text := substr(s, p + 1, 1);
+  n int := 0;
+  word text;
+  acc bigint := 0;
+BEGIN
+  IF c BETWEEN '0' AND '9' THEN
+    after := p;
+    WHILE after < lim AND substr(s, after + 1, 1) BETWEEN '0' AND '9' LOOP
+      acc := acc * 10 + ascii(substr(s, after + 1, 1)) - 48;
+      after := after + 1;
+      IF acc > 9999 THEN
+        PERFORM skiplock_internal.cron_fail(s, field, p, 'number too large');
+      END IF;
+    END LOOP;
+    IF acc < lo OR acc > hi THEN
+      PERFORM skiplock_internal.cron_fail(s, field, p, format('%s is out of range %s-%s', acc, lo, hi));
+    END IF;
+    v := acc;
+    RETURN;
+  END IF;
+  IF NOT (c BETWEEN 'a' AND 'z' OR c BETWEEN 'A' AND 'Z') THEN
+    PERFORM skiplock_internal.cron_fail(s, field, p, format('unexpected character ''%s'' (expected a number%s)',
+                               c, CASE WHEN names IS NULL THEN '' ELSE ' or a name' END));
+  END IF;
+  WHILE p + n < lim AND (substr(s, p + n + 1, 1) BETWEEN 'a' AND 'z'
+                         OR substr(s, p + n + 1, 1) BETWEEN 'A' AND 'Z') LOOP
+    n := n + 1;
+  END LOOP;
+  word := substr(s, p + 1, n);
+  IF names IS NOT NULL AND n = 3 AND lower(word) = ANY (names) THEN
+    v := array_position(names, lower(word)) - 1 + CASE field WHEN 3 THEN 1 ELSE 0 END;
+    after := p + 3;
+    RETURN;
+  END IF;
+  IF n = 1 AND upper(c) IN ('L', 'W') THEN
+    PERFORM skiplock_internal.cron_fail(s, field, p, format('''%s'' is not supported (Vixie cron syntax only)', c));
+  END IF;
+  PERFORM skiplock_internal.cron_fail(s, field, p, format('unknown name "%s"%s', left(word, 20),
+    CASE field WHEN 3 THEN ' (expected jan..dec)' WHEN 4 THEN ' (expected sun..sat)'
+               ELSE ' (this field takes numbers only)' END));
+END
+$$;
+
+COMMENT ON FUNCTION skiplock_internal.cron_value(s text, p integer, lim integer, field integer, OUT v integer, OUT after integer) IS 'Internal: a number or a month or weekday name in a cron field.';
+
+CREATE FUNCTION skiplock_internal.deps_attach(p_child bigint, p_run_at timestamp with time zone, p_policy text, p_report boolean, p_parents bigint[]) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+  v_ids bigint[];
+  v_states text[];
+BEGIN
+  INSERT INTO skiplock.job_waits (child_id, run_at, on_parent_failure, report, parents, waiting)
+  VALUES (p_child, p_run_at, p_policy, p_report, cardinality(p_parents), cardinality(p_parents));
+  INSERT INTO skiplock.job_deps (parent_id, child_id)
+  SELECT p, p_child FROM unnest(p_parents) p;
+  SELECT array_agg(f.id), array_agg(f.state) INTO v_ids, v_states
+    FROM skiplock.finished_jobs f
+   WHERE f.id = ANY (p_parents) AND NOT EXISTS (SELECT 1 FROM skiplock.jobs j WHERE j.id = f.id);
+  IF v_ids IS NOT NULL THEN
+    PERFORM skiplock_internal.deps_resolve(v_ids, v_states);
+  END IF;
+END
+$$;
+
+COMMENT ON FUNCTION skiplock_internal.deps_attach(p_child bigint, p_run_at timestamp with time zone, p_policy text, p_report boolean, p_parents bigint[]) IS 'Internal: records what a new job waits for (job_waits, job_deps); parents already finished count at once.';
+
+CREATE FUNCTION skiplock_internal.deps_parents(p_ids bigint[], p_keys text[]) RETURNS bigint[]
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+  v_ids bigint[];
+  v_key text;
+  v_id bigint;
+  v_missing bigint;
+BEGIN
+  IF coalesce(cardinality(p_ids), 0) + coalesce(cardinality(p_keys), 0) > 1000 THEN
+    RAISE EXCEPTION 'depends_on: at most 1000 parents' USING ERRCODE = '22023';
+  END IF;
+  IF array_position(p_ids, NULL) IS NOT NULL OR array_position(p_keys, NULL) IS NOT NULL THEN
+    RAISE EXCEPTION 'depends_on: a parent id or key must not be NULL' USING ERRCODE = '22004';
+  END IF;
+  v_ids := coalesce(p_ids, '{}');
+  FOREACH v_key IN ARRAY coalesce(p_keys, '{}') LOOP
+    v_id := coalesce(
+      (SELECT j.id FROM skiplock.jobs j
+        WHERE j.unique_key = v_key AND j.state IN ('available', 'running') LIMIT 1),
+      (SELECT f.id FROM skiplock.finished_jobs f WHERE f.unique_key = v_key
+        ORDER BY f.id DESC LIMIT 1));
+    IF v_id IS NULL THEN
+      RAISE EXCEPTION 'depends_on_keys: no job holds the unique key %', v_key
+        USING ERRCODE = '23503',
+              HINT = 'A parent must exist first: live, or finished and kept by retention.';
+    END IF;
+    v_ids := v_ids || v_id;
+  END LOOP;
+  v_ids := ARRAY(SELECT DISTINCT u FROM unnest(v_ids) u ORDER BY u);
+  PERFORM 1 FROM skiplock.jobs j WHERE j.id = ANY (v_ids) FOR KEY SHARE OF j;
+  SELECT u INTO v_missing FROM unnest(v_ids) u
+   WHERE NOT EXISTS (SELECT 1 FROM skiplock.jobs j WHERE j.id = u)
+     AND NOT EXISTS (SELECT 1 FROM skiplock.finished_jobs f WHERE f.id = u)
+   LIMIT 1;
+  IF FOUND THEN
+    RAISE EXCEPTION 'depends_on: job % does not exist', v_missing
+      USING ERRCODE = '23503',
+            HINT = 'A parent must exist first: live, or finished and kept by retention.';
+  END IF;
+  RETURN v_ids;
+END
+$$;
+
+COMMENT ON FUNCTION skiplock_internal.deps_parents(p_ids bigint[], p_keys text[]) IS 'Internal: the parent ids a child names (ids and unique keys), live ones locked FOR KEY SHARE; 23503 for a parent neither live nor kept, 22023/22004 for bad lists.';
+
+CREATE FUNCTION skiplock_internal.deps_resolve(p_ids bigint[], p_states text[]) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+  v_ids bigint[] := p_ids;
+  v_states text[] := p_states;
+  v_free bigint[];
+  v_doomed bigint[];
+  v_moved record;
+BEGIN
+  WHILE coalesce(cardinality(v_ids), 0) > 0 LOOP
+    -- an ended job waits for nothing any more
+    DELETE FROM skiplock.job_waits w WHERE w.child_id = ANY (v_ids);
+    WITH closed AS (
+      DELETE FROM skiplock.job_deps d USING unnest(v_ids, v_states) AS f(id, state)
+       WHERE d.parent_id = f.id
+      RETURNING d.child_id, f.state),
+    counted AS (
+      SELECT c.child_id, count(*) AS n,
+             count(*) FILTER (WHERE c.state = 'completed') AS ok,
+             count(*) FILTER (WHERE c.state = 'discarded') AS disc,
+             count(*) FILTER (WHERE c.state = 'cancelled') AS canc
+        FROM closed c GROUP BY c.child_id),
+    waits AS (
+      UPDATE skiplock.job_waits w
+         SET waiting = w.waiting - c.n, completed = w.completed + c.ok,
+             discarded = w.discarded + c.disc, cancelled = w.cancelled + c.canc
+        FROM counted c WHERE w.child_id = c.child_id
+      RETURNING w.child_id, w.waiting,
+                w.on_parent_failure = 'cancel' AND w.discarded + w.cancelled > 0 AS doomed)
+    SELECT array_agg(x.child_id) FILTER (WHERE x.waiting = 0 AND NOT x.doomed),
+           array_agg(x.child_id) FILTER (WHERE x.doomed)
+      INTO v_free, v_doomed FROM waits x;
+    IF v_free IS NOT NULL THEN
+      UPDATE skiplock.jobs j
+         SET run_at = w.run_at,
+             payload = CASE WHEN w.report
+                            THEN j.payload || jsonb_build_object('batch', jsonb_build_object(
+                                   'size', w.parents, 'completed', w.completed,
+                                   'discarded', w.discarded, 'cancelled', w.cancelled))
+                            ELSE j.payload END
+        FROM skiplock.job_waits w
+       WHERE w.child_id = j.id AND j.id = ANY (v_free) AND j.state = 'available'
+         AND j.run_at = skiplock_internal.waiting_run_at();
+      DELETE FROM skiplock.job_waits w WHERE w.child_id = ANY (v_free);
+      PERFORM pg_notify('skiplock_jobs', '');
+    END IF;
+    EXIT WHEN v_doomed IS NULL;
+    -- cancelled by their policy: a parent failed; what waits for them follows
+    UPDATE skiplock.jobs j
+       SET state = 'cancelled', finished_at = now(),
+           errors = skiplock_internal.errors_append(j.errors, j.attempt,
+                      'cancelled: a job it depends on was discarded or cancelled', now())
+     WHERE j.id = ANY (v_doomed) AND j.state = 'available';
+    DELETE FROM skiplock.job_waits w WHERE w.child_id = ANY (v_doomed);
+    SELECT * INTO v_moved FROM skiplock_internal.finish_moved(v_doomed);
+    v_ids := v_moved.ids;
+    v_states := v_moved.states;
+  END LOOP;
+END
+$$;
+
+COMMENT ON FUNCTION skiplock_internal.deps_resolve(p_ids bigint[], p_states text[]) IS 'Internal: closes the dependencies of ended jobs (ids, final states) in the caller''s transaction: children made due when none is left, or cancelled by their policy, iteratively.';
+
+CREATE FUNCTION skiplock_internal.enqueue_many_unchecked(p_token text, p_kinds text[], p_payloads jsonb[], p_queues text[], p_run_ats timestamp with time zone[], p_delays_ms bigint[], p_priorities integer[], p_unique_keys text[], p_max_attempts integer[], p_timeouts integer[], p_backoff_bases integer[], p_backoff_caps integer[], p_backoffs text[] DEFAULT NULL::text[]) RETURNS bigint[]
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+  v_ids bigint[];
+  v_seq regclass := pg_get_serial_sequence('skiplock.jobs', 'id')::regclass;
+  v_keyed boolean := EXISTS (SELECT 1 FROM unnest(p_unique_keys) u WHERE u IS NOT NULL);
+BEGIN
+  IF p_token IS NOT NULL THEN
+    INSERT INTO skiplock.enqueue_tokens (token) VALUES (p_token) ON CONFLICT DO NOTHING;
+    IF NOT FOUND THEN
+      SELECT t.ids INTO v_ids FROM skiplock.enqueue_tokens t WHERE t.token = p_token;
+      RETURN v_ids;
+    END IF;
+  END IF;
+  IF EXISTS (SELECT 1 FROM unnest(p_kinds) k WHERE k IS NULL OR length(k) NOT BETWEEN 1 AND 128)
+  THEN
+    RAISE EXCEPTION 'job kind must be 1 to 128 characters' USING ERRCODE = '22023';
+  END IF;
+  IF NOT v_keyed THEN
+    -- No job has a unique key: nothing can conflict.  Ids first, in input
+    -- order, then one plain INSERT of the zipped arrays.
+    v_ids := ARRAY(SELECT nextval(v_seq) FROM generate_series(1, cardinality(p_kinds)));
+    INSERT INTO skiplock.jobs (id, kind, payload, queue, run_at, priority, max_attempts,
+                               timeout_ms, backoff_base_ms, backoff_cap_ms, backoff)
+    SELECT i, k, coalesce(p, '{}'), coalesce(q, 'default'),
+           coalesce(r, now() + coalesce(d, 0) * interval '1 millisecond'),
+           coalesce(pr, 0), coalesce(m, 25), tmo, bb, bc, bs
+      FROM unnest(v_ids, p_kinds, p_payloads, p_queues, p_run_ats, p_delays_ms, p_priorities,
+                  p_max_attempts, p_timeouts, p_backoff_bases, p_backoff_caps, p_backoffs)
+           AS t(i, k, p, q, r, d, pr, m, tmo, bb, bc, bs);
+  ELSE
+    WITH input AS MATERIALIZED (
+      SELECT t.*, nextval(v_seq) AS nid
+        FROM unnest(p_kinds, p_payloads, p_queues, p_run_ats, p_delays_ms, p_priorities,
+                    p_unique_keys, p_max_attempts, p_timeouts, p_backoff_bases, p_backoff_caps,
+                    p_backoffs)
+             WITH ORDINALITY AS t(k, p, q, r, d, pr, u, m, tmo, bb, bc, bs, ord)
+    ), plain AS (
+      INSERT INTO skiplock.jobs (id, kind, payload, queue, run_at, priority, unique_key,
+                                 max_attempts, timeout_ms, backoff_base_ms, backoff_cap_ms,
+                                 backoff)
+      SELECT nid, k, coalesce(p, '{}'), coalesce(q, 'default'),
+             coalesce(r, now() + coalesce(d, 0) * interval '1 millisecond'),
+             coalesce(pr, 0), NULL, coalesce(m, 25), tmo, bb, bc, bs
+        FROM input WHERE u IS NULL ORDER BY ord
+    ), keyed AS (
+      INSERT INTO skiplock.jobs (id, kind, payload, queue, run_at, priority, unique_key,
+                                 max_attempts, timeout_ms, backoff_base_ms, backoff_cap_ms,
+                                 backoff)
+      SELECT nid, k, coalesce(p, '{}'), coalesce(q, 'default'),
+             coalesce(r, now() + coalesce(d, 0) * interval '1 millisecond'),
+             coalesce(pr, 0), u, coalesce(m, 25), tmo, bb, bc, bs
+        FROM input WHERE u IS NOT NULL ORDER BY ord
+      ON CONFLICT DO NOTHING
+      RETURNING id
+    )
+    SELECT array_agg(CASE WHEN input.u IS NULL THEN input.nid ELSE keyed.id END
+                     ORDER BY input.ord) INTO v_ids
+      FROM input LEFT JOIN keyed ON keyed.id = input.nid;
+  END IF;
+  -- Jobs whose unique key was held: the holder's id.
+  IF v_keyed THEN
+    FOR i IN 1..coalesce(array_length(v_ids, 1), 0) LOOP
+      IF v_ids[i] IS NULL THEN
+        v_ids[i] := skiplock_internal.enqueue_one(p_kinds[i], p_payloads[i],
+                      coalesce(p_queues[i], 'default'),
+                      coalesce(p_run_ats[i], now() + coalesce(p_delays_ms[i], 0) * interval '1 millisecond'),
+                      p_priorities[i], p_unique_keys[i], coalesce(p_max_attempts[i], 25),
+                      p_timeouts[i], p_backoff_bases[i], p_backoff_caps[i]);
+      END IF;
+    END LOOP;
+  END IF;
+  IF p_token IS NOT NULL THEN
+    UPDATE skiplock.enqueue_tokens t SET ids = v_ids WHERE t.token = p_token;
+  END IF;
+  RETURN v_ids;
+END
+$$;
+
+COMMENT ON FUNCTION skiplock_internal.enqueue_many_unchecked(p_token text, p_kinds text[], p_payloads jsonb[], p_queues text[], p_run_ats timestamp with time zone[], p_delays_ms bigint[], p_priorities integer[], p_unique_keys text[], p_max_attempts integer[], p_timeouts integer[], p_backoff_bases integer[], p_backoff_caps integer[], p_backoffs text[]) IS 'Internal: the bulk insert behind enqueue_many, after its checks; a token already used returns the ids of that call.';
+
+CREATE FUNCTION skiplock_internal.enqueue_one(p_kind text, p_payload jsonb, p_queue text, p_run_at timestamp with time zone, p_priority integer, p_unique_key text, p_max_attempts integer, p_timeout_ms integer, p_backoff_base_ms integer, p_backoff_cap_ms integer) RETURNS bigint
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+  v_id bigint;
+  v_dist boolean := skiplock_internal.is_distributed();
+BEGIN
+  IF p_kind IS NULL OR length(p_kind) NOT BETWEEN 1 AND 128 THEN
+    RAISE EXCEPTION 'job kind must be 1 to 128 characters' USING ERRCODE = '22023';
+  END IF;
+  IF p_queue IS NULL OR length(p_queue) NOT BETWEEN 1 AND 128 THEN
+    RAISE EXCEPTION 'queue name must be 1 to 128 characters' USING ERRCODE = '22023';
+  END IF;
+  IF p_max_attempts IS NULL OR p_max_attempts < 1 THEN
+    RAISE EXCEPTION 'max_attempts must be at least 1' USING ERRCODE = '22023';
+  END IF;
+  PERFORM skiplock_internal.check_job_times(p_run_at, NULL);
+  FOR i IN 1..10 LOOP
+    INSERT INTO skiplock.jobs AS j (kind, payload, queue, run_at, priority, unique_key,
+                                    max_attempts, timeout_ms, backoff_base_ms, backoff_cap_ms)
+    VALUES (p_kind, coalesce(p_payload, '{}'), p_queue, coalesce(p_run_at, now()),
+            coalesce(p_priority, 0), p_unique_key, p_max_attempts, p_timeout_ms,
+            p_backoff_base_ms, p_backoff_cap_ms)
+    ON CONFLICT DO NOTHING
+    RETURNING j.id INTO v_id;
+    IF v_id IS NOT NULL THEN
+      RETURN v_id;
+    END IF;
+    IF v_dist THEN
+      SELECT j.id INTO v_id FROM skiplock.jobs j
+       WHERE j.queue = p_queue AND j.unique_key = p_unique_key
+         AND j.state IN ('available', 'running');
+    ELSE
+      SELECT j.id INTO v_id FROM skiplock.jobs j
+       WHERE j.unique_key = p_unique_key AND j.state IN ('available', 'running');
+    END IF;
+    IF v_id IS NOT NULL THEN
+      RETURN v_id;
+    END IF;
+  END LOOP;
+  RAISE EXCEPTION 'unique key "%" is contended', p_unique_key USING ERRCODE = '40001';
+END
+$$;
+
+COMMENT ON FUNCTION skiplock_internal.enqueue_one(p_kind text, p_payload jsonb, p_queue text, p_run_at timestamp with time zone, p_priority integer, p_unique_key text, p_max_attempts integer, p_timeout_ms integer, p_backoff_base_ms integer, p_backoff_cap_ms integer) IS 'Internal: one job written after enqueue checked its arguments; an existing id when the unique key is taken by an unfinished job.';
+
+CREATE FUNCTION skiplock_internal.errors_append(errors jsonb, attempt integer, err text, at jsonb) RETURNS jsonb
+    LANGUAGE sql IMMUTABLE
+    AS $$
+  SELECT CASE WHEN err IS NULL THEN errors
+              ELSE (CASE WHEN jsonb_array_length(errors) >= 20 THEN errors - 0 ELSE errors END)
+                   || jsonb_build_array(jsonb_build_object(
+                        'attempt', attempt, 'at', at,
+                        'error', CASE WHEN length(err) <= 8192 THEN err
+                                      ELSE left(err, 8192) || format(E'\n… (%s more characters cut)',
+                                                                     length(err) - 8192) END)) END
+$$;
+
+COMMENT ON FUNCTION skiplock_internal.errors_append(errors jsonb, attempt integer, err text, at jsonb) IS 'Internal: errors_append with the time as a JSON value (to_jsonb(now()) of the caller), IMMUTABLE for statements on Citus shards.';
+
+CREATE FUNCTION skiplock_internal.errors_append(errors jsonb, attempt integer, err text, at timestamp with time zone) RETURNS jsonb
+    LANGUAGE sql STABLE
+    AS $$
+  SELECT CASE WHEN err IS NULL THEN errors
+              ELSE (CASE WHEN jsonb_array_length(errors) >= 20 THEN errors - 0 ELSE errors END)
+                   || jsonb_build_array(jsonb_build_object(
+                        'attempt', attempt, 'at', at,
+                        'error', CASE WHEN length(err) <= 8192 THEN err
+                                      ELSE left(err, 8192) || format(E'\n… (%s more characters cut)',
+                                                                     length(err) - 8192) END)) END
+$$;
+
+COMMENT ON FUNCTION skiplock_internal.errors_append(errors jsonb, attempt integer, err text, at timestamp with time zone) IS 'Internal: a job''s error history with one more entry (its text cut at 8,192 characters); the newest 20 are kept.';
+
+CREATE FUNCTION skiplock_internal.fail_p1(id bigint, fencing bigint, error text, retryable boolean DEFAULT true, retry_after interval DEFAULT NULL::interval) RETURNS text
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $_$ BEGIN RETURN (SELECT skiplock.fail($1, $2, $3, $4, $5)); END $_$;
+
+COMMENT ON FUNCTION skiplock_internal.fail_p1(id bigint, fencing bigint, error text, retryable boolean, retry_after interval) IS 'Internal: protocol 1''s fail, renamed by step 0027 for the statements in flight as it committed; calls the new one.';
+
+CREATE FUNCTION skiplock_internal.finish_moved(p_ids bigint[], OUT n integer, OUT ids bigint[], OUT states text[]) RETURNS record
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+  WITH m AS (
+    DELETE FROM skiplock.jobs j
+     WHERE j.id = ANY (p_ids) AND j.state IN ('completed', 'discarded', 'cancelled')
+    RETURNING j.*),
+  k AS (
+    INSERT INTO skiplock.finished_jobs
+    SELECT m.*, x.expires_at
+      FROM m CROSS JOIN LATERAL (SELECT skiplock_internal.keep_until(m.queue, m.state,
+                                          coalesce(m.finished_at, now())) AS expires_at) x
+     WHERE x.expires_at > now()
+    RETURNING 1)
+  SELECT count(*)::int, array_agg(m.id), array_agg(m.state) INTO n, ids, states FROM m;
+END
+$$;
+
+COMMENT ON FUNCTION skiplock_internal.finish_moved(p_ids bigint[], OUT n integer, OUT ids bigint[], OUT states text[]) IS 'Internal: moves finished jobs by id from jobs to finished_jobs (one PostgreSQL), kept until their retention; returns how many, their ids and states.';
+
+CREATE FUNCTION skiplock_internal.grant_role(p_role text, p_kind text) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+  f regprocedure;
+  t regclass;
+BEGIN
+  EXECUTE format('REVOKE ALL ON ALL TABLES IN SCHEMA skiplock FROM %I', p_role);
+  EXECUTE format('REVOKE ALL ON ALL SEQUENCES IN SCHEMA skiplock FROM %I', p_role);
+  EXECUTE format('REVOKE ALL ON ALL FUNCTIONS IN SCHEMA skiplock FROM %I', p_role);
+  EXECUTE format('REVOKE ALL ON ALL FUNCTIONS IN SCHEMA skiplock_internal FROM %I', p_role);
+  EXECUTE format('GRANT USAGE ON SCHEMA skiplock, skiplock_internal TO %I', p_role);
+  EXECUTE format('GRANT SELECT ON skiplock.retention, skiplock.maintenance, '
+                 'skiplock.finished_partitions, skiplock.breakers, skiplock.breaker_events, '
+                 'skiplock.schedules, skiplock.schema_version, skiplock.pauses, '
+                 'skiplock.workers, skiplock.limits, skiplock.limit_windows TO %I', p_role);
+  FOREACH t IN ARRAY ARRAY['skiplock.jobs', 'skiplock.finished_jobs', 'skiplock.all_jobs',
+                           'skiplock.leases']::regclass[] LOOP
+    IF p_kind = 'operator' THEN
+      EXECUTE format('GRANT SELECT ON %s TO %I', t, p_role);
+    ELSE
+      EXECUTE format('GRANT SELECT (%s) ON %s TO %I',
+                     (SELECT string_agg(quote_ident(a.attname), ', ' ORDER BY a.attnum)
+                        FROM pg_attribute a
+                       WHERE a.attrelid = t AND NOT a.attisdropped AND a.attname <> 'fencing'
+                         AND (a.attnum > 0 OR (a.attname = 'xmin'
+                                               AND t = 'skiplock.jobs'::regclass))),
+                     t, p_role);
+    END IF;
+  END LOOP;
+  IF p_kind <> 'worker' THEN
+    EXECUTE format('GRANT SELECT ON skiplock.actions TO %I', p_role);
+  END IF;
+  FOR f IN SELECT p.oid::regprocedure FROM pg_proc p
+            WHERE p.pronamespace IN ('skiplock'::regnamespace, 'skiplock_internal'::regnamespace)
+              AND p.prokind = 'f'
+              AND (p.proname IN (SELECT e.name FROM skiplock.every_role_functions e)
+                   OR (p_kind = 'worker' AND p.prosecdef
+                       AND p.proname NOT IN (SELECT o.name FROM skiplock.operator_functions o))
+                   OR (p_kind = 'operator' AND p.prosecdef))
+  LOOP
+    EXECUTE format('GRANT EXECUTE ON FUNCTION %s TO %I', f, p_role);
+  END LOOP;
+  IF p_kind = 'operator' THEN
+    EXECUTE format('GRANT INSERT, UPDATE, DELETE ON skiplock.jobs, skiplock.schedules, '
+                   'skiplock.breakers, skiplock.breaker_events, skiplock.enqueue_tokens TO %I',
+                   p_role);
+    EXECUTE format('GRANT SELECT ON skiplock.enqueue_tokens TO %I', p_role);
+    EXECUTE format('GRANT USAGE ON ALL SEQUENCES IN SCHEMA skiplock TO %I', p_role);
+  END IF;
+  INSERT INTO skiplock.granted_roles (role_name, kind) VALUES (p_role, p_kind)
+  ON CONFLICT (role_name) DO UPDATE SET kind = EXCLUDED.kind, granted_at = now();
+END
+$$;
+
+COMMENT ON FUNCTION skiplock_internal.grant_role(p_role text, p_kind text) IS 'Internal: the privileges of one role of a kind (worker, operator, reader) in schemas skiplock and skiplock_internal, from scratch; run by grant_roles and by steps that change them.';
+
+CREATE FUNCTION skiplock_internal.heartbeat_by_queue(ids bigint[], fencings bigint[], lease interval, job_queues text[]) RETURNS SETOF skiplock.heartbeat_result
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+  v_expires timestamptz := now() + lease;
+  v_keys text[] := ARRAY(SELECT t.i || ':' || t.f FROM unnest(ids, fencings) AS t(i, f));
+  v_unknown bigint[];
+  v_queues text[];
+  v_q text;
+  v_locked bigint[];
+  v_done text[] := '{}';
+  v_running text[];
+BEGIN
+  v_unknown := ARRAY(SELECT t.i FROM unnest(ids, job_queues) AS t(i, q) WHERE t.q IS NULL);
+  v_queues := ARRAY(SELECT DISTINCT t.q FROM unnest(job_queues) AS t(q) WHERE t.q IS NOT NULL);
+  IF cardinality(v_unknown) > 0 THEN
+    v_queues := v_queues || ARRAY(SELECT DISTINCT j.queue FROM skiplock.jobs j
+                                   WHERE j.id = ANY (v_unknown));
+  END IF;
+  FOR v_q IN SELECT DISTINCT q FROM unnest(v_queues) q LOOP
+    v_locked := ARRAY(SELECT t.i FROM unnest(ids, job_queues) AS t(i, q)
+                       WHERE t.q IS NULL OR t.q = v_q);
+    v_locked := ARRAY(
+      SELECT j.id FROM skiplock.jobs j
+       WHERE j.queue = v_q AND j.state = 'running' COLLATE "C" AND j.id = ANY (v_locked)
+         FOR NO KEY UPDATE SKIP LOCKED);
+    CONTINUE WHEN cardinality(v_locked) = 0;
+    WITH u AS (
+      UPDATE skiplock.jobs j SET lease_expires_at = v_expires
+       WHERE j.queue = v_q AND j.id = ANY (v_locked)
+         AND (j.id::text || ':' || j.fencing::text) = ANY (v_keys)
+      RETURNING j.id::text || ':' || j.fencing::text AS k)
+    SELECT v_done || coalesce(array_agg(u.k), '{}') INTO v_done FROM u;
+  END LOOP;
+  IF cardinality(v_done) < cardinality(ids) THEN
+    -- a new statement: of the rest, those still running are held (locked)
+    v_running := ARRAY(SELECT j.id::text || ':' || j.fencing::text FROM skiplock.jobs j
+                        WHERE j.id = ANY (ids) AND j.state = 'running' COLLATE "C");
+  END IF;
+  RETURN QUERY
+  SELECT t.i, t.k = ANY (v_done) OR t.k = ANY (coalesce(v_running, '{}')),
+         NOT t.k = ANY (v_done) AND t.k = ANY (coalesce(v_running, '{}'))
+    FROM unnest(ids, v_keys) WITH ORDINALITY AS t(i, k, ord)
+   ORDER BY t.ord;
+END
+$$;
+
+COMMENT ON FUNCTION skiplock_internal.heartbeat_by_queue(ids bigint[], fencings bigint[], lease interval, job_queues text[]) IS 'Internal: heartbeat on the distributed layout, one locking statement per queue, never waiting.';
+
+CREATE FUNCTION skiplock_internal.heartbeat_p1(ids bigint[], fencings bigint[], lease interval DEFAULT '00:00:30'::interval) RETURNS SETOF skiplock.heartbeat_result
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $_$ BEGIN RETURN QUERY SELECT * FROM skiplock.heartbeat($1, $2, $3); END $_$;
+
+COMMENT ON FUNCTION skiplock_internal.heartbeat_p1(ids bigint[], fencings bigint[], lease interval) IS 'Internal: protocol 1''s heartbeat, renamed by step 0027 for the statements in flight as it committed; calls the new one.';
+
+CREATE FUNCTION skiplock_internal.interval_ms(p interval, p_what text) RETURNS bigint
+    LANGUAGE plpgsql IMMUTABLE
+    AS $$
+DECLARE
+  v numeric;
+BEGIN
+  IF p IS NULL THEN
+    RETURN NULL;
+  END IF;
+  v := round(extract(epoch FROM p) * 1000);
+  IF v < 0 OR v > 2147483647 THEN
+    RAISE EXCEPTION '% % is out of range', p_what, p USING ERRCODE = '22023',
+      DETAIL = 'It must be from 0 to 24 days.';
+  END IF;
+  RETURN v::bigint;
+END
+$$;
+
+COMMENT ON FUNCTION skiplock_internal.interval_ms(p interval, p_what text) IS 'Internal: an interval as whole milliseconds, 0 to 24 days; 22023 naming what outside that.';
+
+CREATE FUNCTION skiplock_internal.is_distributed() RETURNS boolean
+    LANGUAGE sql STABLE
+    AS $$
+  SELECT coalesce((SELECT l.distributed FROM skiplock.layout l), false)
+$$;
+
+COMMENT ON FUNCTION skiplock_internal.is_distributed() IS 'Internal: true once skiplock.distribute() spread the jobs over a Citus cluster by queue.';
+
+CREATE FUNCTION skiplock_internal.job_complete_p1(id bigint, fencing bigint, result jsonb DEFAULT NULL::jsonb) RETURNS void
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $_$ BEGIN PERFORM skiplock.job_complete($1, $2, $3); END $_$;
+
+COMMENT ON FUNCTION skiplock_internal.job_complete_p1(id bigint, fencing bigint, result jsonb) IS 'Internal: protocol 1''s job_complete, renamed by step 0027 for the statements in flight as it committed; calls the new one.';
+
+CREATE FUNCTION skiplock_internal.job_fence_p1(id bigint, fencing bigint) RETURNS void
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $_$ BEGIN PERFORM skiplock.job_fence($1, $2); END $_$;
+
+COMMENT ON FUNCTION skiplock_internal.job_fence_p1(id bigint, fencing bigint) IS 'Internal: protocol 1''s job_fence, renamed by step 0027 for the statements in flight as it committed; calls the new one.';
+
+CREATE FUNCTION skiplock_internal.keep_of(p_queue text, p_state text, OUT keep interval, OUT kept boolean) RETURNS record
+    LANGUAGE plpgsql STABLE
+    AS $$
+BEGIN
+  SELECT r.keep INTO keep FROM skiplock.retention r
+   WHERE r.state = p_state AND r.queue IN (p_queue, '*')
+   ORDER BY r.queue = '*' LIMIT 1;
+  kept := FOUND AND (keep IS NULL OR keep > interval '0');
+END
+$$;
+
+COMMENT ON FUNCTION skiplock_internal.keep_of(p_queue text, p_state text, OUT keep interval, OUT kept boolean) IS 'Internal: the retention of a queue''s finished jobs in a state (keep NULL: forever; kept false: not kept), read before a statement on Citus.';
+
+CREATE FUNCTION skiplock_internal.keep_until(p_queue text, p_state text, p_finished timestamp with time zone) RETURNS timestamp with time zone
+    LANGUAGE sql STABLE
+    AS $$
+  SELECT CASE WHEN r.keep IS NULL THEN timestamptz 'infinity'
+              WHEN r.keep > interval '0' THEN p_finished + r.keep END
+    FROM skiplock.retention r
+   WHERE r.state = p_state AND r.queue IN (p_queue, '*')
+   ORDER BY r.queue = '*' LIMIT 1
+$$;
+
+COMMENT ON FUNCTION skiplock_internal.keep_until(p_queue text, p_state text, p_finished timestamp with time zone) IS 'Internal: when a finished job of a queue in a state expires under the retention: NULL when not kept, infinity when kept forever.';
+
+CREATE FUNCTION skiplock_internal.kind_wait_reason(p_queue text, p_kind text) RETURNS text
+    LANGUAGE sql STABLE
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+  SELECT CASE
+    WHEN EXISTS (SELECT 1 FROM skiplock.pauses p WHERE p.queue = p_queue OR p.kind = p_kind)
+    THEN 'paused'
+    WHEN EXISTS (SELECT 1 FROM skiplock.breakers b WHERE b.kind = p_kind AND b.state <> 'closed')
+    THEN 'breaker'
+    WHEN EXISTS (SELECT 1 FROM skiplock.limits l WHERE l.kind = p_kind) THEN 'limit'
+    ELSE 'worker' END
+$$;
+
+COMMENT ON FUNCTION skiplock_internal.kind_wait_reason(p_queue text, p_kind text) IS 'Internal: what holds the due jobs of one kind in one queue: paused, breaker, limit, or worker (nothing).';
+
+CREATE FUNCTION skiplock_internal.lease_check_args(p_name text, p_owner text, p_ttl interval) RETURNS void
+    LANGUAGE plpgsql STABLE
+    AS $$
+BEGIN
+  IF p_name IS NULL OR length(p_name) NOT BETWEEN 1 AND 256 THEN
+    RAISE EXCEPTION 'lease name must be 1 to 256 characters' USING ERRCODE = '22023';
+  END IF;
+  IF p_owner IS NULL OR length(p_owner) NOT BETWEEN 1 AND 256 THEN
+    RAISE EXCEPTION 'lease owner must be 1 to 256 characters' USING ERRCODE = '22023';
+  END IF;
+  IF p_ttl IS NULL OR p_ttl <= interval '0' OR p_ttl > interval '365 days' THEN
+    RAISE EXCEPTION 'lease ttl must be positive and at most 365 days, got %',
+      coalesce(p_ttl::text, 'NULL') USING ERRCODE = '22023';
+  END IF;
+  PERFORM skiplock_internal.lease_check_reserved(p_name);
+END
+$$;
+
+COMMENT ON FUNCTION skiplock_internal.lease_check_args(p_name text, p_owner text, p_ttl interval) IS 'Internal: the checks of the lease functions'' name, owner and ttl (22004, 22023).';
+
+CREATE FUNCTION skiplock_internal.lease_check_reserved(p_name text) RETURNS void
+    LANGUAGE plpgsql STABLE
+    AS $$
+BEGIN
+  IF (p_name LIKE 'skiplock.migrate:%' OR p_name = 'skiplock.maintenance')
+     AND NOT pg_has_role(session_user,
+       (SELECT n.nspowner FROM pg_namespace n WHERE n.nspname = 'skiplock'), 'MEMBER') THEN
+    IF p_name = 'skiplock.maintenance' THEN
+      RAISE EXCEPTION 'lease "%" is reserved for skiplock''s maintenance', p_name
+        USING ERRCODE = '42501',
+              HINT = 'Maintenance takes it with skiplock.maintenance_acquire for 15 seconds '
+                     'at a time (workers, `skiplock retention maintain`).';
+    END IF;
+    RAISE EXCEPTION 'lease "%" is reserved for the migrator', p_name
+      USING ERRCODE = '42501',
+            HINT = 'Migration leases are taken by `skiplock migrate` as the schema owner.';
+  END IF;
+END
+$$;
+
+COMMENT ON FUNCTION skiplock_internal.lease_check_reserved(p_name text) IS 'Internal: refuses (42501) a reserved lease name to a role that may not take it.';
+
+CREATE FUNCTION skiplock_internal.limit_next_room(l skiplock.limits, p_t timestamp with time zone) RETURNS timestamp with time zone
+    LANGUAGE sql STABLE
+    AS $$
+  SELECT least(
+    CASE WHEN l.rate IS NULL THEN NULL
+         WHEN l.key_field IS NULL
+         THEN (SELECT min(a) FROM unnest(l.starts_at) a
+                WHERE a > p_t - l.per_ms * interval '1 millisecond')
+              + l.per_ms * interval '1 millisecond'
+         ELSE (SELECT min(a) FROM skiplock.limit_windows w, unnest(w.starts_at) a
+                WHERE w.kind = l.kind AND a > p_t - l.per_ms * interval '1 millisecond')
+              + l.per_ms * interval '1 millisecond' END,
+    CASE WHEN l.max_running IS NULL THEN NULL
+         ELSE (SELECT min(j.lease_expires_at) FROM skiplock.jobs j
+                WHERE j.state = 'running' AND j.kind = l.kind AND j.lease_expires_at > p_t) END)
+$$;
+
+COMMENT ON FUNCTION skiplock_internal.limit_next_room(l skiplock.limits, p_t timestamp with time zone) IS 'Internal: the earliest time a limit may have room again, as far as it knows at p_t (a start leaving its window, a lease expiring); NULL when neither.';
+
+CREATE FUNCTION skiplock_internal.limit_used(p_at timestamp with time zone[], p_n integer[], p_t timestamp with time zone, p_per_ms bigint) RETURNS bigint
+    LANGUAGE sql IMMUTABLE
+    AS $$
+  SELECT coalesce(sum(s.n), 0) FROM unnest(p_at, p_n) AS s(a, n)
+   WHERE s.a > p_t - p_per_ms * interval '1 millisecond'
+$$;
+
+COMMENT ON FUNCTION skiplock_internal.limit_used(p_at timestamp with time zone[], p_n integer[], p_t timestamp with time zone, p_per_ms bigint) IS 'Internal: how many starts of a window (times, counts) fall in the per_ms before p_t.';
+
+CREATE FUNCTION skiplock_internal.limit_window(p_at timestamp with time zone[], p_n integer[], p_t timestamp with time zone, p_per_ms bigint, p_got integer, OUT starts_at timestamp with time zone[], OUT starts_n integer[]) RETURNS record
+    LANGUAGE sql IMMUTABLE
+    AS $$
+  SELECT coalesce(array_agg(s.a ORDER BY s.o), '{}') || CASE WHEN p_got > 0 THEN ARRAY[p_t] ELSE '{}' END,
+         coalesce(array_agg(s.n ORDER BY s.o), '{}') || CASE WHEN p_got > 0 THEN ARRAY[p_got] ELSE '{}' END
+    FROM unnest(p_at, p_n) WITH ORDINALITY AS s(a, n, o)
+   WHERE s.a > p_t - p_per_ms * interval '1 millisecond'
+$$;
+
+COMMENT ON FUNCTION skiplock_internal.limit_window(p_at timestamp with time zone[], p_n integer[], p_t timestamp with time zone, p_per_ms bigint, p_got integer, OUT starts_at timestamp with time zone[], OUT starts_n integer[]) IS 'Internal: a start window trimmed to the per_ms before p_t, with p_got starts at p_t appended.';
+
+CREATE FUNCTION skiplock_internal.move_finished(p_ids bigint[]) RETURNS integer
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+  v_n int := 0;
+  v_m int;
+  v_q text;
+  v_now timestamptz := now();
+  v_kc interval;
+  v_kd interval;
+  v_kx interval;
+  v_hc boolean;
+  v_hd boolean;
+  v_hx boolean;
+  v_moved record;
+BEGIN
+  IF NOT skiplock_internal.is_distributed() THEN
+    SELECT * INTO v_moved FROM skiplock_internal.finish_moved(p_ids);
+    IF v_moved.n > 0 AND EXISTS (SELECT 1 FROM skiplock.job_waits) THEN
+      PERFORM skiplock_internal.deps_resolve(v_moved.ids, v_moved.states);
+    END IF;
+    RETURN v_moved.n;
+  END IF;
+  IF coalesce(cardinality(p_ids), 0) = 0 THEN
+    RETURN 0;
+  END IF;
+  FOR v_q IN SELECT DISTINCT j.queue FROM skiplock.jobs j WHERE j.id = ANY (p_ids) LOOP
+    SELECT k.keep, k.kept INTO v_kc, v_hc FROM skiplock_internal.keep_of(v_q, 'completed') k;
+    SELECT k.keep, k.kept INTO v_kd, v_hd FROM skiplock_internal.keep_of(v_q, 'discarded') k;
+    SELECT k.keep, k.kept INTO v_kx, v_hx FROM skiplock_internal.keep_of(v_q, 'cancelled') k;
+    WITH m AS (
+      DELETE FROM skiplock.jobs j
+       WHERE j.queue = v_q AND j.id = ANY (p_ids)
+         AND j.state IN ('completed', 'discarded', 'cancelled')
+      RETURNING j.*),
+    k AS (
+      INSERT INTO skiplock.finished_jobs
+      SELECT m.*, e.expires_at
+        FROM m
+       CROSS JOIN LATERAL (
+         SELECT CASE m.state WHEN 'completed' THEN v_kc WHEN 'discarded' THEN v_kd
+                             ELSE v_kx END AS keep,
+                CASE m.state WHEN 'completed' THEN v_hc WHEN 'discarded' THEN v_hd
+                             ELSE v_hx END AS kept) r
+       CROSS JOIN LATERAL (
+         SELECT CASE WHEN r.keep IS NULL THEN timestamptz 'infinity'
+                     ELSE ((coalesce(m.finished_at, v_now) AT TIME ZONE 'UTC') + r.keep)
+                          AT TIME ZONE 'UTC' END AS expires_at) e
+       WHERE r.kept AND e.expires_at > v_now
+      RETURNING 1)
+    SELECT count(*)::int INTO v_m FROM m;
+    v_n := v_n + v_m;
+  END LOOP;
+  RETURN v_n;
+END
+$$;
+
+COMMENT ON FUNCTION skiplock_internal.move_finished(p_ids bigint[]) IS 'Internal: moves finished jobs by id from jobs to finished_jobs, kept until their retention, and resolves what waits for them; returns how many left jobs.';
+
+CREATE FUNCTION skiplock_internal.own_all(p_owner text) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+  r record;
+BEGIN
+  EXECUTE format('ALTER SCHEMA skiplock OWNER TO %I', p_owner);
+  EXECUTE format('ALTER SCHEMA skiplock_internal OWNER TO %I', p_owner);
+  FOR r IN
+    SELECT c.oid::regclass AS obj, c.relkind FROM pg_class c
+    WHERE c.relnamespace = 'skiplock'::regnamespace AND c.relkind IN ('r', 'p', 'v', 'm', 'S')
+      AND NOT EXISTS (SELECT 1 FROM pg_depend d
+                      WHERE d.classid = 'pg_class'::regclass AND d.objid = c.oid
+                        AND d.deptype IN ('a', 'i') AND c.relkind = 'S')
+  LOOP
+    EXECUTE format('ALTER %s %s OWNER TO %I',
+                   CASE r.relkind WHEN 'S' THEN 'SEQUENCE' WHEN 'v' THEN 'VIEW'
+                                  WHEN 'm' THEN 'MATERIALIZED VIEW' ELSE 'TABLE' END,
+                   r.obj, p_owner);
+  END LOOP;
+  FOR r IN SELECT p.oid::regprocedure AS fn FROM pg_proc p
+           WHERE p.pronamespace IN ('skiplock'::regnamespace, 'skiplock_internal'::regnamespace)
+             AND p.prokind = 'f' LOOP
+    EXECUTE format('ALTER FUNCTION %s OWNER TO %I', r.fn, p_owner);
+  END LOOP;
+  FOR r IN SELECT t.oid::regtype AS ty FROM pg_type t
+           WHERE t.typnamespace = 'skiplock'::regnamespace AND t.typtype = 'c'
+             AND NOT EXISTS (SELECT 1 FROM pg_class c WHERE c.oid = t.typrelid
+                                                        AND c.relkind <> 'c') LOOP
+    EXECUTE format('ALTER TYPE %s OWNER TO %I', r.ty, p_owner);
+  END LOOP;
+  -- Step 0008 gave the worker default privileges on new objects: gone.
+  FOR r IN SELECT DISTINCT grantee::regrole::text AS g
+             FROM pg_default_acl d, aclexplode(d.defaclacl) a
+            WHERE d.defaclnamespace = 'skiplock'::regnamespace AND a.grantee <> 0 LOOP
+    EXECUTE format('ALTER DEFAULT PRIVILEGES FOR ROLE %I IN SCHEMA skiplock '
+                   'REVOKE ALL ON TABLES FROM %s', p_owner, r.g);
+    EXECUTE format('ALTER DEFAULT PRIVILEGES FOR ROLE %I IN SCHEMA skiplock '
+                   'REVOKE ALL ON SEQUENCES FROM %s', p_owner, r.g);
+    EXECUTE format('ALTER DEFAULT PRIVILEGES FOR ROLE %I IN SCHEMA skiplock '
+                   'REVOKE ALL ON FUNCTIONS FROM %s', p_owner, r.g);
+  END LOOP;
+END
+$$;
+
+COMMENT ON FUNCTION skiplock_internal.own_all(p_owner text) IS 'Internal: makes a role the owner of schemas skiplock and skiplock_internal and of every table, view, sequence, function and type in them (grant_roles).';
+
+CREATE FUNCTION skiplock_internal.pause_key(p_queue text, p_kind text, OUT queue text, OUT kind text) RETURNS record
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+  queue := coalesce(nullif(p_queue, '*'), '*');
+  kind := coalesce(nullif(p_kind, '*'), '*');
+  IF (queue = '*') = (kind = '*') THEN
+    RAISE EXCEPTION 'pause: name a queue or a kind, not both nor neither'
+      USING ERRCODE = '22023';
+  END IF;
+  IF length(queue) > 128 OR length(kind) > 128 THEN
+    RAISE EXCEPTION 'pause: a queue or kind is 1 to 128 characters' USING ERRCODE = '22023';
+  END IF;
+END
+$$;
+
+COMMENT ON FUNCTION skiplock_internal.pause_key(p_queue text, p_kind text, OUT queue text, OUT kind text) IS 'Internal: the pause row''s key of a queue or a kind; exactly one must name something.';
+
+CREATE FUNCTION skiplock_internal.pause_target(p_queue text, p_kind text) RETURNS jsonb
+    LANGUAGE sql IMMUTABLE
+    AS $$
+  SELECT CASE WHEN p_kind = '*' THEN jsonb_build_object('queue', p_queue)
+              ELSE jsonb_build_object('kind', p_kind) END
+$$;
+
+COMMENT ON FUNCTION skiplock_internal.pause_target(p_queue text, p_kind text) IS 'Internal: what the action log names for a pause: {"queue": q} or {"kind": k}.';
+
+CREATE FUNCTION skiplock_internal.record_by_queue(ids bigint[], fencings bigint[], outcomes text[], results jsonb[], errors text[], retry_after_ms bigint[], deferred boolean[], backoffs text[], backoff_bases_ms bigint[], backoff_caps_ms bigint[], job_queues text[]) RETURNS TABLE(id bigint, kind text, state text, run_at timestamp with time zone, outcome text, delay_ms bigint)
+    LANGUAGE plpgsql
+    AS $$
+#variable_conflict use_column
+DECLARE
+  v_now timestamptz := now();
+  v_now_utc timestamp := now() AT TIME ZONE 'UTC';
+  v_at jsonb := to_jsonb(now());
+  v_n int := cardinality(ids);
+  v_r float8[] := ARRAY(SELECT random() FROM generate_series(1, cardinality(ids)));
+  v_unknown bigint[];
+  v_queues text[];
+  v_q text;
+  v_kc interval;
+  v_kd interval;
+  v_hc boolean;
+  v_hd boolean;
+  v_ec timestamptz;
+  v_ed timestamptz;
+BEGIN
+  -- handles without a queue (protocol 1): found on every shard
+  v_unknown := ARRAY(SELECT t.i FROM unnest(ids, job_queues) AS t(i, q) WHERE t.q IS NULL);
+  v_queues := ARRAY(SELECT DISTINCT t.q FROM unnest(job_queues) AS t(q) WHERE t.q IS NOT NULL);
+  IF cardinality(v_unknown) > 0 THEN
+    v_queues := v_queues || ARRAY(SELECT DISTINCT j.queue FROM skiplock.jobs j
+                                   WHERE j.id = ANY (v_unknown));
+  END IF;
+  FOR v_q IN SELECT DISTINCT q FROM unnest(v_queues) q LOOP
+    SELECT k.keep, k.kept INTO v_kc, v_hc FROM skiplock_internal.keep_of(v_q, 'completed') k;
+    SELECT k.keep, k.kept INTO v_kd, v_hd FROM skiplock_internal.keep_of(v_q, 'discarded') k;
+    v_ec := CASE WHEN v_kc IS NULL THEN timestamptz 'infinity' ELSE v_now + v_kc END;
+    v_ed := CASE WHEN v_kd IS NULL THEN timestamptz 'infinity' ELSE v_now + v_kd END;
+    RETURN QUERY
+    WITH reported AS MATERIALIZED (
+      SELECT t.*, v_n AS n
+        FROM unnest(ids, fencings, outcomes, results, errors, retry_after_ms, deferred,
+                    backoffs, backoff_bases_ms, backoff_caps_ms, job_queues, v_r)
+             WITH ORDINALITY AS t(id, fencing, outcome, result, error, asked_ms, deferred,
+                                  backoff, base_ms, cap_ms, queue, r, ord)
+       WHERE t.queue IS NULL OR t.queue = v_q),
+    ended AS (
+      DELETE FROM skiplock.jobs j USING reported v
+       WHERE j.queue = v_q AND j.id = v.id AND j.fencing = v.fencing
+         AND j.state = 'running' COLLATE "C"
+         AND (v.outcome IN ('ok', 'discard') OR j.attempt >= j.max_attempts)
+      RETURNING j.id, j.queue, j.kind, j.payload, j.priority, j.run_at, j.attempt,
+                j.max_attempts, j.fencing, j.unique_key, j.timeout_ms, j.backoff_base_ms,
+                j.backoff_cap_ms, j.errors, j.created_at, j.attempted_at, j.backoff,
+                j.last_delay_ms,
+                CASE WHEN v.outcome = 'ok' THEN 'completed' ELSE 'discarded' END AS state,
+                v.outcome, v.result, v.error),
+    kept AS (
+      INSERT INTO skiplock.finished_jobs (id, queue, kind, payload, state, priority, run_at,
+                  attempt, max_attempts, fencing, unique_key, timeout_ms, backoff_base_ms,
+                  backoff_cap_ms, errors, result, created_at, attempted_at, finished_at,
+                  backoff, last_delay_ms, expires_at)
+      SELECT f.id, f.queue, f.kind, f.payload, f.state, f.priority, f.run_at, f.attempt,
+             f.max_attempts, f.fencing, f.unique_key, f.timeout_ms, f.backoff_base_ms,
+             f.backoff_cap_ms, skiplock_internal.errors_append(f.errors, f.attempt, f.error, v_at),
+             CASE WHEN f.outcome = 'ok' THEN f.result END, f.created_at, f.attempted_at, v_now,
+             f.backoff, f.last_delay_ms,
+             CASE WHEN f.state = 'completed' THEN v_ec ELSE v_ed END
+        FROM ended f
+       WHERE CASE WHEN f.state = 'completed' THEN v_hc ELSE v_hd END),
+    decided AS (
+      SELECT j.id, j.fencing, v.error,
+             skiplock.retry_delay_ms(j.attempt, j.last_delay_ms, j.backoff, j.backoff_base_ms,
+                                     j.backoff_cap_ms, v.asked_ms, v.deferred, v.backoff,
+                                     v.base_ms, v.cap_ms, v.r, (v.ord - 1 + v.r) / v.n)
+               AS delay_ms, v.outcome
+        FROM skiplock.jobs j JOIN reported v ON j.id = v.id AND j.fencing = v.fencing
+       WHERE j.queue = v_q AND j.state = 'running' COLLATE "C"
+         AND v.outcome IN ('retry', 'fail') AND j.attempt < j.max_attempts),
+    retried AS (
+      UPDATE skiplock.jobs j SET
+        state = 'available',
+        errors = skiplock_internal.errors_append(j.errors, j.attempt, d.error, v_at),
+        run_at = (v_now_utc + d.delay_ms * interval '1 millisecond') AT TIME ZONE 'UTC',
+        last_delay_ms = d.delay_ms,
+        lease_owner = NULL, lease_expires_at = NULL
+        FROM decided d
+       WHERE j.queue = v_q AND j.id = d.id AND j.fencing = d.fencing
+         AND j.state = 'running' COLLATE "C"
+      RETURNING j.id, j.kind, j.state, j.run_at, d.outcome, j.last_delay_ms AS delay_ms)
+    SELECT r.id, r.kind, r.state, r.run_at, r.outcome, r.delay_ms FROM retried r
+    UNION ALL
+    SELECT e.id, e.kind, e.state, e.run_at, e.outcome, NULL::bigint FROM ended e;
+  END LOOP;
+END
+$$;
+
+COMMENT ON FUNCTION skiplock_internal.record_by_queue(ids bigint[], fencings bigint[], outcomes text[], results jsonb[], errors text[], retry_after_ms bigint[], deferred boolean[], backoffs text[], backoff_bases_ms bigint[], backoff_caps_ms bigint[], job_queues text[]) IS 'Internal: record_outcomes on the distributed layout, one statement per queue with the times and the retention read beforehand.';
+
+CREATE FUNCTION skiplock_internal.record_claim_p1(ids bigint[], fencings bigint[], outcomes text[], results jsonb[], errors text[], retry_after_ms bigint[], deferred boolean[], backoffs text[], backoff_bases_ms bigint[], backoff_caps_ms bigint[], owner text, kinds text[], queues text[], n integer, lease interval, after_priority integer DEFAULT NULL::integer, after_run_at_us bigint DEFAULT NULL::bigint, after_id bigint DEFAULT NULL::bigint) RETURNS SETOF skiplock.exchange_row
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $_$ BEGIN RETURN QUERY SELECT * FROM skiplock.record_claim($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18); END $_$;
+
+COMMENT ON FUNCTION skiplock_internal.record_claim_p1(ids bigint[], fencings bigint[], outcomes text[], results jsonb[], errors text[], retry_after_ms bigint[], deferred boolean[], backoffs text[], backoff_bases_ms bigint[], backoff_caps_ms bigint[], owner text, kinds text[], queues text[], n integer, lease interval, after_priority integer, after_run_at_us bigint, after_id bigint) IS 'Internal: protocol 1''s record_claim, renamed by step 0027 for the statements in flight as it committed; calls the new one.';
+
+CREATE FUNCTION skiplock_internal.record_outcomes(ids bigint[], fencings bigint[], outcomes text[], results jsonb[], errors text[], retry_after_ms bigint[], deferred boolean[], backoffs text[], backoff_bases_ms bigint[], backoff_caps_ms bigint[], job_queues text[]) RETURNS TABLE(id bigint, kind text, state text, run_at timestamp with time zone, outcome text, delay_ms bigint)
+    LANGUAGE plpgsql
+    AS $$
+#variable_conflict use_column
+BEGIN
+  IF skiplock_internal.is_distributed() THEN
+    RETURN QUERY SELECT * FROM skiplock_internal.record_by_queue(ids, fencings, outcomes, results, errors,
+                   retry_after_ms, deferred, backoffs, backoff_bases_ms, backoff_caps_ms,
+                   job_queues);
+    RETURN;
+  END IF;
+  -- (plpgsql, not sql: its plan is prepared once per session)
+  RETURN QUERY
+  WITH reported AS MATERIALIZED (
+    -- ord and n place each row's jitter in its own slot of the batch, so
+    -- that a batch of retries spreads out instead of returning together
+    SELECT t.*, random() AS r, cardinality(record_outcomes.ids) AS n
+      FROM unnest(record_outcomes.ids, record_outcomes.fencings, record_outcomes.outcomes,
+                  record_outcomes.results, record_outcomes.errors,
+                  record_outcomes.retry_after_ms, record_outcomes.deferred,
+                  record_outcomes.backoffs, record_outcomes.backoff_bases_ms,
+                  record_outcomes.backoff_caps_ms, record_outcomes.job_queues)
+           WITH ORDINALITY AS t(id, fencing, outcome, result, error, asked_ms, deferred,
+                                backoff, base_ms, cap_ms, queue, ord)),
+  ended AS (
+    DELETE FROM skiplock.jobs j USING reported v
+     WHERE j.id = v.id AND j.fencing = v.fencing AND j.state = 'running' COLLATE "C"
+       AND (v.queue IS NULL OR j.queue = v.queue)
+       AND (v.outcome IN ('ok', 'discard') OR j.attempt >= j.max_attempts)
+    RETURNING j.id, j.queue, j.kind, j.payload, j.priority, j.run_at, j.attempt,
+              j.max_attempts, j.fencing, j.unique_key, j.timeout_ms, j.backoff_base_ms,
+              j.backoff_cap_ms, j.errors, j.created_at, j.attempted_at, j.backoff,
+              j.last_delay_ms,
+              CASE WHEN v.outcome = 'ok' THEN 'completed' ELSE 'discarded' END AS state,
+              v.outcome, v.result, v.error),
+  kept AS (
+    INSERT INTO skiplock.finished_jobs (id, queue, kind, payload, state, priority, run_at,
+                attempt, max_attempts, fencing, unique_key, timeout_ms, backoff_base_ms,
+                backoff_cap_ms, errors, result, created_at, attempted_at, finished_at, backoff,
+                last_delay_ms, expires_at)
+    SELECT f.id, f.queue, f.kind, f.payload, f.state, f.priority, f.run_at, f.attempt,
+           f.max_attempts, f.fencing, f.unique_key, f.timeout_ms, f.backoff_base_ms,
+           f.backoff_cap_ms, skiplock_internal.errors_append(f.errors, f.attempt, f.error, now()),
+           CASE WHEN f.outcome = 'ok' THEN f.result END, f.created_at, f.attempted_at, now(),
+           f.backoff, f.last_delay_ms,
+           CASE WHEN k.keep IS NULL THEN timestamptz 'infinity' ELSE now() + k.keep END
+      FROM ended f
+      -- the queue's own retention for this state, else the default ('*')
+      JOIN skiplock.retention rd ON rd.queue = '*' AND rd.state = f.state
+      LEFT JOIN skiplock.retention rq ON rq.queue = f.queue AND rq.state = f.state
+     CROSS JOIN LATERAL (SELECT CASE WHEN rq.queue IS NULL THEN rd.keep ELSE rq.keep END
+                                AS keep) k
+     WHERE k.keep IS NULL OR k.keep > interval '0'),
+  decided AS (
+    -- the rows ended leaves alone: a retry or failure with attempts left
+    SELECT j.id, j.fencing, v.error,
+           skiplock.retry_delay_ms(j.attempt, j.last_delay_ms, j.backoff, j.backoff_base_ms,
+                                   j.backoff_cap_ms, v.asked_ms, v.deferred, v.backoff,
+                                   v.base_ms, v.cap_ms, v.r, (v.ord - 1 + v.r) / v.n)
+             AS delay_ms, v.outcome
+      FROM skiplock.jobs j JOIN reported v ON j.id = v.id AND j.fencing = v.fencing
+     WHERE j.state = 'running' COLLATE "C" AND v.outcome IN ('retry', 'fail')
+       AND (v.queue IS NULL OR j.queue = v.queue)
+       AND j.attempt < j.max_attempts),
+  retried AS (
+    UPDATE skiplock.jobs j SET
+      state = 'available',
+      errors = skiplock_internal.errors_append(j.errors, j.attempt, d.error, now()),
+      run_at = now() + d.delay_ms * interval '1 millisecond',
+      last_delay_ms = d.delay_ms,
+      lease_owner = NULL, lease_expires_at = NULL
+      FROM decided d
+     WHERE j.id = d.id AND j.fencing = d.fencing AND j.state = 'running' COLLATE "C"
+    RETURNING j.id, j.kind, j.state, j.run_at, d.outcome, j.last_delay_ms AS delay_ms)
+  SELECT r.id, r.kind, r.state, r.run_at, r.outcome, r.delay_ms FROM retried r
+  UNION ALL
+  SELECT e.id, e.kind, e.state, e.run_at, e.outcome, NULL::bigint FROM ended e;
+END
+$$;
+
+COMMENT ON FUNCTION skiplock_internal.record_outcomes(ids bigint[], fencings bigint[], outcomes text[], results jsonb[], errors text[], retry_after_ms bigint[], deferred boolean[], backoffs text[], backoff_bases_ms bigint[], backoff_caps_ms bigint[], job_queues text[]) IS 'Internal: record a batch of outcomes (ended, kept, decided, retried), each guarded by its fencing token and queue; one row per outcome recorded.';
+
+CREATE FUNCTION skiplock_internal.record_outcomes_p1(ids bigint[], fencings bigint[], outcomes text[], results jsonb[], errors text[], retry_after_ms bigint[], deferred boolean[], backoffs text[], backoff_bases_ms bigint[], backoff_caps_ms bigint[]) RETURNS TABLE(id bigint, kind text, state text, run_at timestamp with time zone, outcome text, delay_ms bigint)
+    LANGUAGE plpgsql
+    AS $_$ BEGIN RETURN QUERY SELECT * FROM skiplock_internal.record_outcomes($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, NULL); END $_$;
+
+COMMENT ON FUNCTION skiplock_internal.record_outcomes_p1(ids bigint[], fencings bigint[], outcomes text[], results jsonb[], errors text[], retry_after_ms bigint[], deferred boolean[], backoffs text[], backoff_bases_ms bigint[], backoff_caps_ms bigint[]) IS 'Internal: protocol 1''s record_outcomes, renamed by step 0027 for the statements in flight as it committed; calls the new one.';
+
+CREATE FUNCTION skiplock_internal.record_p1(ids bigint[], fencings bigint[], outcomes text[], results jsonb[] DEFAULT NULL::jsonb[], errors text[] DEFAULT NULL::text[], retry_after_ms bigint[] DEFAULT NULL::bigint[], deferred boolean[] DEFAULT NULL::boolean[], backoffs text[] DEFAULT NULL::text[], backoff_bases_ms bigint[] DEFAULT NULL::bigint[], backoff_caps_ms bigint[] DEFAULT NULL::bigint[]) RETURNS SETOF skiplock.recorded_outcome
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $_$ BEGIN RETURN QUERY SELECT * FROM skiplock.record($1, $2, $3, $4, $5, $6, $7, $8, $9, $10); END $_$;
+
+COMMENT ON FUNCTION skiplock_internal.record_p1(ids bigint[], fencings bigint[], outcomes text[], results jsonb[], errors text[], retry_after_ms bigint[], deferred boolean[], backoffs text[], backoff_bases_ms bigint[], backoff_caps_ms bigint[]) IS 'Internal: protocol 1''s record, renamed by step 0027 for the statements in flight as it committed; calls the new one.';
+
+CREATE TABLE skiplock.schedules (
+    name text NOT NULL,
+    expression text NOT NULL,
+    zone text DEFAULT 'UTC'::text NOT NULL,
+    kind text NOT NULL,
+    payload jsonb DEFAULT '{}'::jsonb NOT NULL,
+    queue text DEFAULT 'default'::text NOT NULL,
+    priority integer DEFAULT 0 NOT NULL,
+    max_attempts integer DEFAULT 25 NOT NULL,
+    enabled boolean DEFAULT true NOT NULL,
+    catch_up text DEFAULT 'latest'::text NOT NULL,
+    last_fire timestamp with time zone,
+    next_fire timestamp with time zone,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT schedules_attempts_check CHECK ((max_attempts >= 1)),
+    CONSTRAINT schedules_catch_up_check CHECK ((catch_up = ANY (ARRAY['none'::text, 'latest'::text, 'all'::text]))),
+    CONSTRAINT schedules_expression_check CHECK (((length(expression) >= 1) AND (length(expression) <= 256))),
+    CONSTRAINT schedules_kind_check CHECK (((length(kind) >= 1) AND (length(kind) <= 128))),
+    CONSTRAINT schedules_name_check CHECK (((length(name) >= 1) AND (length(name) <= 128))),
+    CONSTRAINT schedules_queue_check CHECK (((length(queue) >= 1) AND (length(queue) <= 128))),
+    CONSTRAINT schedules_times_check CHECK (((created_at >= '1970-01-01 00:00:00+00'::timestamp with time zone) AND (created_at < '2200-01-01 00:00:00+00'::timestamp with time zone) AND (last_fire >= '1970-01-01 00:00:00+00'::timestamp with time zone) AND (last_fire < '2200-01-01 00:00:00+00'::timestamp with time zone) AND (next_fire >= '1970-01-01 00:00:00+00'::timestamp with time zone) AND (next_fire < '2200-01-01 00:00:00+00'::timestamp with time zone))),
+    CONSTRAINT schedules_zone_check CHECK (((length(zone) >= 1) AND (length(zone) <= 128)))
+);
+
+COMMENT ON TABLE skiplock.schedules IS 'Cron schedules: expression, zone, the job each fire enqueues, and the last and next fire times.';
+
+COMMENT ON CONSTRAINT schedules_times_check ON skiplock.schedules IS 'created_at, last_fire and next_fire are finite times from 1970 to 2199, as a job''s run_at';
+
+CREATE FUNCTION skiplock_internal.schedule_definition(s skiplock.schedules) RETURNS jsonb
+    LANGUAGE sql IMMUTABLE
+    AS $$
+  SELECT jsonb_build_object('name', s.name, 'expression', s.expression, 'zone', s.zone,
+                            'kind', s.kind, 'payload', s.payload, 'queue', s.queue,
+                            'priority', s.priority, 'max_attempts', s.max_attempts,
+                            'catch_up', s.catch_up);
+$$;
+
+COMMENT ON FUNCTION skiplock_internal.schedule_definition(s skiplock.schedules) IS 'Internal: a stored schedule''s definition, as schedule_spec_check returns a declared one.';
+
+CREATE FUNCTION skiplock_internal.schedule_spec_check(spec jsonb) RETURNS jsonb
+    LANGUAGE plpgsql STABLE
+    AS $$
+DECLARE
+  k text;
+  v_name text;
+  v_kind text;
+  v_queue text;
+  v_zone text;
+  v_catch text;
+  v_payload jsonb;
+BEGIN
+  IF jsonb_typeof(spec) IS DISTINCT FROM 'object' THEN
+    RAISE EXCEPTION 'expected an object' USING ERRCODE = '22023';
+  END IF;
+  FOR k IN SELECT jsonb_object_keys(spec) LOOP
+    IF k NOT IN ('name', 'expression', 'kind', 'zone', 'queue', 'payload', 'priority',
+                 'max_attempts', 'catch_up') THEN
+      RAISE EXCEPTION 'unknown field "%"', k USING ERRCODE = '22023';
+    END IF;
+  END LOOP;
+  IF jsonb_typeof(spec->'name') IS DISTINCT FROM 'string'
+     OR jsonb_typeof(spec->'expression') IS DISTINCT FROM 'string'
+     OR jsonb_typeof(spec->'kind') IS DISTINCT FROM 'string'
+     OR coalesce(jsonb_typeof(spec->'zone'), 'string') <> 'string'
+     OR coalesce(jsonb_typeof(spec->'queue'), 'string') <> 'string'
+     OR coalesce(jsonb_typeof(spec->'catch_up'), 'string') <> 'string' THEN
+    RAISE EXCEPTION '"name", "expression" and "kind" are required strings; "zone", "queue" and "catch_up" are strings'
+      USING ERRCODE = '22023';
+  END IF;
+  IF coalesce(jsonb_typeof(spec->'priority'), 'number') <> 'number'
+     OR coalesce(jsonb_typeof(spec->'max_attempts'), 'number') <> 'number'
+     OR (spec->>'priority')::numeric NOT BETWEEN -1000000 AND 1000000
+     OR (spec->>'max_attempts')::numeric NOT BETWEEN 1 AND 1000000
+     OR (spec->>'priority')::numeric % 1 <> 0 OR (spec->>'max_attempts')::numeric % 1 <> 0 THEN
+    RAISE EXCEPTION '"priority" and "max_attempts" must be integers in range'
+      USING ERRCODE = '22023';
+  END IF;
+  v_name := spec->>'name';
+  v_kind := spec->>'kind';
+  v_queue := coalesce(spec->>'queue', 'default');
+  v_zone := coalesce(spec->>'zone', 'UTC');
+  v_catch := coalesce(spec->>'catch_up', 'latest');
+  v_payload := coalesce(spec->'payload', '{}');
+  IF octet_length(v_name) NOT BETWEEN 1 AND 128 THEN
+    RAISE EXCEPTION 'schedule name must be 1 to 128 bytes (got %)', octet_length(v_name)
+      USING ERRCODE = '22023';
+  END IF;
+  IF v_name ~ '[\x01-\x1f\x7f]' THEN
+    RAISE EXCEPTION 'schedule name must not contain control characters' USING ERRCODE = '22023';
+  END IF;
+  IF octet_length(v_kind) NOT BETWEEN 1 AND 128 THEN
+    RAISE EXCEPTION 'job kind must be 1 to 128 bytes (got %)', octet_length(v_kind)
+      USING ERRCODE = '22023';
+  END IF;
+  IF v_kind ~ '[\x01-\x1f\x7f]' THEN
+    RAISE EXCEPTION 'job kind must not contain control characters' USING ERRCODE = '22023';
+  END IF;
+  IF octet_length(v_queue) NOT BETWEEN 1 AND 128 THEN
+    RAISE EXCEPTION 'queue name must be 1 to 128 bytes (got %)', octet_length(v_queue)
+      USING ERRCODE = '22023';
+  END IF;
+  IF v_queue ~ '[\x01-\x1f\x7f]' THEN
+    RAISE EXCEPTION 'queue name must not contain control characters' USING ERRCODE = '22023';
+  END IF;
+  IF octet_length(v_payload::text) > skiplock.payload_max() THEN
+    RAISE EXCEPTION 'payload is % bytes, over the limit of %', octet_length(v_payload::text),
+      skiplock.payload_max() USING ERRCODE = '22023';
+  END IF;
+  IF v_catch NOT IN ('none', 'latest', 'all') THEN
+    RAISE EXCEPTION 'catch_up: unknown catch-up policy "%" (expected none, latest or all)',
+      v_catch USING ERRCODE = '22023';
+  END IF;
+  PERFORM skiplock.cron_zone_check(v_zone);
+  PERFORM skiplock_internal.cron_parse(spec->>'expression');
+  RETURN jsonb_build_object('name', v_name, 'expression', spec->>'expression', 'zone', v_zone,
+                            'kind', v_kind, 'payload', v_payload, 'queue', v_queue,
+                            'priority', coalesce((spec->>'priority')::int, 0),
+                            'max_attempts', coalesce((spec->>'max_attempts')::int, 25),
+                            'catch_up', v_catch);
+END
+$$;
+
+COMMENT ON FUNCTION skiplock_internal.schedule_spec_check(spec jsonb) IS 'Internal: a declared schedule checked (22023 in the words of cron add and cron apply), defaults filled in.';
+
+CREATE FUNCTION skiplock_internal.schedule_times(expression text, zone text, cursor timestamp with time zone, now timestamp with time zone, OUT last_fire timestamp with time zone, OUT next_fire timestamp with time zone) RETURNS record
+    LANGUAGE plpgsql STABLE
+    AS $$
+DECLARE
+  p skiplock.cron_plan := skiplock_internal.cron_plan(skiplock_internal.cron_parse(expression), zone,
+                                             to_timestamp(floor(extract(epoch FROM least(cursor, now)))),
+                                             to_timestamp(floor(extract(epoch FROM now))),
+                                             'none', 1, -1);
+BEGIN
+  last_fire := CASE WHEN p.any_due THEN p.newest END;
+  next_fire := CASE WHEN p.next < timestamptz '2200-01-01 00:00+00' THEN p.next END;
+END
+$$;
+
+COMMENT ON FUNCTION skiplock_internal.schedule_times(expression text, zone text, cursor timestamp with time zone, now timestamp with time zone, OUT last_fire timestamp with time zone, OUT next_fire timestamp with time zone) IS 'Internal: last_fire and next_fire across a change of expression or zone: what passed is skipped.';
+
+CREATE FUNCTION skiplock_internal.waiting_run_at() RETURNS timestamp with time zone
+    LANGUAGE sql IMMUTABLE
+    AS $$ SELECT timestamptz '2199-12-31 00:00:00+00' $$;
+
+COMMENT ON FUNCTION skiplock_internal.waiting_run_at() IS 'Internal: the run_at that holds a job waiting for its parents (never due).';
 
 CREATE TABLE skiplock.actions (
     id bigint NOT NULL,

@@ -209,7 +209,7 @@ refused "enqueue of a payload one byte over" 22023 \
 refused "enqueue_many with one payload over" 22023 \
 	"$(wsql "SELECT skiplock.enqueue_many(NULL, '{pay,pay}', ARRAY['{}', jsonb_build_object('a', repeat(E'\\001', 200000))], NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL)")"
 refused "enqueue_many_unchecked, around the checks" 42501 \
-	"$(wsql "SELECT skiplock.enqueue_many_unchecked(NULL, '{pay}', NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL)")"
+	"$(wsql "SELECT skiplock_internal.enqueue_many_unchecked(NULL, '{pay}', NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL)")"
 check_eq "only the payload at the limit was written" "$(q "SELECT count(*) FROM skiplock.all_jobs WHERE kind = 'pay'")" 1
 expect_exit "--max-payload over the database's limit" 2 "max-payload.* to $(wsql "SELECT skiplock.payload_max()")\$" -- \
 	"$S" enqueue --url "$WURL" --max-payload 1048577 pay '{}'

@@ -137,6 +137,11 @@ refused "$RD" "run a maintenance step" "SELECT skiplock.maintain_step('rd', 1)"
 for R in $OP $RD $WK; do
 	refused "$R" "call maintenance's helpers" "SELECT skiplock.finished_act('drop', 1)"
 	refused "$R" "read maintenance's tables" "SELECT count(*) FROM skiplock.finished_tables"
+	refused "$R" "take the schema's ownership through an internal function" \
+		"SELECT skiplock_internal.own_all('$R')"
+	refused "$R" "grant itself a role's privileges" "SELECT skiplock_internal.grant_role('$R', 'operator')"
+	refused "$R" "create a function among the internal ones" \
+		"CREATE FUNCTION skiplock_internal.x() RETURNS int LANGUAGE sql AS 'SELECT 1'"
 done
 allowed "$WK" "take the maintenance lease through maintenance_acquire" \
 	"SELECT skiplock.maintenance_release('wk', skiplock.maintenance_acquire('wk'))"
@@ -147,7 +152,7 @@ refused "$RD" "act in bulk" "SELECT * FROM skiplock.jobs_act(1, '{1}')"
 refused "$RD" "write the action log" "SELECT skiplock.action_record('rd', 'cli', 'pause', '{}', 1, 1)"
 refused "$RD" "run a schedule now" "SELECT skiplock.schedule_run_now('none', 'rd', 'cli')"
 refused "$RD" "set a limit" "SELECT skiplock.limit_set('k', max_running => 1, actor => 'rd', role => 'cli')"
-refused "$RD" "call the waits' helper" "SELECT skiplock.kind_wait_reason('q', 'k')"
+refused "$RD" "call the waits' helper" "SELECT skiplock_internal.kind_wait_reason('q', 'k')"
 refused "$RD" "lock jobs exclusively" "LOCK TABLE skiplock.jobs IN ACCESS EXCLUSIVE MODE"
 
 check_eq "nothing changed by the checks" "$(q "SELECT count(*) || ' ' || min(state) FROM skiplock.all_jobs")" "1 available"

@@ -36,7 +36,7 @@ expect_exit "init --repair refuses it too" 1 'schema step 0002_jobs .* no safe r
 
 # A database installed before 0003 was edited: the steps applied the way
 # init applied them then, 0003 from its first text.
-q "DROP SCHEMA skiplock CASCADE"
+q "DROP SCHEMA skiplock, skiplock_internal CASCADE"
 q "CREATE SCHEMA skiplock; CREATE TABLE skiplock.schema_version (version int PRIMARY KEY,
    name text NOT NULL, checksum text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())"
 for f in "$SKL_SOURCE_DIR"/sql/[0-9][0-9][0-9][0-9]_*.sql; do
@@ -75,7 +75,7 @@ check_eq "leases work" "$(q "SELECT skiplock.lease_acquire('l', 'me', '1 minute'
 # 0001-0012 as released, 0013 from its first text, nothing newer; with jobs
 # in it.  init refuses it and names --repair; --repair brings 0013 to its
 # released text and applies every newer step, losing no job.
-q "DROP SCHEMA skiplock CASCADE"
+q "DROP SCHEMA skiplock, skiplock_internal CASCADE"
 q "CREATE SCHEMA skiplock; CREATE TABLE skiplock.schema_version (version int PRIMARY KEY,
    name text NOT NULL, checksum text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())"
 for f in "$SKL_SOURCE_DIR"/sql/[0-9][0-9][0-9][0-9]_*.sql; do

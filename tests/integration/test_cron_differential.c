@@ -175,7 +175,7 @@ static int batch_check(PGconn *c, batch *b)
 	skl_buf_adds(&a, "}");
 	const char *params[3] = {skl_buf_str(&e), skl_buf_str(&z), skl_buf_str(&a)};
 	PGresult *r = PQexecParams(
-		c, "SELECT floor(extract(epoch FROM skiplock.cron_next_of(skiplock.cron_parse(x), y, w)))::bigint"
+		c, "SELECT floor(extract(epoch FROM skiplock_internal.cron_next_of(skiplock_internal.cron_parse(x), y, w)))::bigint"
 		   "  FROM unnest($1::text[], $2::text[], $3::timestamptz[]) WITH ORDINALITY u(x, y, w, i)"
 		   " ORDER BY i", 3, NULL, params, NULL, NULL, 0);
 	if (PQresultStatus(r) != PGRES_TUPLES_OK || PQntuples(r) != b->n)

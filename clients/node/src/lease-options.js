@@ -1,5 +1,5 @@
 // The options of withLease and runSingleton, checked before any database
-// call, with the schema's limits (skiplock.lease_check_args): a name and an
+// call, with the schema's limits (skiplock_internal.lease_check_args): a name and an
 // owner of 1 to 256 characters, a ttl that is positive (here: at least
 // 100 ms, so that renewals every ttl/3 make sense) and at most 365 days.
 import { toMs } from './duration.js';

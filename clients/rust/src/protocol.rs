@@ -40,7 +40,7 @@ fn claim_args(c: &ClaimArgs<'_>) -> Result<String, Error> {
 }
 
 /// The most characters of an attempt's error the job's history keeps
-/// (`skiplock.errors_append`, schema step 26).
+/// (`skiplock_internal.errors_append`, schema step 26).
 const ERROR_CHARS: usize = 8192;
 
 /// An attempt's error as it is recorded: without NUL characters (no

@@ -163,8 +163,36 @@ static const char *const attributes_sql =
 	"         coalesce((SELECT string_agg(' SET ' || split_part(c, '=', 1) || ' = ' ||"
 	"                                     substr(c, strpos(c, '=') + 1), '')"
 	"                     FROM unnest(p.proconfig) c), '')), '; '), '')"
-	"  FROM pg_proc p WHERE p.pronamespace = 'skiplock'::regnamespace"
+	"  FROM pg_proc p WHERE p.pronamespace::regnamespace::text IN ('skiplock', 'skiplock_internal')"
 	"   AND (p.prosecdef OR p.proconfig IS NOT NULL)";
+
+/* Step 0034 moved the internal functions to schema skiplock_internal; an
+ * older step's text still names them skiplock.f: the repair's statements
+ * with each such name (in a definition, a call or a comment) moved too. */
+static const char *const moved_names_sql =
+	"SELECT coalesce(regexp_replace($1, '\\mskiplock\\.(' || string_agg(DISTINCT p.proname, '|')"
+	"                               || ')\\(', 'skiplock_internal.\\1(', 'g'), $1)"
+	"  FROM pg_proc p WHERE p.pronamespace::regnamespace::text = 'skiplock_internal'";
+
+/* The repair's statements for the functions' schemas of today. */
+static skl_rc repair_statements(skl_client *c, const skl_schema_step *s, repair_args *a,
+                                char **out, skl_error *err)
+{
+	skl_buf sql;
+	skl_buf_init(&sql, 4 << 20);
+	a->functions = skl__schema_repair_sql(a->d->idx, &sql);
+	skl_rc rc = skl_buf_failed(&sql)
+		? skl__seterr(err, SKL_NOMEM, "out of memory repairing schema step %s", s->name)
+		: SKL_OK;
+	PGresult *res = NULL;
+	if (rc == SKL_OK)
+		rc = skl__exec(c, moved_names_sql, 1, (const char *[]){skl_buf_str(&sql)}, &res, err);
+	if (rc == SKL_OK && (*out = strdup(PQgetvalue(res, 0, 0))) == NULL)
+		rc = skl__seterr(err, SKL_NOMEM, "out of memory repairing schema step %s", s->name);
+	PQclear(res);
+	skl_buf_free(&sql);
+	return rc;
+}
 
 static skl_rc run_repair(skl_client *c, const skl_schema_step *s, repair_args *a,
                          skl_error *err)
@@ -175,19 +203,17 @@ static skl_rc run_repair(skl_client *c, const skl_schema_step *s, repair_args *a
 	PQclear(res);
 	if (rc == SKL_OK && restore == NULL)
 		rc = skl__seterr(err, SKL_NOMEM, "out of memory repairing schema step %s", s->name);
-	skl_buf sql;
-	skl_buf_init(&sql, 4 << 20);
-	a->functions = skl__schema_repair_sql(a->d->idx, &sql);
-	if (rc == SKL_OK && skl_buf_failed(&sql))
-		rc = skl__seterr(err, SKL_NOMEM, "out of memory repairing schema step %s", s->name);
+	char *sql = NULL;
 	if (rc == SKL_OK)
-		rc = skl__exec_simple(c, skl_buf_str(&sql), &res, err);
+		rc = repair_statements(c, s, a, &sql, err);
+	if (rc == SKL_OK)
+		rc = skl__exec_simple(c, sql, &res, err);
 	PQclear(res);
 	res = NULL;
 	if (rc == SKL_OK && restore[0])
 		rc = skl__exec_simple(c, restore, &res, err);
 	PQclear(res);
-	skl_buf_free(&sql);
+	free(sql);
 	free(restore);
 	return rc;
 }
