@@ -330,6 +330,15 @@ int itest_main(int argc, char **argv, const itest_case *cases, int ncases)
 	return failed || ran == 0 ? 1 : 0;
 }
 
+/* SKL_ITEST_LAYOUT=distributed (citus.integ_distributed.*): a client that
+ * installs the schema also spreads its tables over the Citus cluster, as
+ * skiplock init --distributed does (once; later calls change nothing). */
+static bool distributed_layout(void)
+{
+	const char *l = getenv("SKL_ITEST_LAYOUT");
+	return l != NULL && strcmp(l, "distributed") == 0;
+}
+
 skl_client *itest_client(itest_ctx *t, const char *app, bool install)
 {
 	skl_client_options o;
@@ -340,7 +349,8 @@ skl_client *itest_client(itest_ctx *t, const char *app, bool install)
 	skl_client *c = NULL;
 	skl_error err;
 	if (skl_client_open(&o, &c, &err) != SKL_OK ||
-	    (install && skl_schema_install(c, NULL, &err) != SKL_OK))
+	    (install && skl_schema_install(c, NULL, &err) != SKL_OK) ||
+	    (install && distributed_layout() && skl_schema_distribute(c, NULL, &err) != SKL_OK))
 		itest_fail(__FILE__, __LINE__, "open/init: %s", err.message);
 	return c;
 }
