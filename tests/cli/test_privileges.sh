@@ -111,6 +111,16 @@ allowed "$OP" "discard through job_discard" "SELECT * FROM skiplock.job_discard(
 allowed "$OP" "act in bulk" "SELECT * FROM skiplock.jobs_act(skiplock.action_record('op', 'cli', 'retry', '{}', 0, 0), '{0}')"
 allowed "$OP" "run a schedule now, pause it, force a breaker" \
 	"SELECT skiplock.schedule_run_now('none', 'op', 'cli'), skiplock.schedule_set_paused('none', true, 'op', 'cli'), skiplock.breaker_set('k', true, 'op', 'cli')"
+allowed "$OP" "add, remove and apply schedules through the functions (step 0032)" \
+	"SELECT skiplock.schedule_add('p', '@hourly', 'k', actor => 'op', role => 'cli'), skiplock.schedule_remove('p', 'op', 'cli'), (SELECT count(*) FROM skiplock.schedules_apply('[]', false, 'op', 'cli')), skiplock.schedule_set_paused('none', false, 'op', 'cli', now())"
+for R in $RD $WK; do
+	refused "$R" "add a schedule" "SELECT skiplock.schedule_add('p', '@hourly', 'k', actor => '$R', role => 'cli')"
+	refused "$R" "remove a schedule" "SELECT skiplock.schedule_remove('p', '$R', 'cli')"
+	refused "$R" "apply schedules" "SELECT * FROM skiplock.schedules_apply('[]', false, '$R', 'cli')"
+	refused "$R" "pause a schedule" "SELECT skiplock.schedule_set_paused('p', true, '$R', 'cli')"
+	refused "$R" "call the schedules' internal write" "SELECT skiplock.schedule_put('{}', NULL, now())"
+done
+refused "$OP" "call the schedules' internal write" "SELECT skiplock.schedule_put('{}', NULL, now())"
 refused "$OP" "write the action log around its functions" "INSERT INTO skiplock.actions (actor, role, action, target) VALUES ('op', 'x', 'pause', '{}')"
 refused "$OP" "rewrite the action log" "UPDATE skiplock.actions SET actor = 'someone'"
 allowed "$OP" "force a breaker" "INSERT INTO skiplock.breakers (kind, state, open_until) VALUES ('k', 'open', 'infinity')"
