@@ -104,7 +104,8 @@ static const char apply_usage[] =
 	"one line per schedule added, changed (naming the fields) or removed, then\n"
 	"the counts. A schedule whose expression or zone changes, or that is\n"
 	"resumed, skips the fire times that passed before now; other changes keep\n"
-	"them. FILE is JSON:\n"
+	"them. A run that changed anything is written to the action log as\n"
+	"USER@HOST, role cli (skiplock.schedules_apply does the work). FILE is JSON:\n"
 	"\n"
 	"  {\"schedules\": [\n"
 	"    {\"name\": \"nightly-report\", \"expression\": \"30 2 * * *\",\n"
@@ -137,7 +138,9 @@ static const char list_usage[] =
 static const char remove_usage[] =
 	"Usage: skiplock cron remove NAME\n"
 	"\n"
-	"Delete schedule NAME. Jobs it already enqueued are not touched.\n"
+	"Delete schedule NAME. Jobs it already enqueued are not touched. Written\n"
+	"to the action log (skiplock jobs actions) with its definition, as\n"
+	"USER@HOST, role cli.\n"
 	"\n";
 
 static const char pause_usage[] =
@@ -153,10 +156,11 @@ static const char resume_usage[] =
 	"\n"
 	"Let paused schedule NAME fire again. Fire times that passed while it was\n"
 	"paused are skipped, whatever its catch-up policy: the next job is for the\n"
-	"next fire time. Resuming an enabled schedule changes nothing. The\n"
-	"schedule is due at once: the next tick of any worker skips what passed\n"
-	"and sets its next fire time. Written to the action log as USER@HOST, role\n"
-	"cli.\n"
+	"next fire time. Resuming an enabled schedule changes nothing. Its last\n"
+	"fire time moves to the newest that passed and its next fire time to the\n"
+	"first after now, at once, as a resume from SQL or the dashboard does\n"
+	"(skiplock.schedule_set_paused). Written to the action log as USER@HOST,\n"
+	"role cli.\n"
 	"\n";
 
 static const char run_usage[] =
