@@ -23,7 +23,11 @@
 --      had before (the functions of every_role_functions, which the API's
 --      invoker functions call with the caller's rights, and, for workers,
 --      the protocol-1 functions of statements prepared before step 0027);
---      the owner owns the new schema and what is in it.
+--      the owner owns the new schema and what is in it.  Operators no
+--      longer write schedules, breakers and breaker_events directly: the
+--      functions of steps 0021 and 0032 (breaker_set, schedule_add,
+--      schedule_remove, schedules_apply, schedule_set_paused, ...) are the
+--      one write path, and log what they do.
 --
 -- From this step on, a step that adds an internal function creates it in
 -- skiplock_internal; the catalog test (tests/cli/test_catalog.sh) fails if
@@ -116,8 +120,7 @@ BEGIN
     EXECUTE format('GRANT EXECUTE ON FUNCTION %s TO %I', f, p_role);
   END LOOP;
   IF p_kind = 'operator' THEN
-    EXECUTE format('GRANT INSERT, UPDATE, DELETE ON skiplock.jobs, skiplock.schedules, '
-                   'skiplock.breakers, skiplock.breaker_events, skiplock.enqueue_tokens TO %I',
+    EXECUTE format('GRANT INSERT, UPDATE, DELETE ON skiplock.jobs, skiplock.enqueue_tokens TO %I',
                    p_role);
     EXECUTE format('GRANT SELECT ON skiplock.enqueue_tokens TO %I', p_role);
     EXECUTE format('GRANT USAGE ON ALL SEQUENCES IN SCHEMA skiplock TO %I', p_role);

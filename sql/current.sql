@@ -2743,6 +2743,51 @@ $$;
 
 COMMENT ON FUNCTION skiplock.retry_delay_ms(attempt integer, last_delay_ms bigint, job_backoff text, job_base_ms bigint, job_cap_ms bigint, asked_ms bigint, deferred boolean, bs text, bb bigint, bc bigint, r double precision, slot double precision) IS 'the retry decision: delay in ms before the next attempt of a failed job';
 
+CREATE FUNCTION skiplock.schedule_add(name text, expression text, kind text, zone text DEFAULT 'UTC'::text, payload jsonb DEFAULT '{}'::jsonb, queue text DEFAULT 'default'::text, priority integer DEFAULT 0, max_attempts integer DEFAULT 25, catch_up text DEFAULT 'latest'::text, replace boolean DEFAULT false, paused boolean DEFAULT NULL::boolean, actor text DEFAULT CURRENT_USER, role text DEFAULT 'sql'::text, at timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS TABLE(action text, fields text, next_fire timestamp with time zone)
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+#variable_conflict use_variable
+DECLARE
+  d jsonb;
+  cur skiplock.schedules;
+  v_at timestamptz := skiplock_internal.schedule_instant(at, 'schedule_add');
+BEGIN
+  PERFORM skiplock_internal.check_actor(actor, role);
+  IF name IS NULL OR expression IS NULL OR kind IS NULL OR zone IS NULL OR payload IS NULL
+     OR queue IS NULL OR priority IS NULL OR max_attempts IS NULL OR catch_up IS NULL
+     OR replace IS NULL THEN
+    RAISE EXCEPTION 'schedule_add: only paused and at may be NULL' USING ERRCODE = '22004';
+  END IF;
+  d := skiplock_internal.schedule_spec_check(jsonb_build_object(
+         'name', name, 'expression', expression, 'kind', kind, 'zone', zone,
+         'payload', payload, 'queue', queue, 'priority', priority,
+         'max_attempts', max_attempts, 'catch_up', catch_up));
+  LOCK TABLE skiplock.schedules IN SHARE ROW EXCLUSIVE MODE;
+  SELECT * INTO cur FROM skiplock.schedules x WHERE x.name = name;
+  IF FOUND AND NOT replace THEN
+    IF at IS NOT NULL AND cur.created_at = at AND skiplock_internal.schedule_definition(cur) = d
+       AND (paused IS NULL OR paused <> cur.enabled) THEN
+      action := 'unchanged';
+      next_fire := cur.next_fire;
+      RETURN NEXT;
+      RETURN;
+    END IF;
+    RAISE EXCEPTION 'schedule "%" already exists', name USING ERRCODE = '23505',
+      HINT = 'replace => true makes it equal to this definition.';
+  END IF;
+  SELECT p.action, p.fields INTO action, fields FROM skiplock_internal.schedule_put(d, paused, v_at) p;
+  next_fire := (SELECT x.next_fire FROM skiplock.schedules x WHERE x.name = name);
+  PERFORM skiplock.action_record(actor, role, 'schedule_add',
+                                 jsonb_build_object('schedule', name, 'result', action,
+                                                    'fields', fields),
+                                 1, (action <> 'unchanged')::int);
+  RETURN NEXT;
+END
+$$;
+
+COMMENT ON FUNCTION skiplock.schedule_add(name text, expression text, kind text, zone text, payload jsonb, queue text, priority integer, max_attempts integer, catch_up text, replace boolean, paused boolean, actor text, role text, at timestamp with time zone) IS 'Adds a schedule (replace: or makes an existing one equal to it), logged (operators): created, updated or unchanged, what differed, and its next fire time; 23505 when the name is taken without replace.';
+
 CREATE FUNCTION skiplock.schedule_fire(p_name text, p_created_at timestamp with time zone, p_expected_last timestamp with time zone, p_new_last timestamp with time zone, p_next timestamp with time zone, p_fires timestamp with time zone[], p_keys text[]) RETURNS bigint[]
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -2816,6 +2861,32 @@ $$;
 
 COMMENT ON FUNCTION skiplock.schedule_fire_check(p_name text, p_created_at timestamp with time zone, p_expected_last timestamp with time zone, p_new_last timestamp with time zone, p_next timestamp with time zone, p_fires timestamp with time zone[], p_keys text[]) IS 'schedule_fire''s argument checks: finite times in range, never back, pending fires (22023)';
 
+CREATE FUNCTION skiplock.schedule_remove(name text, actor text DEFAULT CURRENT_USER, role text DEFAULT 'sql'::text) RETURNS boolean
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+#variable_conflict use_variable
+DECLARE
+  cur skiplock.schedules;
+BEGIN
+  PERFORM skiplock_internal.check_actor(actor, role);
+  IF name IS NULL THEN
+    RAISE EXCEPTION 'schedule_remove: name must not be NULL' USING ERRCODE = '22004';
+  END IF;
+  DELETE FROM skiplock.schedules x WHERE x.name = name RETURNING x.* INTO cur;
+  IF NOT FOUND THEN
+    RETURN false;
+  END IF;
+  PERFORM skiplock.action_record(actor, role, 'schedule_remove',
+                                 jsonb_build_object('schedule', name, 'definition',
+                                                    skiplock_internal.schedule_definition(cur),
+                                                    'paused', NOT cur.enabled), 1, 1);
+  RETURN true;
+END
+$$;
+
+COMMENT ON FUNCTION skiplock.schedule_remove(name text, actor text, role text) IS 'Removes a schedule (the jobs it enqueued stay), logged with its definition (operators); false when there is none.';
+
 CREATE FUNCTION skiplock.schedule_run_now(name text, actor text, role text) RETURNS bigint
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -2840,37 +2911,98 @@ $$;
 
 COMMENT ON FUNCTION skiplock.schedule_run_now(name text, actor text, role text) IS 'enqueue one job of a schedule now, its fire times unchanged (operators)';
 
-CREATE FUNCTION skiplock.schedule_set_paused(name text, paused boolean, actor text, role text) RETURNS boolean
+CREATE FUNCTION skiplock.schedule_set_paused(name text, paused boolean, actor text DEFAULT CURRENT_USER, role text DEFAULT 'sql'::text, at timestamp with time zone DEFAULT NULL::timestamp with time zone) RETURNS boolean
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
 #variable_conflict use_variable
 DECLARE
-  v_was boolean;
+  cur skiplock.schedules;
+  v_at timestamptz := skiplock_internal.schedule_instant(at, 'schedule_set_paused');
+  v_changed boolean;
 BEGIN
   PERFORM skiplock_internal.check_actor(actor, role);
-  IF paused IS NULL THEN
-    RAISE EXCEPTION 'schedule_set_paused: paused must not be NULL' USING ERRCODE = '22004';
+  IF name IS NULL OR paused IS NULL THEN
+    RAISE EXCEPTION 'schedule_set_paused: name and paused must not be NULL'
+      USING ERRCODE = '22004';
   END IF;
-  SELECT NOT x.enabled INTO v_was FROM skiplock.schedules x WHERE x.name = name FOR UPDATE;
+  SELECT * INTO cur FROM skiplock.schedules x WHERE x.name = name FOR UPDATE;
   IF NOT FOUND THEN
     RETURN NULL;
   END IF;
-  IF v_was <> paused THEN
-    UPDATE skiplock.schedules x
-       SET enabled = NOT paused, updated_at = now(),
-           last_fire = CASE WHEN paused THEN x.last_fire ELSE now() END,
-           next_fire = CASE WHEN paused THEN x.next_fire ELSE now() END
-     WHERE x.name = name;
-  END IF;
+  v_changed := (SELECT p.action FROM skiplock_internal.schedule_put(skiplock_internal.schedule_definition(cur),
+                                                           paused, v_at) p) <> 'unchanged';
   PERFORM skiplock.action_record(actor, role,
                                  CASE WHEN paused THEN 'schedule_pause' ELSE 'schedule_resume' END,
-                                 jsonb_build_object('schedule', name), 1, (v_was <> paused)::int);
-  RETURN v_was <> paused;
+                                 jsonb_build_object('schedule', name), 1, v_changed::int);
+  RETURN v_changed;
 END
 $$;
 
-COMMENT ON FUNCTION skiplock.schedule_set_paused(name text, paused boolean, actor text, role text) IS 'pause or resume a schedule, logged (operators)';
+COMMENT ON FUNCTION skiplock.schedule_set_paused(name text, paused boolean, actor text, role text, at timestamp with time zone) IS 'Pauses or resumes a schedule, logged (operators); a resume skips the fire times that passed before at (NULL: now()); true when it changed, NULL when there is no such schedule.';
+
+CREATE FUNCTION skiplock.schedules_apply(schedules jsonb, prune boolean DEFAULT false, actor text DEFAULT CURRENT_USER, role text DEFAULT 'sql'::text) RETURNS TABLE(name text, action text, fields text)
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+#variable_conflict use_variable
+DECLARE
+  specs jsonb[] := '{}';
+  pauses boolean[] := '{}';
+  w record;
+  e jsonb;
+  i int := 0;
+  v_at timestamptz := now();
+  done jsonb := '{"created": [], "updated": [], "removed": []}';
+BEGIN
+  PERFORM skiplock_internal.check_actor(actor, role);
+  IF schedules IS NULL OR prune IS NULL THEN
+    RAISE EXCEPTION 'schedules_apply: schedules and prune must not be NULL'
+      USING ERRCODE = '22004';
+  END IF;
+  IF (CASE WHEN jsonb_typeof(schedules) = 'array' THEN jsonb_array_length(schedules) > 1000
+           ELSE true END) THEN
+    RAISE EXCEPTION 'schedules must be a JSON array of at most 1000 schedules'
+      USING ERRCODE = '22023';
+  END IF;
+  FOR e IN SELECT x FROM jsonb_array_elements(schedules) x LOOP
+    i := i + 1;
+    w := skiplock_internal.schedule_want_check(e, i);
+    IF w.d->>'name' IN (SELECT s->>'name' FROM unnest(specs) s) THEN
+      RAISE EXCEPTION 'schedule "%" is given twice', w.d->>'name' USING ERRCODE = '22023';
+    END IF;
+    specs := specs || w.d;
+    pauses := pauses || w.paused;
+  END LOOP;
+  LOCK TABLE skiplock.schedules IN SHARE ROW EXCLUSIVE MODE;
+  FOR i IN 1 .. cardinality(specs) LOOP
+    name := specs[i]->>'name';
+    SELECT p.action, p.fields INTO action, fields
+      FROM skiplock_internal.schedule_put(specs[i], pauses[i], v_at) p;
+    IF action <> 'unchanged' THEN
+      done := jsonb_insert(done, ARRAY[action, '-1'], to_jsonb(name), true);
+    END IF;
+    RETURN NEXT;
+  END LOOP;
+  FOR name IN SELECT x.name FROM skiplock.schedules x
+               WHERE prune AND x.name NOT IN (SELECT s->>'name' FROM unnest(specs) s)
+               ORDER BY x.name LOOP
+    DELETE FROM skiplock.schedules x WHERE x.name = name;
+    action := 'removed';
+    fields := '';
+    done := jsonb_insert(done, '{removed, -1}', to_jsonb(name), true);
+    RETURN NEXT;
+  END LOOP;
+  IF done <> '{"created": [], "updated": [], "removed": []}' THEN
+    PERFORM skiplock.action_record(actor, role, 'schedules_apply', done,
+      cardinality(specs) + jsonb_array_length(done->'removed'),
+      jsonb_array_length(done->'created') + jsonb_array_length(done->'updated')
+        + jsonb_array_length(done->'removed'));
+  END IF;
+END
+$$;
+
+COMMENT ON FUNCTION skiplock.schedules_apply(schedules jsonb, prune boolean, actor text, role text) IS 'Makes the schedules equal to a list (cron apply; prune: removes the others), logged when anything changed (operators): created, updated (with what differed), unchanged, removed.';
 
 CREATE FUNCTION skiplock.schedules_declare(schedules jsonb, force boolean DEFAULT false) RETURNS TABLE(name text, action text, detail text)
     LANGUAGE plpgsql SECURITY DEFINER
@@ -2881,7 +3013,6 @@ DECLARE
   d jsonb;
   h text;
   cur skiplock.schedules;
-  t record;
   seen timestamptz;
   i int := 0;
 BEGIN
@@ -2924,28 +3055,8 @@ BEGIN
                        'has been replaced since (a newer version of the application?)',
                        to_char(cur.updated_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"'),
                        to_char(seen AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"'));
-    ELSIF cur.name IS NULL THEN
-      action := 'created';
-      t := skiplock_internal.schedule_times(d->>'expression', d->>'zone', now(), now());
-      INSERT INTO skiplock.schedules (name, expression, zone, kind, payload, queue, priority,
-                                      max_attempts, catch_up, next_fire)
-      VALUES (d->>'name', d->>'expression', d->>'zone', d->>'kind', d->'payload', d->>'queue',
-              (d->>'priority')::int, (d->>'max_attempts')::int, d->>'catch_up', t.next_fire);
     ELSE
-      action := 'updated';
-      IF (cur.expression, cur.zone) IS DISTINCT FROM (d->>'expression', d->>'zone') THEN
-        t := skiplock_internal.schedule_times(d->>'expression', d->>'zone',
-                                     coalesce(cur.last_fire, cur.created_at), now());
-      ELSE
-        t := (cur.last_fire, cur.next_fire);
-      END IF;
-      UPDATE skiplock.schedules x
-         SET expression = d->>'expression', zone = d->>'zone', kind = d->>'kind',
-             payload = d->'payload', queue = d->>'queue', priority = (d->>'priority')::int,
-             max_attempts = (d->>'max_attempts')::int, catch_up = d->>'catch_up',
-             last_fire = coalesce(t.last_fire, x.last_fire), next_fire = t.next_fire,
-             updated_at = now()
-       WHERE x.name = d->>'name';
+      action := (SELECT p.action FROM skiplock_internal.schedule_put(d, NULL, now()) p);
     END IF;
     IF action IN ('created', 'updated') THEN
       INSERT INTO skiplock.schedule_declarations AS x (name, definition_hash)
@@ -4642,8 +4753,7 @@ BEGIN
     EXECUTE format('GRANT EXECUTE ON FUNCTION %s TO %I', f, p_role);
   END LOOP;
   IF p_kind = 'operator' THEN
-    EXECUTE format('GRANT INSERT, UPDATE, DELETE ON skiplock.jobs, skiplock.schedules, '
-                   'skiplock.breakers, skiplock.breaker_events, skiplock.enqueue_tokens TO %I',
+    EXECUTE format('GRANT INSERT, UPDATE, DELETE ON skiplock.jobs, skiplock.enqueue_tokens TO %I',
                    p_role);
     EXECUTE format('GRANT SELECT ON skiplock.enqueue_tokens TO %I', p_role);
     EXECUTE format('GRANT USAGE ON ALL SEQUENCES IN SCHEMA skiplock TO %I', p_role);
@@ -5242,6 +5352,78 @@ $$;
 
 COMMENT ON FUNCTION skiplock_internal.schedule_definition(s skiplock.schedules) IS 'Internal: a stored schedule''s definition, as schedule_spec_check returns a declared one.';
 
+CREATE FUNCTION skiplock_internal.schedule_instant(p_at timestamp with time zone, p_fn text) RETURNS timestamp with time zone
+    LANGUAGE plpgsql STABLE
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+BEGIN
+  IF p_at IS NOT NULL AND NOT (p_at >= timestamptz '1970-01-01 00:00+00'
+                               AND p_at < timestamptz '2200-01-01 00:00+00') THEN
+    RAISE EXCEPTION '%: at must be a finite time from 1970 to 2199, got %', p_fn, p_at
+      USING ERRCODE = '22023';
+  END IF;
+  RETURN coalesce(p_at, now());
+END
+$$;
+
+COMMENT ON FUNCTION skiplock_internal.schedule_instant(p_at timestamp with time zone, p_fn text) IS 'Internal: the instant a schedule is created or resumed at (NULL: now()); 22023 outside 1970 to 2199.';
+
+CREATE FUNCTION skiplock_internal.schedule_put(d jsonb, p_paused boolean, p_at timestamp with time zone, OUT action text, OUT fields text) RETURNS record
+    LANGUAGE plpgsql
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+DECLARE
+  cur skiplock.schedules;
+  t record;
+  k text;
+  diff text[] := '{}';
+  v_enabled boolean;
+BEGIN
+  SELECT * INTO cur FROM skiplock.schedules x WHERE x.name = d->>'name' FOR UPDATE;
+  IF NOT FOUND THEN
+    t := skiplock_internal.schedule_times(d->>'expression', d->>'zone', p_at, p_at);
+    INSERT INTO skiplock.schedules (name, expression, zone, kind, payload, queue, priority,
+                                    max_attempts, catch_up, enabled, next_fire, created_at)
+    VALUES (d->>'name', d->>'expression', d->>'zone', d->>'kind', d->'payload', d->>'queue',
+            (d->>'priority')::int, (d->>'max_attempts')::int, d->>'catch_up',
+            NOT coalesce(p_paused, false), t.next_fire, p_at);
+    action := 'created';
+    fields := '';
+    RETURN;
+  END IF;
+  FOREACH k IN ARRAY ARRAY['expression', 'zone', 'kind', 'payload', 'queue', 'priority',
+                           'max_attempts', 'catch_up'] LOOP
+    IF skiplock_internal.schedule_definition(cur)->k IS DISTINCT FROM d->k THEN
+      diff := diff || k;
+    END IF;
+  END LOOP;
+  v_enabled := CASE WHEN p_paused IS NULL THEN cur.enabled ELSE NOT p_paused END;
+  IF v_enabled <> cur.enabled THEN
+    diff := diff || 'paused'::text;
+  END IF;
+  action := CASE WHEN cardinality(diff) = 0 THEN 'unchanged' ELSE 'updated' END;
+  fields := array_to_string(diff, ', ');
+  IF action = 'unchanged' THEN
+    RETURN;
+  END IF;
+  IF 'expression' = ANY (diff) OR 'zone' = ANY (diff) OR (v_enabled AND NOT cur.enabled) THEN
+    t := skiplock_internal.schedule_times(d->>'expression', d->>'zone',
+                                 coalesce(cur.last_fire, cur.created_at), p_at);
+  ELSE
+    SELECT cur.last_fire, cur.next_fire INTO t;
+  END IF;
+  UPDATE skiplock.schedules x
+     SET expression = d->>'expression', zone = d->>'zone', kind = d->>'kind',
+         payload = d->'payload', queue = d->>'queue', priority = (d->>'priority')::int,
+         max_attempts = (d->>'max_attempts')::int, catch_up = d->>'catch_up',
+         enabled = v_enabled, last_fire = coalesce(t.last_fire, x.last_fire),
+         next_fire = t.next_fire, updated_at = now()
+   WHERE x.name = d->>'name';
+END
+$$;
+
+COMMENT ON FUNCTION skiplock_internal.schedule_put(d jsonb, p_paused boolean, p_at timestamp with time zone, OUT action text, OUT fields text) IS 'Internal: one schedule made equal to a checked definition (created, updated or unchanged, and what differed); a change of expression or zone, or a resume, skips the fire times that passed.';
+
 CREATE FUNCTION skiplock_internal.schedule_spec_check(spec jsonb) RETURNS jsonb
     LANGUAGE plpgsql STABLE
     AS $$
@@ -5343,6 +5525,30 @@ $$;
 
 COMMENT ON FUNCTION skiplock_internal.schedule_times(expression text, zone text, cursor timestamp with time zone, now timestamp with time zone, OUT last_fire timestamp with time zone, OUT next_fire timestamp with time zone) IS 'Internal: last_fire and next_fire across a change of expression or zone: what passed is skipped.';
 
+CREATE FUNCTION skiplock_internal.schedule_want_check(e jsonb, i integer, OUT d jsonb, OUT paused boolean) RETURNS record
+    LANGUAGE plpgsql STABLE
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+BEGIN
+  IF jsonb_typeof(e) = 'object' AND coalesce(jsonb_typeof(e->'paused'), 'null')
+                                    NOT IN ('boolean', 'null') THEN
+    RAISE EXCEPTION 'schedule % ("%"): "paused" must be true, false or null', i,
+      left(coalesce(e->>'name', ''), 128) USING ERRCODE = '22023';
+  END IF;
+  paused := CASE WHEN jsonb_typeof(e) = 'object' THEN (e->>'paused')::boolean END;
+  BEGIN
+    d := skiplock_internal.schedule_spec_check(CASE WHEN jsonb_typeof(e) = 'object' THEN e - 'paused'
+                                           ELSE e END);
+  EXCEPTION WHEN data_exception THEN
+    RAISE EXCEPTION 'schedule % ("%"): %', i,
+      left(coalesce(CASE WHEN jsonb_typeof(e) = 'object' THEN e->>'name' END, ''), 128),
+      left(SQLERRM, 400) USING ERRCODE = '22023';
+  END;
+END
+$$;
+
+COMMENT ON FUNCTION skiplock_internal.schedule_want_check(e jsonb, i integer, OUT d jsonb, OUT paused boolean) IS 'Internal: element i of schedules_apply''s list checked (22023, schedule N ("name"): ...): the definition and paused.';
+
 CREATE FUNCTION skiplock_internal.waiting_run_at() RETURNS timestamp with time zone
     LANGUAGE sql IMMUTABLE
     AS $$ SELECT timestamptz '2199-12-31 00:00:00+00' $$;
@@ -5359,7 +5565,7 @@ CREATE TABLE skiplock.actions (
     matched bigint DEFAULT 0 NOT NULL,
     changed bigint DEFAULT 0 NOT NULL,
     db_user text DEFAULT SESSION_USER,
-    CONSTRAINT actions_action_check CHECK ((action = ANY (ARRAY['retry'::text, 'cancel'::text, 'discard'::text, 'pause'::text, 'resume'::text, 'breaker_open'::text, 'breaker_close'::text, 'schedule_pause'::text, 'schedule_resume'::text, 'schedule_run'::text, 'limit_set'::text, 'limit_remove'::text]))),
+    CONSTRAINT actions_action_check CHECK ((action = ANY (ARRAY['retry'::text, 'cancel'::text, 'discard'::text, 'pause'::text, 'resume'::text, 'breaker_open'::text, 'breaker_close'::text, 'schedule_pause'::text, 'schedule_resume'::text, 'schedule_run'::text, 'limit_set'::text, 'limit_remove'::text, 'schedule_add'::text, 'schedule_remove'::text, 'schedules_apply'::text]))),
     CONSTRAINT actions_actor_check CHECK (((length(actor) >= 1) AND (length(actor) <= 200))),
     CONSTRAINT actions_changed_check CHECK ((changed >= 0)),
     CONSTRAINT actions_matched_check CHECK ((matched >= 0)),

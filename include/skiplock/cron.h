@@ -105,6 +105,16 @@ typedef struct skl_schedule_spec {
 	skl_catch_up catch_up;
 } skl_schedule_spec;
 
+/* Writes and the action log.  Every change below is made by one of the
+ * schema's functions (skiplock.schedule_add, schedule_remove,
+ * schedule_set_paused, schedules_apply), which checks it, writes it and
+ * logs it in skiplock.actions: the same as a change made from SQL.  The
+ * *_as calls log it as who (an actor and a role, 1 to 200 bytes each;
+ * SKL_INVALID otherwise, before any statement; skiplock/control.h); the
+ * others as the database user with the role "library".  The worker role
+ * may not call those functions (docs/security.md). */
+struct skl_actor;
+
 /* Adds a schedule that fires after `at` (NULL: now() by the database
  * clock; otherwise timestamptz text, for tests and simulations).
  * Everything is checked before anything is written: SKL_INVALID for a bad
@@ -113,13 +123,23 @@ typedef struct skl_schedule_spec {
  * time.  Retry-safe. */
 SKL_API skl_rc skl_cron_add(skl_client *c, const skl_schedule_spec *s, const char *at,
                             int64_t *next_fire, skl_error *err);
+/* skl_cron_add, logged as who (NULL: as skl_cron_add). */
+SKL_API skl_rc skl_cron_add_as(skl_client *c, const skl_schedule_spec *s, const char *at,
+                               const struct skl_actor *who, int64_t *next_fire,
+                               skl_error *err);
 
-/* Deletes a schedule (jobs it already enqueued stay).  SKL_EMPTY when
- * there is none of that name. */
+/* Deletes a schedule (jobs it already enqueued stay; the action log keeps
+ * its definition).  SKL_EMPTY when there is none of that name. */
 SKL_API skl_rc skl_cron_remove(skl_client *c, const char *name, skl_error *err);
+/* skl_cron_remove, logged as who (NULL: as skl_cron_remove). */
+SKL_API skl_rc skl_cron_remove_as(skl_client *c, const char *name,
+                                  const struct skl_actor *who, skl_error *err);
 
 /* Pausing stops a schedule from firing.  Resuming skips every fire time
- * that passed before `at` (NULL: now()), so a pause never causes a burst.
+ * that passed before `at` (NULL: now()), whatever the catch-up policy, so
+ * a pause never causes a burst: last_fire moves to the newest fire time at
+ * or before `at` and next_fire to the first after it, at once
+ * (skiplock.schedule_set_paused; skl_schedule_set_paused does the same).
  * SKL_EMPTY when there is no schedule of that name; pausing a paused or
  * resuming an enabled schedule changes nothing. */
 SKL_API skl_rc skl_cron_pause(skl_client *c, const char *name, skl_error *err);
@@ -185,15 +205,21 @@ typedef struct skl_cron_step {
  * that passed before now (as skl_cron_resume); one whose other fields
  * change keeps its fire times.  Every spec is checked (and names must be
  * unique) before anything is written: SKL_INVALID.  Concurrent calls are
- * serialised by a lock on skiplock.schedules held for the transaction.
- * With dry_run the same transaction is rolled back: *steps says what it
- * would do.  Idempotent: a second call with the same want keeps all.
+ * serialised by a lock on skiplock.schedules held for the transaction
+ * (skiplock.schedules_apply does the work, in one statement).  With
+ * dry_run the same transaction is rolled back: *steps says what it would
+ * do.  Idempotent: a second call with the same want keeps all.
  * *steps (may be NULL) receives one step per schedule, want's order then
  * the removed by name, *nsteps their count; free with skl_free.  Blocks up
  * to the client's retry bound. */
 SKL_API skl_rc skl_cron_apply(skl_client *c, const skl_schedule_want *want, size_t n,
                               bool prune, bool dry_run, skl_cron_step **steps,
                               size_t *nsteps, skl_error *err);
+/* skl_cron_apply, logged as who (NULL: as skl_cron_apply): one row of
+ * the action log per call that changed anything (none on a dry run). */
+SKL_API skl_rc skl_cron_apply_as(skl_client *c, const skl_schedule_want *want, size_t n,
+                                 bool prune, bool dry_run, const struct skl_actor *who,
+                                 skl_cron_step **steps, size_t *nsteps, skl_error *err);
 
 /* ---- the scheduler ---- */
 

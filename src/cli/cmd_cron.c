@@ -104,7 +104,8 @@ static const char apply_usage[] =
 	"one line per schedule added, changed (naming the fields) or removed, then\n"
 	"the counts. A schedule whose expression or zone changes, or that is\n"
 	"resumed, skips the fire times that passed before now; other changes keep\n"
-	"them. FILE is JSON:\n"
+	"them. A run that changed anything is written to the action log as\n"
+	"USER@HOST, role cli (skiplock.schedules_apply does the work). FILE is JSON:\n"
 	"\n"
 	"  {\"schedules\": [\n"
 	"    {\"name\": \"nightly-report\", \"expression\": \"30 2 * * *\",\n"
@@ -137,7 +138,9 @@ static const char list_usage[] =
 static const char remove_usage[] =
 	"Usage: skiplock cron remove NAME\n"
 	"\n"
-	"Delete schedule NAME. Jobs it already enqueued are not touched.\n"
+	"Delete schedule NAME. Jobs it already enqueued are not touched. Written\n"
+	"to the action log (skiplock jobs actions) with its definition, as\n"
+	"USER@HOST, role cli.\n"
 	"\n";
 
 static const char pause_usage[] =
@@ -153,10 +156,11 @@ static const char resume_usage[] =
 	"\n"
 	"Let paused schedule NAME fire again. Fire times that passed while it was\n"
 	"paused are skipped, whatever its catch-up policy: the next job is for the\n"
-	"next fire time. Resuming an enabled schedule changes nothing. The\n"
-	"schedule is due at once: the next tick of any worker skips what passed\n"
-	"and sets its next fire time. Written to the action log as USER@HOST, role\n"
-	"cli.\n"
+	"next fire time. Resuming an enabled schedule changes nothing. Its last\n"
+	"fire time moves to the newest that passed and its next fire time to the\n"
+	"first after now, at once, as a resume from SQL or the dashboard does\n"
+	"(skiplock.schedule_set_paused). Written to the action log as USER@HOST,\n"
+	"role cli.\n"
 	"\n";
 
 static const char run_usage[] =
@@ -283,6 +287,19 @@ static char *read_payload(const cron_args *a)
 	return buf;
 }
 
+/* The action log's actor of this command: user@host, role "cli". */
+typedef struct cron_actor {
+	char name[200];
+	skl_actor who;
+} cron_actor;
+
+static const skl_actor *actor_of(cron_actor *a)
+{
+	cli_default_actor(a->name, sizeof(a->name));
+	a->who = (skl_actor){a->name, CLI_ACTOR_ROLE};
+	return &a->who;
+}
+
 static void print_steps(const skl_cron_step *st, size_t n, bool dry_run)
 {
 	static const char *const verb[] = {"", "added", "changed", "removed"};
@@ -304,7 +321,9 @@ static int apply_wants(cron_args *a, skl_client *c, const skl_schedule_want *w, 
 	skl_cron_step *st = NULL;
 	size_t nst = 0;
 	skl_error err;
-	skl_rc rc = skl_cron_apply(c, w, n, prune, a->dry_run, &st, &nst, &err);
+	cron_actor who;
+	skl_rc rc = skl_cron_apply_as(c, w, n, prune, a->dry_run, actor_of(&who), &st, &nst,
+	                              &err);
 	if (rc == SKL_OK)
 		print_steps(st, nst, a->dry_run);
 	skl_free(st);
@@ -344,7 +363,8 @@ static int cron_add(cron_args *a, skl_client *c, char **argv, int nargs)
 	}
 	int64_t next = 0;
 	skl_error err;
-	skl_rc rc = skl_cron_add(c, &a->spec, a->at, &next, &err);
+	cron_actor who;
+	skl_rc rc = skl_cron_add_as(c, &a->spec, a->at, actor_of(&who), &next, &err);
 	free(from_stdin);
 	if (rc == SKL_CONFLICT) { /* a name that is taken is bad input */
 		cli_error(a->cc, "%s", err.message);
@@ -460,21 +480,22 @@ static int cron_remove(cron_args *a, skl_client *c, char **argv, int nargs)
 {
 	(void)nargs;
 	skl_error err;
-	return by_name(a, skl_cron_remove(c, argv[0], &err), &err, argv[0], "removed");
+	cron_actor who;
+	return by_name(a, skl_cron_remove_as(c, argv[0], actor_of(&who), &err), &err, argv[0],
+	               "removed");
 }
 
-/* Pause, and resume at now(): logged (skiplock/control.h); resume --at
- * TIME, for tests, is not. */
+/* Pause, and resume at now(), logged as this command's actor
+ * (skiplock/control.h); resume --at TIME, for tests, the same function at
+ * that instant, logged with the role "library" (skl_cron_resume). */
 static int set_paused(cron_args *a, skl_client *c, const char *name, bool paused)
 {
 	skl_error err;
 	if (!paused && a->at)
 		return by_name(a, skl_cron_resume(c, name, a->at, &err), &err, name, "resumed");
-	char actor[200];
-	cli_default_actor(actor, sizeof(actor));
-	skl_actor who = {actor, CLI_ACTOR_ROLE};
-	return by_name(a, skl_schedule_set_paused(c, name, paused, &who, NULL, &err), &err, name,
-	               paused ? "paused" : "resumed");
+	cron_actor who;
+	return by_name(a, skl_schedule_set_paused(c, name, paused, actor_of(&who), NULL, &err),
+	               &err, name, paused ? "paused" : "resumed");
 }
 
 static int cron_pause(cron_args *a, skl_client *c, char **argv, int nargs)
@@ -492,12 +513,10 @@ static int cron_resume(cron_args *a, skl_client *c, char **argv, int nargs)
 static int cron_run(cron_args *a, skl_client *c, char **argv, int nargs)
 {
 	(void)nargs;
-	char actor[200];
-	cli_default_actor(actor, sizeof(actor));
-	skl_actor who = {actor, CLI_ACTOR_ROLE};
+	cron_actor who;
 	int64_t id = 0;
 	skl_error err;
-	if (skl_schedule_run_now(c, argv[0], &who, &id, &err) != SKL_OK)
+	if (skl_schedule_run_now(c, argv[0], actor_of(&who), &id, &err) != SKL_OK)
 		return cli_fail(a->cc, &err);
 	printf("schedule \"%s\" enqueued job %" PRId64 "\n", argv[0], id);
 	return CLI_OK;

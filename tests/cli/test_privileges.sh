@@ -101,7 +101,10 @@ allowed "$OP" "take a lease" "SELECT skiplock.lease_acquire('nightly', 'op', '1 
 allowed "$OP" "use idempotency keys" "SELECT * FROM skiplock.idem_claim('key', 'h')"
 allowed "$OP" "retry and cancel jobs" "UPDATE skiplock.jobs SET state = 'cancelled', finished_at = now()"
 allowed "$OP" "prune jobs" "DELETE FROM skiplock.jobs"
-allowed "$OP" "edit schedules" "DELETE FROM skiplock.schedules"
+# schedules and breakers have one write path, the logged functions (step 0034)
+refused "$OP" "edit schedules around their functions" "DELETE FROM skiplock.schedules"
+refused "$OP" "add a schedule around its functions" \
+	"INSERT INTO skiplock.schedules (name, expression, kind) VALUES ('x', '@hourly', 'k')"
 allowed "$OP" "set retention" "SELECT skiplock.retention_set('q', NULL, '1 hour')"
 allowed "$OP" "cancel and retry through the functions" "SELECT * FROM skiplock.job_cancel(0), skiplock.job_retry(0)"
 allowed "$OP" "prune through jobs_prune" "SELECT skiplock.jobs_prune('1 day')"
@@ -111,9 +114,21 @@ allowed "$OP" "discard through job_discard" "SELECT * FROM skiplock.job_discard(
 allowed "$OP" "act in bulk" "SELECT * FROM skiplock.jobs_act(skiplock.action_record('op', 'cli', 'retry', '{}', 0, 0), '{0}')"
 allowed "$OP" "run a schedule now, pause it, force a breaker" \
 	"SELECT skiplock.schedule_run_now('none', 'op', 'cli'), skiplock.schedule_set_paused('none', true, 'op', 'cli'), skiplock.breaker_set('k', true, 'op', 'cli')"
+allowed "$OP" "add, remove and apply schedules through the functions (step 0032)" \
+	"SELECT skiplock.schedule_add('p', '@hourly', 'k', actor => 'op', role => 'cli'), skiplock.schedule_remove('p', 'op', 'cli'), (SELECT count(*) FROM skiplock.schedules_apply('[]', false, 'op', 'cli')), skiplock.schedule_set_paused('none', false, 'op', 'cli', now())"
+for R in $RD $WK; do
+	refused "$R" "add a schedule" "SELECT skiplock.schedule_add('p', '@hourly', 'k', actor => '$R', role => 'cli')"
+	refused "$R" "remove a schedule" "SELECT skiplock.schedule_remove('p', '$R', 'cli')"
+	refused "$R" "apply schedules" "SELECT * FROM skiplock.schedules_apply('[]', false, '$R', 'cli')"
+	refused "$R" "pause a schedule" "SELECT skiplock.schedule_set_paused('p', true, '$R', 'cli')"
+	refused "$R" "call the schedules' internal write" "SELECT skiplock_internal.schedule_put('{}', NULL, now())"
+done
+refused "$OP" "call the schedules' internal write" "SELECT skiplock_internal.schedule_put('{}', NULL, now())"
 refused "$OP" "write the action log around its functions" "INSERT INTO skiplock.actions (actor, role, action, target) VALUES ('op', 'x', 'pause', '{}')"
 refused "$OP" "rewrite the action log" "UPDATE skiplock.actions SET actor = 'someone'"
-allowed "$OP" "force a breaker" "INSERT INTO skiplock.breakers (kind, state, open_until) VALUES ('k', 'open', 'infinity')"
+refused "$OP" "force a breaker around breaker_set" \
+	"INSERT INTO skiplock.breakers (kind, state, open_until) VALUES ('k', 'open', 'infinity')"
+refused "$OP" "rewrite a breaker's history" "DELETE FROM skiplock.breaker_events"
 out=$(as_role "$OP" "SELECT skiplock.lease_acquire('skiplock.migrate:skiplock.migrations', 'op', '1 h')")
 # SET ROLE keeps the session user (the test's superuser): the migration
 # lease check is by session user, so only test_roles.sh's real login shows

@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include "core/internal.h"
+#include "queue/control_int.h"
 #include "skiplock/cron.h"
 
 /* What one evaluation of a schedule does, computed from its cursor (the
@@ -36,9 +37,13 @@ void skl__cron_plan_free(skl_cron_plan *p);
  * parsed expression (skl_cron_expr_free). */
 skl_rc skl__schedule_check(const skl_schedule_spec *s, skl_cron_expr **e, skl_error *err);
 
-/* schedule.c: SKL_INVALID (the database's message) unless the database
- * accepts zone for fire times (skiplock.cron_zone_check). */
-skl_rc skl__schedule_zone_db_check(skl_client *c, const char *zone, skl_error *err);
+/* The schema's refusals as the C checks report them: 22023 and 22004 bad
+ * input (SKL_INVALID), 23505 a taken name (SKL_CONFLICT); rc otherwise. */
+skl_rc skl__cron_refusal(skl_rc rc, skl_error *err);
+/* who's name and role for the action log (NULL, NULL when who is NULL:
+ * the functions' defaults); SKL_INVALID for a bad actor. */
+skl_rc skl__cron_who(const skl_actor *who, const char **name, const char **role,
+                     skl_error *err);
 
 /* Parses "YYYY-MM-DD[T ]HH:MM[:SS](Z|±HH:MM)"; false when malformed. */
 bool skl__cron_time_parse(const char *s, int64_t *t);

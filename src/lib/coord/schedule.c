@@ -2,6 +2,11 @@
  * schedule.c — cron schedules in skiplock.schedules (sql/0004_schedules.sql)
  * and the tick every worker runs.
  *
+ * Writes: this file never writes the table.  Adding, removing, pausing
+ * and resuming call the schema's functions (schedule_add, schedule_remove,
+ * schedule_set_paused; sql/0032_schedule_api.sql), which check, write and
+ * log; the checks here only give the same answer before a round trip.
+ *
  * Exactly-once invariant: a fire time is enqueued only by the statement
  * (skiplock.schedule_fire) that moves the schedule's last_fire past it,
  * and that statement changes nothing unless last_fire still holds the
@@ -27,11 +32,6 @@
 #include "core/buf.h"
 #include "skiplock/queue.h"
 
-/* A timestamptz as exact UTC text that reads back as the same value
- * ('infinity' and '-infinity' as themselves); NULL stays NULL. */
-#define SKL_TS_US(x)                                                                         \
-	"CASE WHEN isfinite(" x ") THEN to_char((" x ") AT TIME ZONE 'UTC',"                      \
-	" 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"') ELSE (" x ")::text END"
 /* A timestamptz as whole Unix seconds, rounded down; NULL stays NULL. */
 #define SKL_EPOCH(x) "floor(extract(epoch FROM (" x ")))::bigint"
 /* The same for a time read from skiplock.schedules, clamped first. */
@@ -93,22 +93,6 @@ skl_rc skl__schedule_check(const skl_schedule_spec *s, skl_cron_expr **e, skl_er
 	return check_spec(s, e, err);
 }
 
-/* The database's word on a zone (skiplock.cron_zone_check): the tick
- * computes fire times with the server's reading of the tz database, which
- * takes a few names (CET, EST, …) as fixed-offset abbreviations. */
-skl_rc skl__schedule_zone_db_check(skl_client *c, const char *zone, skl_error *err)
-{
-	const char *params[1] = {zone ? zone : "UTC"};
-	PGresult *r = NULL;
-	skl_rc rc = skl__exec(c, "SELECT skiplock.cron_zone_check($1)", 1, params, &r, err);
-	PQclear(r);
-	if (rc == SKL_DB && err && strcmp(err->sqlstate, "22023") == 0) {
-		rc = err->rc = SKL_INVALID; /* bad input, as the C checks report it */
-		err->sqlstate[0] = '\0';
-	}
-	return rc;
-}
-
 /* ---- statements returning one row ---- */
 
 typedef skl_stmt row_call;
@@ -124,11 +108,6 @@ static int64_t col_i64(const PGresult *r, int row, int col)
 	return PQgetisnull(r, row, col) ? 0 : strtoll(PQgetvalue(r, row, col), NULL, 10);
 }
 
-static const char *col_str(const PGresult *r, int row, int col)
-{
-	return PQgetisnull(r, row, col) ? NULL : PQgetvalue(r, row, col);
-}
-
 static const char *const now_sql = "SELECT " SKL_EPOCH("coalesce($1::timestamptz, now())");
 
 /* The database's clock (or `at`), in whole seconds. */
@@ -142,45 +121,64 @@ static skl_rc db_now(skl_client *c, const char *at, int64_t *now, skl_error *err
 	return rc;
 }
 
-/* ---- add ---- */
+/* ---- writes: through the schema's functions (sql/0032_schedule_api.sql) ---- */
 
-/* Inserts unless the name is taken.  `same` tells a retry of our own
- * insert (after a lost answer) from a schedule someone else added: the
- * snapshot of the EXISTS does not see this statement's own insert. */
-static const char *const add_sql =
-	"WITH ins AS ("
-	"  INSERT INTO skiplock.schedules (name, expression, zone, kind, payload, queue, priority,"
-	"                                  max_attempts, catch_up, next_fire, created_at)"
-	"  VALUES ($1, $2, $3, $4, $5::jsonb, $6, $7, $8, $9, to_timestamp($10::bigint),"
-	"          to_timestamp($11::bigint))"
-	"  ON CONFLICT (name) DO NOTHING RETURNING 1)"
-	" SELECT (SELECT count(*) FROM ins),"
-	"        EXISTS (SELECT 1 FROM skiplock.schedules WHERE name = $1 AND expression = $2"
-	"                  AND zone = $3 AND kind = $4 AND payload = $5::jsonb AND queue = $6"
-	"                  AND priority = $7 AND max_attempts = $8 AND catch_up = $9"
-	"                  AND created_at = to_timestamp($11::bigint))";
-
-static skl_rc insert_schedule(skl_client *c, const skl_schedule_spec *s, int64_t created,
-                              const int64_t *next, skl_error *err)
+skl_rc skl__cron_refusal(skl_rc rc, skl_error *err)
 {
-	char prio[16], max[16], nx[24], cr[24];
+	if (rc != SKL_DB || err == NULL)
+		return rc;
+	if (strcmp(err->sqlstate, "22023") == 0 || strcmp(err->sqlstate, "22004") == 0)
+		rc = SKL_INVALID;
+	else if (strcmp(err->sqlstate, "23505") == 0)
+		rc = SKL_CONFLICT;
+	else
+		return rc;
+	err->rc = rc;
+	err->sqlstate[0] = '\0';
+	return rc;
+}
+
+skl_rc skl__cron_who(const skl_actor *who, const char **name, const char **role,
+                     skl_error *err)
+{
+	*name = who ? who->name : NULL;
+	*role = who ? who->role : NULL;
+	return who ? skl__check_actor(who, err) : SKL_OK;
+}
+
+/* Created at `now` (the caller's read of the clock, whole seconds): a
+ * retry after a lost answer finds its own schedule, created at that
+ * instant with that definition, and succeeds (schedule_add). */
+static const char *const add_sql =
+	"SELECT " SKL_EPOCH("next_fire") " FROM skiplock.schedule_add(name => $1,"
+	" expression => $2, zone => $3, kind => $4, payload => $5::jsonb, queue => $6,"
+	" priority => $7::int, max_attempts => $8::int, catch_up => $9,"
+	" at => to_timestamp($10::bigint), actor => coalesce($11, current_user::text),"
+	" role => coalesce($12, 'library'))";
+
+static skl_rc insert_schedule(skl_client *c, const skl_schedule_spec *s, int64_t now,
+                              const skl_actor *who, int64_t *next, skl_error *err)
+{
+	char prio[16], max[16], at[24];
+	const char *actor, *role;
+	skl_rc rc = skl__cron_who(who, &actor, &role, err);
 	snprintf(prio, sizeof(prio), "%d", s->priority);
 	snprintf(max, sizeof(max), "%d", s->max_attempts > 0 ? s->max_attempts : 25);
-	snprintf(nx, sizeof(nx), "%" PRId64, next ? *next : 0);
-	snprintf(cr, sizeof(cr), "%" PRId64, created);
-	row_call call = {.sql = add_sql, .nparams = 11,
+	snprintf(at, sizeof(at), "%" PRId64, now);
+	row_call call = {.sql = add_sql, .nparams = 12,
 	                 .params = {s->name, s->expression, s->zone ? s->zone : "UTC", s->kind,
 	                            s->payload ? s->payload : "{}", s->queue ? s->queue : "default",
-	                            prio, max, skl_catch_up_name(s->catch_up), next ? nx : NULL, cr}};
-	skl_rc rc = run_row(c, &call, err);
-	if (rc == SKL_OK && col_i64(call.res, 0, 0) == 0 && PQgetvalue(call.res, 0, 1)[0] != 't')
-		rc = skl__seterr(err, SKL_CONFLICT, "schedule \"%s\" already exists", s->name);
+	                            prio, max, skl_catch_up_name(s->catch_up), at, actor, role}};
+	if (rc == SKL_OK)
+		rc = skl__cron_refusal(run_row(c, &call, err), err);
+	if (rc == SKL_OK)
+		*next = col_i64(call.res, 0, 0);
 	PQclear(call.res);
 	return rc;
 }
 
-skl_rc skl_cron_add(skl_client *c, const skl_schedule_spec *s, const char *at,
-                    int64_t *next_fire, skl_error *err)
+skl_rc skl_cron_add_as(skl_client *c, const skl_schedule_spec *s, const char *at,
+                       const skl_actor *who, int64_t *next_fire, skl_error *err)
 {
 	if (next_fire)
 		*next_fire = 0;
@@ -188,41 +186,50 @@ skl_rc skl_cron_add(skl_client *c, const skl_schedule_spec *s, const char *at,
 		return skl__seterr(err, SKL_MISUSE, "schedule spec is NULL");
 	skl_cron_expr *e = NULL;
 	skl_rc rc = check_spec(s, &e, err);
+	skl_cron_expr_free(e);
 	int64_t now = 0, next = 0;
 	if (rc == SKL_OK)
 		rc = db_now(c, at, &now, err);
 	if (rc == SKL_OK)
-		rc = skl__schedule_zone_db_check(c, s->zone, err);
-	if (rc == SKL_OK)
-		rc = skl_cron_next(e, s->zone, now, &next, err);
-	bool fires = rc == SKL_OK;
-	if (rc == SKL_EMPTY) /* valid, but not within a century: store it, never due */
-		rc = SKL_OK;
-	skl_cron_expr_free(e);
-	if (rc == SKL_OK)
-		rc = insert_schedule(c, s, now, fires ? &next : NULL, err);
+		rc = insert_schedule(c, s, now, who, &next, err);
 	if (rc == SKL_OK && next_fire)
-		*next_fire = fires ? next : 0;
+		*next_fire = next;
 	if (rc == SKL_OK)
 		skl_error_clear(err);
 	return rc;
 }
 
+skl_rc skl_cron_add(skl_client *c, const skl_schedule_spec *s, const char *at,
+                    int64_t *next_fire, skl_error *err)
+{
+	return skl_cron_add_as(c, s, at, NULL, next_fire, err);
+}
+
 /* ---- remove, pause, resume ---- */
 
-static const char *const remove_sql = "DELETE FROM skiplock.schedules WHERE name = $1 RETURNING 1";
-static const char *const pause_sql =
-	"UPDATE skiplock.schedules SET enabled = false,"
-	"       updated_at = CASE WHEN enabled THEN now() ELSE updated_at END"
-	" WHERE name = $1 RETURNING 1";
+static const char *const remove_sql =
+	"SELECT skiplock.schedule_remove(name => $1, actor => coalesce($2, current_user::text),"
+	" role => coalesce($3, 'library'))";
+/* NULL when there is no such schedule. */
+static const char *const set_paused_sql =
+	"SELECT skiplock.schedule_set_paused(name => $1, paused => $4::boolean,"
+	" at => $5::timestamptz, actor => coalesce($2, current_user::text),"
+	" role => coalesce($3, 'library'))";
 
-static skl_rc by_name(skl_client *c, const char *sql, const char *name, skl_error *err)
+/* One call of sql by schedule name; SKL_EMPTY when it answers NULL or
+ * false (no such schedule). */
+static skl_rc by_name(skl_client *c, const char *sql, const char *name, const skl_actor *who,
+                      const char *paused, const char *at, skl_error *err)
 {
+	row_call call = {.sql = sql, .nparams = paused ? 5 : 3, .params = {name, NULL, NULL,
+	                                                                    paused, at}};
 	skl_rc rc = check_name("schedule name", name, SKL_SCHEDULE_NAME_MAX, err);
-	row_call call = {.sql = sql, .nparams = 1, .params = {name}};
 	if (rc == SKL_OK)
-		rc = run_row(c, &call, err);
-	if (rc == SKL_OK && PQntuples(call.res) == 0)
+		rc = skl__cron_who(who, &call.params[1], &call.params[2], err);
+	if (rc == SKL_OK)
+		rc = skl__cron_refusal(run_row(c, &call, err), err);
+	if (rc == SKL_OK && (PQgetisnull(call.res, 0, 0) ||
+	                     (!paused && PQgetvalue(call.res, 0, 0)[0] == 'f')))
 		rc = skl__seterr(err, SKL_EMPTY, "no schedule \"%s\"", name);
 	PQclear(call.res);
 	if (rc == SKL_OK)
@@ -230,85 +237,26 @@ static skl_rc by_name(skl_client *c, const char *sql, const char *name, skl_erro
 	return rc;
 }
 
+skl_rc skl_cron_remove_as(skl_client *c, const char *name, const skl_actor *who,
+                          skl_error *err)
+{
+	return by_name(c, remove_sql, name, who, NULL, NULL, err);
+}
+
 skl_rc skl_cron_remove(skl_client *c, const char *name, skl_error *err)
 {
-	return by_name(c, remove_sql, name, err);
+	return skl_cron_remove_as(c, name, NULL, err);
 }
 
 skl_rc skl_cron_pause(skl_client *c, const char *name, skl_error *err)
 {
-	return by_name(c, pause_sql, name, err);
+	return by_name(c, set_paused_sql, name, NULL, "true", NULL, err);
 }
 
-static const char *const resume_read_sql =
-	"SELECT expression, zone, enabled, " SKL_TS_US("last_fire") ", "
-	SKL_EPOCH_STORED("coalesce(last_fire, created_at)") ", "
-	SKL_EPOCH("coalesce($2::timestamptz, now())")
-	"  FROM skiplock.schedules WHERE name = $1";
-
-static const char *const resume_sql =
-	"UPDATE skiplock.schedules"
-	"   SET enabled = true, last_fire = coalesce($3::timestamptz, last_fire),"
-	"       next_fire = $4::timestamptz, updated_at = now()"
-	" WHERE name = $1 AND NOT enabled AND last_fire IS NOT DISTINCT FROM $2::timestamptz"
-	" RETURNING 1";
-
-/* Whether a plan's next fire time can be stored: one at or after the end
- * of the stored range never becomes a job, so it is stored as none. */
-static bool has_next(const skl_cron_plan *p)
-{
-	return p->has_next && p->next < SKL_SCHEDULE_T_END;
-}
-
-/* Enables a paused schedule with last_fire moved to the newest fire time
- * at or before now: what passed while it was paused is skipped. */
-static skl_rc resume_once(skl_client *c, const char *name, const PGresult *r, bool *done,
-                          skl_error *err)
-{
-	skl_cron_expr *e = NULL;
-	skl_cron_plan p;
-	const char *zone = PQgetvalue(r, 0, 1);
-	skl_rc rc = skl_cron_parse(PQgetvalue(r, 0, 0), &e, err);
-	if (rc == SKL_OK) /* policy none with no grace: nothing enqueued, newest found */
-		rc = skl__cron_plan(e, zone, col_i64(r, 0, 4), col_i64(r, 0, 5), SKL_CATCH_UP_NONE, 1,
-		                    -1, &p, err);
-	skl_cron_expr_free(e);
-	if (rc != SKL_OK)
-		return rc;
-	char last[SKL_CRON_TIME_LEN], next[SKL_CRON_TIME_LEN];
-	skl_cron_format_utc(p.newest, last);
-	skl_cron_format_utc(p.next, next);
-	row_call call = {.sql = resume_sql, .nparams = 4,
-	                 .params = {name, col_str(r, 0, 3), p.any_due ? last : NULL,
-	                            has_next(&p) ? next : NULL}};
-	skl__cron_plan_free(&p);
-	rc = run_row(c, &call, err);
-	*done = rc == SKL_OK && PQntuples(call.res) > 0;
-	PQclear(call.res);
-	return rc;
-}
-
+/* schedule_set_paused skips what passed before at (NULL: now()). */
 skl_rc skl_cron_resume(skl_client *c, const char *name, const char *at, skl_error *err)
 {
-	skl_rc rc = check_name("schedule name", name, SKL_SCHEDULE_NAME_MAX, err);
-	bool done = false;
-	/* A few rounds: the row may change between the read and the update. */
-	for (int round = 0; rc == SKL_OK && !done && round < 5; round++) {
-		row_call call = {.sql = resume_read_sql, .nparams = 2, .params = {name, at}};
-		rc = run_row(c, &call, err);
-		if (rc == SKL_OK && PQntuples(call.res) == 0)
-			rc = skl__seterr(err, SKL_EMPTY, "no schedule \"%s\"", name);
-		else if (rc == SKL_OK && PQgetvalue(call.res, 0, 2)[0] == 't')
-			done = true; /* enabled already */
-		else if (rc == SKL_OK)
-			rc = resume_once(c, name, call.res, &done, err);
-		PQclear(call.res);
-	}
-	if (rc == SKL_OK && !done)
-		rc = skl__seterr(err, SKL_CONFLICT, "schedule \"%s\" kept changing; try again", name);
-	if (rc == SKL_OK)
-		skl_error_clear(err);
-	return rc;
+	return by_name(c, set_paused_sql, name, NULL, "false", at, err);
 }
 
 /* ---- list ---- */

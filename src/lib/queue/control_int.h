@@ -1,6 +1,6 @@
 /*
- * control_int.h — what control.c offers bulk.c and limits.c: the check of
- * an actor, and one logged action's statement.
+ * control_int.h — what control.c offers bulk.c, limits.c and schedule.c:
+ * the check of an actor, and one logged action's statement.
  */
 #ifndef SKL_CONTROL_INT_H
 #define SKL_CONTROL_INT_H
