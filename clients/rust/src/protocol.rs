@@ -331,7 +331,7 @@ pub fn fenced<T>(r: Result<T, Error>, job: &Job) -> Result<T, Error> {
 
 #[cfg(test)]
 mod tests {
-    use super::{claim_args, error_text, exchange_sql, outcome_arrays, outcome_queues, ClaimArgs,
+    use super::{claim_args, error_text, exchange_sql, outcome_records, ClaimArgs,
                 ERROR_CHARS};
     use crate::job::{Finished, Outcome};
     use crate::{enqueue_batch_sql, enqueue_many_sql, enqueue_sql, BatchOptions, EnqueueOptions,
