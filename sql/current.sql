@@ -93,6 +93,44 @@ CREATE TYPE skiplock.maintenance_step AS (
 	detail text
 );
 
+CREATE TYPE skiplock.outcome AS (
+	queue text,
+	id bigint,
+	fencing bigint,
+	outcome text,
+	result jsonb,
+	error text,
+	retry_after_ms bigint,
+	deferred boolean,
+	backoff text,
+	backoff_base_ms bigint,
+	backoff_cap_ms bigint
+);
+
+COMMENT ON TYPE skiplock.outcome IS 'One outcome of a job''s attempt under its handle (queue, id, fencing), as record and record_claim take them (protocol 3: a JSON array of these objects).';
+
+COMMENT ON COLUMN skiplock.outcome.queue IS 'the handle: the job''s queue (NULL: the job is found by id alone, as in protocol 1)';
+
+COMMENT ON COLUMN skiplock.outcome.id IS 'the handle: the job (required)';
+
+COMMENT ON COLUMN skiplock.outcome.fencing IS 'the handle: the claim''s fencing token (required)';
+
+COMMENT ON COLUMN skiplock.outcome.outcome IS 'ok (completed), retry or fail (a failed attempt: retried while attempts are left), discard';
+
+COMMENT ON COLUMN skiplock.outcome.result IS 'ok: kept as the job''s result';
+
+COMMENT ON COLUMN skiplock.outcome.error IS 'into the job''s error history (the newest 20 are kept)';
+
+COMMENT ON COLUMN skiplock.outcome.retry_after_ms IS 'the handler''s own delay; 0 or NULL for none';
+
+COMMENT ON COLUMN skiplock.outcome.deferred IS 'the caller''s retry budget refused an early retry';
+
+COMMENT ON COLUMN skiplock.outcome.backoff IS 'the caller''s strategy for the job''s kind (full, equal, decorrelated, exponential, fixed), used where the job sets none';
+
+COMMENT ON COLUMN skiplock.outcome.backoff_base_ms IS 'the caller''s backoff base, used where the job sets none';
+
+COMMENT ON COLUMN skiplock.outcome.backoff_cap_ms IS 'the caller''s backoff cap, used where the job sets none';
+
 CREATE TYPE skiplock.recorded_outcome AS (
 	id bigint,
 	state text,
@@ -2391,6 +2429,12 @@ $$;
 
 COMMENT ON FUNCTION skiplock.notify_jobs() IS 'Trigger: NOTIFY skiplock_jobs when jobs become available or schedules change, to wake idle workers on a direct connection (a hint only).';
 
+CREATE FUNCTION skiplock.outcomes_max() RETURNS integer
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    AS $$ SELECT 10000 $$;
+
+COMMENT ON FUNCTION skiplock.outcomes_max() IS 'the most outcomes one call of record or record_claim takes as JSON (10,000: more than a worker holds at once), the one definition of the limit';
+
 CREATE FUNCTION skiplock.partition_width() RETURNS interval
     LANGUAGE sql STABLE
     AS $$
@@ -2452,9 +2496,23 @@ COMMENT ON FUNCTION skiplock.payload_max() IS 'the largest job payload in bytes 
 CREATE FUNCTION skiplock.protocol_version() RETURNS integer
     LANGUAGE sql IMMUTABLE SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
-    AS $$ SELECT 2 $$;
+    AS $$ SELECT 3 $$;
 
-COMMENT ON FUNCTION skiplock.protocol_version() IS 'The worker protocol the schema speaks: 2, the job handle is (queue, id, fencing).';
+COMMENT ON FUNCTION skiplock.protocol_version() IS 'The worker protocol the schema speaks: 3, record and record_claim take the outcomes as one JSON array of skiplock.outcome objects (the job handle is (queue, id, fencing) since 2).';
+
+CREATE FUNCTION skiplock.record(outcomes jsonb) RETURNS SETOF skiplock.recorded_outcome
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+BEGIN
+  RETURN QUERY
+    SELECT x.id, x.state, x.run_at, x.delay_ms
+      FROM skiplock_internal.exchange(skiplock_internal.outcomes_read(outcomes), NULL, NULL, NULL, 0, NULL, NULL,
+                             NULL, NULL, false) x;
+END
+$$;
+
+COMMENT ON FUNCTION skiplock.record(outcomes jsonb) IS 'Records a batch of outcomes (protocol 3: a JSON array of skiplock.outcome objects), each fenced by its handle; one row per outcome accepted.';
 
 CREATE FUNCTION skiplock.record(ids bigint[], fencings bigint[], outcomes text[], results jsonb[] DEFAULT NULL::jsonb[], errors text[] DEFAULT NULL::text[], retry_after_ms bigint[] DEFAULT NULL::bigint[], deferred boolean[] DEFAULT NULL::boolean[], backoffs text[] DEFAULT NULL::text[], backoff_bases_ms bigint[] DEFAULT NULL::bigint[], backoff_caps_ms bigint[] DEFAULT NULL::bigint[], job_queues text[] DEFAULT NULL::text[]) RETURNS SETOF skiplock.recorded_outcome
     LANGUAGE plpgsql SECURITY DEFINER
@@ -2470,6 +2528,18 @@ END
 $$;
 
 COMMENT ON FUNCTION skiplock.record(ids bigint[], fencings bigint[], outcomes text[], results jsonb[], errors text[], retry_after_ms bigint[], deferred boolean[], backoffs text[], backoff_bases_ms bigint[], backoff_caps_ms bigint[], job_queues text[]) IS 'Records a batch of outcomes, each fenced by its token (and queue, protocol 2); one row per outcome accepted.';
+
+CREATE FUNCTION skiplock.record_claim(outcomes jsonb, owner text, kinds text[], queues text[], n integer, lease interval, after_priority integer DEFAULT NULL::integer, after_run_at_us bigint DEFAULT NULL::bigint, after_id bigint DEFAULT NULL::bigint, wait_hints boolean DEFAULT false) RETURNS SETOF skiplock.exchange_row
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+BEGIN
+  RETURN QUERY SELECT * FROM skiplock_internal.exchange(skiplock_internal.outcomes_read(outcomes), owner, kinds,
+                 queues, n, lease, after_priority, after_run_at_us, after_id, wait_hints);
+END
+$$;
+
+COMMENT ON FUNCTION skiplock.record_claim(outcomes jsonb, owner text, kinds text[], queues text[], n integer, lease interval, after_priority integer, after_run_at_us bigint, after_id bigint, wait_hints boolean) IS 'record outcomes, then claim, in one call (protocol 3): outcomes is a JSON array of skiplock.outcome objects; rows tagged recorded / claimed (and, with wait_hints, wait: when a limit may next have room); n = 0 records only';
 
 CREATE FUNCTION skiplock.record_claim(ids bigint[], fencings bigint[], outcomes text[], results jsonb[], errors text[], retry_after_ms bigint[], deferred boolean[], backoffs text[], backoff_bases_ms bigint[], backoff_caps_ms bigint[], owner text, kinds text[], queues text[], n integer, lease interval, after_priority integer DEFAULT NULL::integer, after_run_at_us bigint DEFAULT NULL::bigint, after_id bigint DEFAULT NULL::bigint, job_queues text[] DEFAULT NULL::text[]) RETURNS SETOF skiplock.exchange_row
     LANGUAGE plpgsql SECURITY DEFINER
@@ -2488,87 +2558,18 @@ CREATE FUNCTION skiplock.record_claim(ids bigint[], fencings bigint[], outcomes 
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
     AS $$
-#variable_conflict use_column
-DECLARE
-  v_ids bigint[];
-  v_kinds text[];
-  v_states text[];
-  v_run_at timestamptz[];
-  v_outcomes text[];
-  v_delays bigint[];
-  v_at timestamptz;
-  v_wait timestamptz;
 BEGIN
   PERFORM skiplock_internal.check_record_args(ids, fencings, outcomes, results, errors, retry_after_ms,
                                      deferred, backoffs, backoff_bases_ms, backoff_caps_ms,
                                      job_queues);
-  -- 1. the outcomes, each recorded once
-  IF cardinality(record_claim.ids) > 0 AND NOT EXISTS (SELECT 1 FROM skiplock.breakers)
-     AND NOT EXISTS (SELECT 1 FROM skiplock.job_deps d WHERE d.parent_id = ANY (record_claim.ids)) THEN
-    -- no breaker anywhere, no job of the batch that another waits for:
-    -- the rows go straight out
-    RETURN QUERY
-    SELECT 'recorded'::text, o.id, o.state, o.run_at, o.delay_ms, NULL::text, NULL::text,
-           NULL::jsonb, NULL::int, NULL::int, NULL::bigint, NULL::timestamptz, NULL::int,
-           NULL::int, NULL::bigint
-      FROM skiplock_internal.record_outcomes(ids, fencings, outcomes, results, errors, retry_after_ms,
-                                    deferred, backoffs, backoff_bases_ms, backoff_caps_ms,
-                                    job_queues) o;
-  ELSIF cardinality(record_claim.ids) > 0 THEN
-    SELECT array_agg(o.id), array_agg(o.kind), array_agg(o.state), array_agg(o.run_at),
-           array_agg(o.outcome), array_agg(o.delay_ms)
-      INTO v_ids, v_kinds, v_states, v_run_at, v_outcomes, v_delays
-      FROM skiplock_internal.record_outcomes(ids, fencings, outcomes, results, errors, retry_after_ms,
-                                    deferred, backoffs, backoff_bases_ms, backoff_caps_ms,
-                                    job_queues) o;
-    -- 2. what they say about each kind's downstream, for its breaker, and
-    -- what the jobs they ended mean for the jobs that wait for them
-    PERFORM skiplock_internal.count_for_breakers(v_kinds, v_outcomes);
-    IF EXISTS (SELECT 1 FROM skiplock.job_deps d WHERE d.parent_id = ANY (record_claim.ids)) THEN
-      PERFORM skiplock_internal.deps_resolve(
-        ARRAY(SELECT r.id FROM unnest(v_ids, v_states) r(id, s) WHERE r.s <> 'available'),
-        ARRAY(SELECT r.s FROM unnest(v_ids, v_states) r(id, s) WHERE r.s <> 'available'));
-    END IF;
-    RETURN QUERY
-    SELECT 'recorded'::text, r.id, r.state, r.run_at, r.delay_ms, NULL::text, NULL::text,
-           NULL::jsonb, NULL::int, NULL::int, NULL::bigint, NULL::timestamptz, NULL::int,
-           NULL::int, NULL::bigint
-      FROM unnest(v_ids, v_states, v_run_at, v_delays) AS r(id, state, run_at, delay_ms);
-  END IF;
-  IF record_claim.n = 0 THEN
-    RETURN;
-  END IF;
-  -- 3. the next jobs: picked (pauses, breakers, limits, keyset), then leased
-  IF skiplock_internal.is_distributed() THEN
-    v_kinds := ARRAY(SELECT unnest(kinds) EXCEPT SELECT x.kind FROM skiplock.limits x);
-    IF cardinality(v_kinds) > 0 OR cardinality(kinds) = 0 THEN
-      RETURN QUERY SELECT * FROM skiplock_internal.claim_by_queue(owner, v_kinds, queues, n, lease,
-                     after_priority, after_run_at_us, after_id);
-    END IF;
-    RETURN;
-  END IF;
-  SELECT p.ids, p.started_at, p.wait_until INTO v_ids, v_at, v_wait
-    FROM skiplock_internal.claim_take(owner, kinds, queues, n, lease, after_priority, after_run_at_us,
-                             after_id) p;
-  IF wait_hints AND v_wait IS NOT NULL THEN
-    RETURN NEXT ROW('wait', NULL, NULL, v_wait,
-                    greatest(0, ceil(extract(epoch FROM v_wait - clock_timestamp()) * 1000))::bigint,
-                    NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL)::skiplock.exchange_row;
-  END IF;
-  RETURN QUERY
-    UPDATE skiplock.jobs j
-       SET state = 'running', attempt = j.attempt + 1, fencing = j.fencing + 1,
-           lease_owner = record_claim.owner, lease_expires_at = now() + record_claim.lease,
-           attempted_at = v_at
-     WHERE j.id = ANY (v_ids)
-    RETURNING 'claimed'::text, j.id, 'running'::text, j.run_at, NULL::bigint, j.queue, j.kind,
-              j.payload, j.attempt, j.max_attempts, j.fencing, j.lease_expires_at,
-              coalesce(j.timeout_ms, 0), j.priority,
-              (extract(epoch FROM j.run_at) * 1000000)::bigint;
+  RETURN QUERY SELECT * FROM skiplock_internal.exchange(
+    skiplock_internal.outcomes_of(ids, fencings, outcomes, results, errors, retry_after_ms, deferred,
+                         backoffs, backoff_bases_ms, backoff_caps_ms, job_queues),
+    owner, kinds, queues, n, lease, after_priority, after_run_at_us, after_id, wait_hints);
 END
 $$;
 
-COMMENT ON FUNCTION skiplock.record_claim(ids bigint[], fencings bigint[], outcomes text[], results jsonb[], errors text[], retry_after_ms bigint[], deferred boolean[], backoffs text[], backoff_bases_ms bigint[], backoff_caps_ms bigint[], owner text, kinds text[], queues text[], n integer, lease interval, after_priority integer, after_run_at_us bigint, after_id bigint, job_queues text[], wait_hints boolean) IS 'record outcomes, then claim, in one call: rows tagged recorded / claimed (and, with wait_hints, wait: when a limit may next have room); n = 0 records only; job_queues: the handles'' queues (protocol 2)';
+COMMENT ON FUNCTION skiplock.record_claim(ids bigint[], fencings bigint[], outcomes text[], results jsonb[], errors text[], retry_after_ms bigint[], deferred boolean[], backoffs text[], backoff_bases_ms bigint[], backoff_caps_ms bigint[], owner text, kinds text[], queues text[], n integer, lease interval, after_priority integer, after_run_at_us bigint, after_id bigint, job_queues text[], wait_hints boolean) IS 'record outcomes, then claim, in one call (protocol 2: the outcomes as eleven parallel arrays; kept for one release, protocol 3 takes them as JSON): rows tagged recorded / claimed / wait; n = 0 records only';
 
 CREATE FUNCTION skiplock.rescue(n integer DEFAULT 1000) RETURNS SETOF skiplock.rescued_job
     LANGUAGE plpgsql SECURITY DEFINER
@@ -4681,6 +4682,58 @@ $$;
 
 COMMENT ON FUNCTION skiplock_internal.errors_append(errors jsonb, attempt integer, err text, at timestamp with time zone) IS 'Internal: a job''s error history with one more entry (its text cut at 8,192 characters); the newest 20 are kept.';
 
+CREATE FUNCTION skiplock_internal.exchange(p_outcomes skiplock.outcome[], p_owner text, p_kinds text[], p_queues text[], p_n integer, p_lease interval, p_after_priority integer, p_after_run_at_us bigint, p_after_id bigint, p_wait_hints boolean) RETURNS SETOF skiplock.exchange_row
+    LANGUAGE plpgsql
+    AS $$
+#variable_conflict use_column
+DECLARE
+  v_kinds text[];
+  v_ids bigint[];
+  v_at timestamptz;
+  v_wait timestamptz;
+BEGIN
+  -- 1. the outcomes, each recorded once
+  IF cardinality(p_outcomes) > 0 THEN
+    RETURN QUERY
+    SELECT 'recorded'::text, o.id, o.state, o.run_at, o.delay_ms, NULL::text, NULL::text,
+           NULL::jsonb, NULL::int, NULL::int, NULL::bigint, NULL::timestamptz, NULL::int,
+           NULL::int, NULL::bigint
+      FROM skiplock_internal.outcomes_settle(p_outcomes) o;
+  END IF;
+  IF p_n = 0 THEN
+    RETURN;
+  END IF;
+  -- 2. the next jobs: picked (pauses, breakers, limits, keyset), then leased
+  IF skiplock_internal.is_distributed() THEN
+    v_kinds := ARRAY(SELECT unnest(p_kinds) EXCEPT SELECT x.kind FROM skiplock.limits x);
+    IF cardinality(v_kinds) > 0 OR cardinality(p_kinds) = 0 THEN
+      RETURN QUERY SELECT * FROM skiplock_internal.claim_by_queue(p_owner, v_kinds, p_queues, p_n,
+                     p_lease, p_after_priority, p_after_run_at_us, p_after_id);
+    END IF;
+    RETURN;
+  END IF;
+  SELECT p.ids, p.started_at, p.wait_until INTO v_ids, v_at, v_wait
+    FROM skiplock_internal.claim_take(p_owner, p_kinds, p_queues, p_n, p_lease, p_after_priority,
+                             p_after_run_at_us, p_after_id) p;
+  IF p_wait_hints AND v_wait IS NOT NULL THEN
+    RETURN NEXT ROW('wait', NULL, NULL, v_wait,
+                    greatest(0, ceil(extract(epoch FROM v_wait - clock_timestamp()) * 1000))::bigint,
+                    NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL)::skiplock.exchange_row;
+  END IF;
+  RETURN QUERY
+    UPDATE skiplock.jobs j
+       SET state = 'running', attempt = j.attempt + 1, fencing = j.fencing + 1,
+           lease_owner = p_owner, lease_expires_at = now() + p_lease, attempted_at = v_at
+     WHERE j.id = ANY (v_ids)
+    RETURNING 'claimed'::text, j.id, 'running'::text, j.run_at, NULL::bigint, j.queue, j.kind,
+              j.payload, j.attempt, j.max_attempts, j.fencing, j.lease_expires_at,
+              coalesce(j.timeout_ms, 0), j.priority,
+              (extract(epoch FROM j.run_at) * 1000000)::bigint;
+END
+$$;
+
+COMMENT ON FUNCTION skiplock_internal.exchange(p_outcomes skiplock.outcome[], p_owner text, p_kinds text[], p_queues text[], p_n integer, p_lease interval, p_after_priority integer, p_after_run_at_us bigint, p_after_id bigint, p_wait_hints boolean) IS 'Internal: the body of record_claim in both its forms: records the outcome records (outcomes_settle), then claims n jobs (claim_take, or claim_by_queue when distributed).';
+
 CREATE FUNCTION skiplock_internal.fail_p1(id bigint, fencing bigint, error text, retryable boolean DEFAULT true, retry_after interval DEFAULT NULL::interval) RETURNS text
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
@@ -5043,6 +5096,277 @@ $$;
 
 COMMENT ON FUNCTION skiplock_internal.move_finished(p_ids bigint[]) IS 'Internal: moves finished jobs by id from jobs to finished_jobs, kept until their retention, and resolves what waits for them; returns how many left jobs.';
 
+CREATE FUNCTION skiplock_internal.outcomes_of(ids bigint[], fencings bigint[], outcomes text[], results jsonb[], errors text[], retry_after_ms bigint[], deferred boolean[], backoffs text[], backoff_bases_ms bigint[], backoff_caps_ms bigint[], job_queues text[]) RETURNS skiplock.outcome[]
+    LANGUAGE sql IMMUTABLE
+    AS $$
+  SELECT ARRAY(SELECT ROW(t.queue, t.id, t.fencing, t.outcome, t.result, t.error, t.asked,
+                          t.deferred, t.backoff, t.base, t.cap)::skiplock.outcome
+                 FROM unnest(ids, fencings, outcomes, results, errors, retry_after_ms,
+                             deferred, backoffs, backoff_bases_ms, backoff_caps_ms, job_queues)
+                      WITH ORDINALITY AS t(id, fencing, outcome, result, error, asked,
+                                           deferred, backoff, base, cap, queue, ord)
+                ORDER BY t.ord)
+$$;
+
+COMMENT ON FUNCTION skiplock_internal.outcomes_of(ids bigint[], fencings bigint[], outcomes text[], results jsonb[], errors text[], retry_after_ms bigint[], deferred boolean[], backoffs text[], backoff_bases_ms bigint[], backoff_caps_ms bigint[], job_queues text[]) IS 'Internal: the eleven parallel arrays of record (protocol 2) as outcome records, in order.';
+
+CREATE FUNCTION skiplock_internal.outcomes_read(outcomes jsonb) RETURNS skiplock.outcome[]
+    LANGUAGE plpgsql STABLE
+    AS $$
+DECLARE
+  v_fields CONSTANT text[] := ARRAY['queue', 'id', 'fencing', 'outcome', 'result', 'error',
+    'retry_after_ms', 'deferred', 'backoff', 'backoff_base_ms', 'backoff_cap_ms'];
+  v skiplock.outcome[];
+  v_bad jsonb;
+BEGIN
+  IF outcomes IS NULL THEN
+    RAISE EXCEPTION 'record: outcomes must not be NULL' USING ERRCODE = '22004';
+  END IF;
+  IF jsonb_typeof(outcomes) <> 'array' THEN
+    RAISE EXCEPTION 'record: outcomes must be a JSON array of objects, not a JSON %',
+      jsonb_typeof(outcomes) USING ERRCODE = '22023';
+  END IF;
+  IF jsonb_array_length(outcomes) > skiplock.outcomes_max() THEN
+    RAISE EXCEPTION 'record: at most % outcomes per call, got %', skiplock.outcomes_max(),
+      jsonb_array_length(outcomes) USING ERRCODE = '22023';
+  END IF;
+  -- an element that is not an object, or has a field no outcome has
+  SELECT e INTO v_bad FROM jsonb_array_elements(outcomes) e
+   WHERE jsonb_typeof(e) <> 'object' OR e - v_fields <> '{}'::jsonb LIMIT 1;
+  IF FOUND THEN
+    RAISE EXCEPTION 'record: every outcome is a JSON object of the fields %, got %',
+      array_to_string(v_fields, ', '), left(v_bad::text, 200) USING ERRCODE = '22023';
+  END IF;
+  v := ARRAY(SELECT o FROM jsonb_populate_recordset(NULL::skiplock.outcome, outcomes) o);
+  IF EXISTS (SELECT 1 FROM unnest(v) o WHERE o.id IS NULL OR o.fencing IS NULL) THEN
+    RAISE EXCEPTION 'record: every outcome needs an id and a fencing token'
+      USING ERRCODE = '22004';
+  END IF;
+  IF EXISTS (SELECT 1 FROM unnest(v) o
+              WHERE o.outcome IS NULL OR o.outcome NOT IN ('ok', 'retry', 'fail', 'discard')
+                 OR o.backoff NOT IN ('full', 'equal', 'decorrelated', 'exponential', 'fixed')
+                 OR o.retry_after_ms < 0 OR o.backoff_base_ms < 0 OR o.backoff_cap_ms < 0) THEN
+    RAISE EXCEPTION 'record: an outcome is ok, retry, fail or discard; a backoff is full, '
+                    'equal, decorrelated, exponential or fixed; delays are not negative'
+      USING ERRCODE = '22023';
+  END IF;
+  RETURN v;
+END
+$$;
+
+COMMENT ON FUNCTION skiplock_internal.outcomes_read(outcomes jsonb) IS 'Internal: the outcomes of a call (a JSON array of skiplock.outcome objects) as records; refuses (22023, 22004) what is not an array of at most outcomes_max() valid outcomes.';
+
+CREATE FUNCTION skiplock_internal.outcomes_record(p_outcomes skiplock.outcome[]) RETURNS TABLE(id bigint, kind text, state text, run_at timestamp with time zone, outcome text, delay_ms bigint)
+    LANGUAGE plpgsql
+    AS $$
+#variable_conflict use_column
+BEGIN
+  IF skiplock_internal.is_distributed() THEN
+    RETURN QUERY SELECT * FROM skiplock_internal.outcomes_record_by_queue(p_outcomes);
+    RETURN;
+  END IF;
+  RETURN QUERY
+  WITH reported AS MATERIALIZED (
+    -- ord and n place each row's jitter in its own slot of the batch, so
+    -- that a batch of retries spreads out instead of returning together
+    SELECT t.*, random() AS r, cardinality(p_outcomes) AS n
+      FROM unnest(p_outcomes) WITH ORDINALITY
+           AS t(queue, id, fencing, outcome, result, error, asked_ms, deferred, backoff,
+                base_ms, cap_ms, ord)),
+  ended AS (
+    DELETE FROM skiplock.jobs j USING reported v
+     WHERE j.id = v.id AND j.fencing = v.fencing AND j.state = 'running' COLLATE "C"
+       AND (v.queue IS NULL OR j.queue = v.queue)
+       AND (v.outcome IN ('ok', 'discard') OR j.attempt >= j.max_attempts)
+    RETURNING j.id, j.queue, j.kind, j.payload, j.priority, j.run_at, j.attempt,
+              j.max_attempts, j.fencing, j.unique_key, j.timeout_ms, j.backoff_base_ms,
+              j.backoff_cap_ms, j.errors, j.created_at, j.attempted_at, j.backoff,
+              j.last_delay_ms,
+              CASE WHEN v.outcome = 'ok' THEN 'completed' ELSE 'discarded' END AS state,
+              v.outcome, v.result, v.error),
+  kept AS (
+    INSERT INTO skiplock.finished_jobs (id, queue, kind, payload, state, priority, run_at,
+                attempt, max_attempts, fencing, unique_key, timeout_ms, backoff_base_ms,
+                backoff_cap_ms, errors, result, created_at, attempted_at, finished_at, backoff,
+                last_delay_ms, expires_at)
+    SELECT f.id, f.queue, f.kind, f.payload, f.state, f.priority, f.run_at, f.attempt,
+           f.max_attempts, f.fencing, f.unique_key, f.timeout_ms, f.backoff_base_ms,
+           f.backoff_cap_ms, skiplock_internal.errors_append(f.errors, f.attempt, f.error, now()),
+           CASE WHEN f.outcome = 'ok' THEN f.result END, f.created_at, f.attempted_at, now(),
+           f.backoff, f.last_delay_ms,
+           CASE WHEN k.keep IS NULL THEN timestamptz 'infinity' ELSE now() + k.keep END
+      FROM ended f
+      -- the queue's own retention for this state, else the default ('*')
+      JOIN skiplock.retention rd ON rd.queue = '*' AND rd.state = f.state
+      LEFT JOIN skiplock.retention rq ON rq.queue = f.queue AND rq.state = f.state
+     CROSS JOIN LATERAL (SELECT CASE WHEN rq.queue IS NULL THEN rd.keep ELSE rq.keep END
+                                AS keep) k
+     WHERE k.keep IS NULL OR k.keep > interval '0'),
+  decided AS (
+    -- a retry or failure with attempts left; OFFSET 0: evaluated here,
+    -- once per row, not once per use in retried
+    SELECT j.id, j.fencing, v.error,
+           skiplock.retry_delay_ms(j.attempt, j.last_delay_ms, j.backoff, j.backoff_base_ms,
+                                   j.backoff_cap_ms, v.asked_ms, v.deferred, v.backoff,
+                                   v.base_ms, v.cap_ms, v.r, (v.ord - 1 + v.r) / v.n)
+             AS delay_ms, v.outcome
+      FROM skiplock.jobs j JOIN reported v ON j.id = v.id AND j.fencing = v.fencing
+     WHERE j.state = 'running' COLLATE "C" AND v.outcome IN ('retry', 'fail')
+       AND (v.queue IS NULL OR j.queue = v.queue)
+       AND j.attempt < j.max_attempts
+    OFFSET 0),
+  retried AS (
+    UPDATE skiplock.jobs j SET
+      state = 'available',
+      errors = skiplock_internal.errors_append(j.errors, j.attempt, d.error, now()),
+      run_at = now() + d.delay_ms * interval '1 millisecond',
+      last_delay_ms = d.delay_ms,
+      lease_owner = NULL, lease_expires_at = NULL
+      FROM decided d
+     WHERE j.id = d.id AND j.fencing = d.fencing AND j.state = 'running' COLLATE "C"
+    RETURNING j.id, j.kind, j.state, j.run_at, d.outcome, j.last_delay_ms AS delay_ms)
+  SELECT r.id, r.kind, r.state, r.run_at, r.outcome, r.delay_ms FROM retried r
+  UNION ALL
+  SELECT e.id, e.kind, e.state, e.run_at, e.outcome, NULL::bigint FROM ended e;
+END
+$$;
+
+COMMENT ON FUNCTION skiplock_internal.outcomes_record(p_outcomes skiplock.outcome[]) IS 'Internal: records a batch of outcome records (ended, kept, decided once per row, retried), each guarded by its handle; one row per outcome recorded.';
+
+CREATE FUNCTION skiplock_internal.outcomes_record_by_queue(p_outcomes skiplock.outcome[]) RETURNS TABLE(id bigint, kind text, state text, run_at timestamp with time zone, outcome text, delay_ms bigint)
+    LANGUAGE plpgsql
+    AS $$
+#variable_conflict use_column
+DECLARE
+  v_now timestamptz := now();
+  v_now_utc timestamp := now() AT TIME ZONE 'UTC';
+  v_at jsonb := to_jsonb(now());
+  v_n int := cardinality(p_outcomes);
+  v_r float8[] := ARRAY(SELECT random() FROM generate_series(1, cardinality(p_outcomes)));
+  v_queues text[];
+  v_unknown bigint[];
+  v_q text;
+  v_kc interval;
+  v_kd interval;
+  v_hc boolean;
+  v_hd boolean;
+  v_ec timestamptz;
+  v_ed timestamptz;
+BEGIN
+  -- each queue named, and the queues of the handles without one (found
+  -- by id on every shard)
+  v_queues := ARRAY(SELECT DISTINCT o.queue FROM unnest(p_outcomes) o WHERE o.queue IS NOT NULL);
+  v_unknown := ARRAY(SELECT o.id FROM unnest(p_outcomes) o WHERE o.queue IS NULL);
+  IF cardinality(v_unknown) > 0 THEN
+    v_queues := v_queues || ARRAY(SELECT DISTINCT j.queue FROM skiplock.jobs j
+                                   WHERE j.id = ANY (v_unknown));
+  END IF;
+  FOR v_q IN SELECT DISTINCT q FROM unnest(v_queues) q LOOP
+    SELECT k.keep, k.kept INTO v_kc, v_hc FROM skiplock_internal.keep_of(v_q, 'completed') k;
+    SELECT k.keep, k.kept INTO v_kd, v_hd FROM skiplock_internal.keep_of(v_q, 'discarded') k;
+    v_ec := CASE WHEN v_kc IS NULL THEN timestamptz 'infinity' ELSE v_now + v_kc END;
+    v_ed := CASE WHEN v_kd IS NULL THEN timestamptz 'infinity' ELSE v_now + v_kd END;
+    RETURN QUERY
+    WITH reported AS MATERIALIZED (
+      SELECT t.queue, t.id, t.fencing, t.outcome, t.result, t.error, t.asked_ms, t.deferred,
+             t.backoff, t.base_ms, t.cap_ms, t.ord, v_r[t.ord] AS r, v_n AS n
+        FROM unnest(p_outcomes) WITH ORDINALITY
+             AS t(queue, id, fencing, outcome, result, error, asked_ms, deferred, backoff,
+                  base_ms, cap_ms, ord)
+       WHERE t.queue IS NULL OR t.queue = v_q),
+    ended AS (
+      DELETE FROM skiplock.jobs j USING reported v
+       WHERE j.queue = v_q AND j.id = v.id AND j.fencing = v.fencing
+         AND j.state = 'running' COLLATE "C"
+         AND (v.outcome IN ('ok', 'discard') OR j.attempt >= j.max_attempts)
+      RETURNING j.id, j.queue, j.kind, j.payload, j.priority, j.run_at, j.attempt,
+                j.max_attempts, j.fencing, j.unique_key, j.timeout_ms, j.backoff_base_ms,
+                j.backoff_cap_ms, j.errors, j.created_at, j.attempted_at, j.backoff,
+                j.last_delay_ms,
+                CASE WHEN v.outcome = 'ok' THEN 'completed' ELSE 'discarded' END AS state,
+                v.outcome, v.result, v.error),
+    kept AS (
+      INSERT INTO skiplock.finished_jobs (id, queue, kind, payload, state, priority, run_at,
+                  attempt, max_attempts, fencing, unique_key, timeout_ms, backoff_base_ms,
+                  backoff_cap_ms, errors, result, created_at, attempted_at, finished_at,
+                  backoff, last_delay_ms, expires_at)
+      SELECT f.id, f.queue, f.kind, f.payload, f.state, f.priority, f.run_at, f.attempt,
+             f.max_attempts, f.fencing, f.unique_key, f.timeout_ms, f.backoff_base_ms,
+             f.backoff_cap_ms, skiplock_internal.errors_append(f.errors, f.attempt, f.error, v_at),
+             CASE WHEN f.outcome = 'ok' THEN f.result END, f.created_at, f.attempted_at, v_now,
+             f.backoff, f.last_delay_ms,
+             CASE WHEN f.state = 'completed' THEN v_ec ELSE v_ed END
+        FROM ended f
+       WHERE CASE WHEN f.state = 'completed' THEN v_hc ELSE v_hd END),
+    decided AS (
+      -- OFFSET 0: the delay evaluated once per row (header)
+      SELECT j.id, j.fencing, v.error,
+             skiplock.retry_delay_ms(j.attempt, j.last_delay_ms, j.backoff, j.backoff_base_ms,
+                                     j.backoff_cap_ms, v.asked_ms, v.deferred, v.backoff,
+                                     v.base_ms, v.cap_ms, v.r, (v.ord - 1 + v.r) / v.n)
+               AS delay_ms, v.outcome
+        FROM skiplock.jobs j JOIN reported v ON j.id = v.id AND j.fencing = v.fencing
+       WHERE j.queue = v_q AND j.state = 'running' COLLATE "C"
+         AND v.outcome IN ('retry', 'fail') AND j.attempt < j.max_attempts
+      OFFSET 0),
+    retried AS (
+      UPDATE skiplock.jobs j SET
+        state = 'available',
+        errors = skiplock_internal.errors_append(j.errors, j.attempt, d.error, v_at),
+        run_at = (v_now_utc + d.delay_ms * interval '1 millisecond') AT TIME ZONE 'UTC',
+        last_delay_ms = d.delay_ms,
+        lease_owner = NULL, lease_expires_at = NULL
+        FROM decided d
+       WHERE j.queue = v_q AND j.id = d.id AND j.fencing = d.fencing
+         AND j.state = 'running' COLLATE "C"
+      RETURNING j.id, j.kind, j.state, j.run_at, d.outcome, j.last_delay_ms AS delay_ms)
+    SELECT r.id, r.kind, r.state, r.run_at, r.outcome, r.delay_ms FROM retried r
+    UNION ALL
+    SELECT e.id, e.kind, e.state, e.run_at, e.outcome, NULL::bigint FROM ended e;
+  END LOOP;
+END
+$$;
+
+COMMENT ON FUNCTION skiplock_internal.outcomes_record_by_queue(p_outcomes skiplock.outcome[]) IS 'Internal: outcomes_record on the distributed layout, one statement per queue with the times, the random draws and the retention read beforehand.';
+
+CREATE FUNCTION skiplock_internal.outcomes_settle(p_outcomes skiplock.outcome[]) RETURNS TABLE(id bigint, state text, run_at timestamp with time zone, delay_ms bigint)
+    LANGUAGE plpgsql
+    AS $$
+#variable_conflict use_column
+DECLARE
+  v_parents bigint[] := ARRAY(SELECT o.id FROM unnest(p_outcomes) o);
+  v_ids bigint[];
+  v_kinds text[];
+  v_states text[];
+  v_run_at timestamptz[];
+  v_outcomes text[];
+  v_delays bigint[];
+BEGIN
+  IF NOT EXISTS (SELECT 1 FROM skiplock.breakers)
+     AND NOT EXISTS (SELECT 1 FROM skiplock.job_deps d WHERE d.parent_id = ANY (v_parents)) THEN
+    -- no breaker anywhere, no job of the batch that another waits for:
+    -- the rows go straight out
+    RETURN QUERY SELECT o.id, o.state, o.run_at, o.delay_ms
+                   FROM skiplock_internal.outcomes_record(p_outcomes) o;
+    RETURN;
+  END IF;
+  SELECT array_agg(o.id), array_agg(o.kind), array_agg(o.state), array_agg(o.run_at),
+         array_agg(o.outcome), array_agg(o.delay_ms)
+    INTO v_ids, v_kinds, v_states, v_run_at, v_outcomes, v_delays
+    FROM skiplock_internal.outcomes_record(p_outcomes) o;
+  PERFORM skiplock_internal.count_for_breakers(v_kinds, v_outcomes);
+  IF EXISTS (SELECT 1 FROM skiplock.job_deps d WHERE d.parent_id = ANY (v_parents)) THEN
+    PERFORM skiplock_internal.deps_resolve(
+      ARRAY(SELECT r.id FROM unnest(v_ids, v_states) r(id, s) WHERE r.s <> 'available'),
+      ARRAY(SELECT r.s FROM unnest(v_ids, v_states) r(id, s) WHERE r.s <> 'available'));
+  END IF;
+  RETURN QUERY SELECT r.id, r.state, r.run_at, r.delay_ms
+                 FROM unnest(v_ids, v_states, v_run_at, v_delays) AS r(id, state, run_at, delay_ms);
+END
+$$;
+
+COMMENT ON FUNCTION skiplock_internal.outcomes_settle(p_outcomes skiplock.outcome[]) IS 'Internal: records outcome records (outcomes_record), counts them for the breakers and resolves what waits for the jobs they ended; one row per outcome recorded.';
+
 CREATE FUNCTION skiplock_internal.own_all(p_owner text) RETURNS void
     LANGUAGE plpgsql
     AS $$
@@ -5220,80 +5544,10 @@ COMMENT ON FUNCTION skiplock_internal.record_claim_p1(ids bigint[], fencings big
 CREATE FUNCTION skiplock_internal.record_outcomes(ids bigint[], fencings bigint[], outcomes text[], results jsonb[], errors text[], retry_after_ms bigint[], deferred boolean[], backoffs text[], backoff_bases_ms bigint[], backoff_caps_ms bigint[], job_queues text[]) RETURNS TABLE(id bigint, kind text, state text, run_at timestamp with time zone, outcome text, delay_ms bigint)
     LANGUAGE plpgsql
     AS $$
-#variable_conflict use_column
 BEGIN
-  IF skiplock_internal.is_distributed() THEN
-    RETURN QUERY SELECT * FROM skiplock_internal.record_by_queue(ids, fencings, outcomes, results, errors,
-                   retry_after_ms, deferred, backoffs, backoff_bases_ms, backoff_caps_ms,
-                   job_queues);
-    RETURN;
-  END IF;
-  -- (plpgsql, not sql: its plan is prepared once per session)
-  RETURN QUERY
-  WITH reported AS MATERIALIZED (
-    -- ord and n place each row's jitter in its own slot of the batch, so
-    -- that a batch of retries spreads out instead of returning together
-    SELECT t.*, random() AS r, cardinality(record_outcomes.ids) AS n
-      FROM unnest(record_outcomes.ids, record_outcomes.fencings, record_outcomes.outcomes,
-                  record_outcomes.results, record_outcomes.errors,
-                  record_outcomes.retry_after_ms, record_outcomes.deferred,
-                  record_outcomes.backoffs, record_outcomes.backoff_bases_ms,
-                  record_outcomes.backoff_caps_ms, record_outcomes.job_queues)
-           WITH ORDINALITY AS t(id, fencing, outcome, result, error, asked_ms, deferred,
-                                backoff, base_ms, cap_ms, queue, ord)),
-  ended AS (
-    DELETE FROM skiplock.jobs j USING reported v
-     WHERE j.id = v.id AND j.fencing = v.fencing AND j.state = 'running' COLLATE "C"
-       AND (v.queue IS NULL OR j.queue = v.queue)
-       AND (v.outcome IN ('ok', 'discard') OR j.attempt >= j.max_attempts)
-    RETURNING j.id, j.queue, j.kind, j.payload, j.priority, j.run_at, j.attempt,
-              j.max_attempts, j.fencing, j.unique_key, j.timeout_ms, j.backoff_base_ms,
-              j.backoff_cap_ms, j.errors, j.created_at, j.attempted_at, j.backoff,
-              j.last_delay_ms,
-              CASE WHEN v.outcome = 'ok' THEN 'completed' ELSE 'discarded' END AS state,
-              v.outcome, v.result, v.error),
-  kept AS (
-    INSERT INTO skiplock.finished_jobs (id, queue, kind, payload, state, priority, run_at,
-                attempt, max_attempts, fencing, unique_key, timeout_ms, backoff_base_ms,
-                backoff_cap_ms, errors, result, created_at, attempted_at, finished_at, backoff,
-                last_delay_ms, expires_at)
-    SELECT f.id, f.queue, f.kind, f.payload, f.state, f.priority, f.run_at, f.attempt,
-           f.max_attempts, f.fencing, f.unique_key, f.timeout_ms, f.backoff_base_ms,
-           f.backoff_cap_ms, skiplock_internal.errors_append(f.errors, f.attempt, f.error, now()),
-           CASE WHEN f.outcome = 'ok' THEN f.result END, f.created_at, f.attempted_at, now(),
-           f.backoff, f.last_delay_ms,
-           CASE WHEN k.keep IS NULL THEN timestamptz 'infinity' ELSE now() + k.keep END
-      FROM ended f
-      -- the queue's own retention for this state, else the default ('*')
-      JOIN skiplock.retention rd ON rd.queue = '*' AND rd.state = f.state
-      LEFT JOIN skiplock.retention rq ON rq.queue = f.queue AND rq.state = f.state
-     CROSS JOIN LATERAL (SELECT CASE WHEN rq.queue IS NULL THEN rd.keep ELSE rq.keep END
-                                AS keep) k
-     WHERE k.keep IS NULL OR k.keep > interval '0'),
-  decided AS (
-    -- the rows ended leaves alone: a retry or failure with attempts left
-    SELECT j.id, j.fencing, v.error,
-           skiplock.retry_delay_ms(j.attempt, j.last_delay_ms, j.backoff, j.backoff_base_ms,
-                                   j.backoff_cap_ms, v.asked_ms, v.deferred, v.backoff,
-                                   v.base_ms, v.cap_ms, v.r, (v.ord - 1 + v.r) / v.n)
-             AS delay_ms, v.outcome
-      FROM skiplock.jobs j JOIN reported v ON j.id = v.id AND j.fencing = v.fencing
-     WHERE j.state = 'running' COLLATE "C" AND v.outcome IN ('retry', 'fail')
-       AND (v.queue IS NULL OR j.queue = v.queue)
-       AND j.attempt < j.max_attempts),
-  retried AS (
-    UPDATE skiplock.jobs j SET
-      state = 'available',
-      errors = skiplock_internal.errors_append(j.errors, j.attempt, d.error, now()),
-      run_at = now() + d.delay_ms * interval '1 millisecond',
-      last_delay_ms = d.delay_ms,
-      lease_owner = NULL, lease_expires_at = NULL
-      FROM decided d
-     WHERE j.id = d.id AND j.fencing = d.fencing AND j.state = 'running' COLLATE "C"
-    RETURNING j.id, j.kind, j.state, j.run_at, d.outcome, j.last_delay_ms AS delay_ms)
-  SELECT r.id, r.kind, r.state, r.run_at, r.outcome, r.delay_ms FROM retried r
-  UNION ALL
-  SELECT e.id, e.kind, e.state, e.run_at, e.outcome, NULL::bigint FROM ended e;
+  RETURN QUERY SELECT * FROM skiplock_internal.outcomes_record(skiplock_internal.outcomes_of(ids, fencings,
+                 outcomes, results, errors, retry_after_ms, deferred, backoffs,
+                 backoff_bases_ms, backoff_caps_ms, job_queues));
 END
 $$;
 

@@ -211,8 +211,10 @@ typedef struct skl_outcome {
  * may be NULL) is false when outcome i was refused because the claim was
  * lost (lease expired and rescued, cancelled, or claimed again): a lost
  * claim is not an error, the call still returns SKL_OK.  Retry-safe (the
- * fence keeps a retried outcome from applying twice).  SKL_NOMEM when the
- * outcomes' arrays cannot be built; SKL_DB when the server's answer has
+ * fence keeps a retried outcome from applying twice).  The outcomes go as
+ * one JSON array (protocol 3), at most 10,000 per call (the schema's
+ * skiplock.outcomes_max(); more: SKL_DB, SQLSTATE 22023).  SKL_NOMEM when
+ * the outcomes' JSON cannot be built; SKL_DB when the server's answer has
  * unexpected columns (a schema older than the library). */
 SKL_API skl_rc skl_record(skl_client *c, const skl_outcome *outs, size_t n, bool *accepted,
                           skl_error *err);

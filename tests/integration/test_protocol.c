@@ -9,6 +9,8 @@
  *   queue_in_handle           protocol 2: every call that takes a handle
  *                             takes the job's queue too; a wrong queue is a
  *                             stale handle; the protocol-1 forms still work
+ *   outcome_records           protocol 3: the outcomes as one JSON array of
+ *                             records do what protocol 2's arrays do
  *   retry_strategies          1,000 draws per backoff strategy stay in range
  *                             with the expected mean
  *   deferred_retries_spread   200 failures with the budget spent: no two in
@@ -124,7 +126,7 @@ static void queue_in_handle(itest_ctx *t)
 {
 	PGconn *db = open_db(t);
 	long long id, f;
-	CHECK_EQ(itest_int(db, "SELECT skiplock.protocol_version()"), 2);
+	CHECK_EQ(itest_int(db, "SELECT skiplock.protocol_version()"), 3);
 	enqueue_n(db, "k", 1, ", queue => 'qa'");
 	claim_one(db, &id, &f);
 	/* a wrong queue: a stale handle for every call */
@@ -175,6 +177,53 @@ static void queue_in_handle(itest_ctx *t)
 
 /* 1,000 first attempts of kind `s` failed with base 1000 ms, cap 8000 ms:
  * min, max and mean of the delays chosen. */
+/* Four outcomes of kind `kind` (claimed in priority order 4..1): ok with a
+ * result, a retry after 5 s, a discard, a failed last attempt; with the
+ * arrays of protocol 2 or the JSON records of protocol 3.  Returns what
+ * became of the jobs, as text. */
+static char *record_four(PGconn *db, itest_ctx *t, const char *kind, bool json)
+{
+	for (int p = 4; p >= 1; p--)
+		PQclear(itest_sql(db, "SELECT skiplock.enqueue('%s', queue => 'qa', priority => %d, "
+		                      "max_attempts => %d)", kind, p, p == 1 ? 1 : 5));
+	if (json)
+		CHECK_EQ(itest_int(db,
+			"WITH c AS (SELECT * FROM skiplock.claim('w', '{%s}', n => 4)),"
+			" o AS (SELECT jsonb_agg(jsonb_build_object('queue', c.queue, 'id', c.id,"
+			"         'fencing', c.fencing) || x.o ORDER BY c.priority DESC) AS j"
+			"       FROM c JOIN (VALUES (4, '{\"outcome\": \"ok\", \"result\": {\"n\": 1}}'::jsonb),"
+			"         (3, '{\"outcome\": \"retry\", \"error\": \"e1\", \"retry_after_ms\": 5000}'),"
+			"         (2, '{\"outcome\": \"discard\", \"error\": \"e2\"}'),"
+			"         (1, '{\"outcome\": \"fail\", \"error\": \"e3\"}')) x(p, o) ON x.p = c.priority)"
+			" SELECT count(*) FROM o, skiplock.record(o.j)", kind), 4);
+	else
+		CHECK_EQ(itest_int(db,
+			"WITH c AS (SELECT array_agg(id ORDER BY priority DESC) AS i,"
+			"                  array_agg(fencing ORDER BY priority DESC) AS f"
+			"             FROM skiplock.claim('w', '{%s}', n => 4))"
+			" SELECT count(*) FROM c, skiplock.record(c.i, c.f, '{ok,retry,discard,fail}',"
+			"   '{\"{\\\"n\\\": 1}\",NULL,NULL,NULL}', '{NULL,e1,e2,e3}', '{0,5000,0,0}',"
+			"   job_queues => '{qa,qa,qa,qa}')", kind), 4);
+	return strdup(itest_text(t->admin,
+		"SELECT string_agg(format('%%s %%s %%s %%s %%s', priority, state,"
+		"                         coalesce(result::text, '-'), coalesce(errors->-1->>'error', '-'),"
+		"                         coalesce((last_delay_ms BETWEEN 5000 AND 5501)::text, '-')),"
+		"                  '; ' ORDER BY priority) FROM skiplock.all_jobs WHERE kind = '%s'", kind));
+}
+
+static void outcome_records(itest_ctx *t)
+{
+	PGconn *db = open_db(t);
+	char *arrays = record_four(db, t, "eq_arrays", false);
+	char *records = record_four(db, t, "eq_records", true);
+	CHECK_STR(arrays, "1 discarded - e3 -; 2 discarded - e2 -; "
+	                  "3 available - e1 true; 4 completed {\"n\": 1} - -");
+	CHECK_STR(records, arrays);
+	free(arrays);
+	free(records);
+	PQfinish(db);
+}
+
 static void strategy_draws(PGconn *db, const char *s, long long lo, long long hi, double mean)
 {
 	char kind[32];
@@ -297,6 +346,17 @@ static void bad_input(itest_ctx *t)
 		{"22023", "SELECT * FROM skiplock.record('{1}', '{1}', '{done}')"},
 		{"22023", "SELECT * FROM skiplock.record('{1}', '{1}', '{retry}', backoffs => '{fast}')"},
 		{"22023", "SELECT * FROM skiplock.record('{1}', '{1}', '{retry}', retry_after_ms => '{-1}')"},
+		{"22004", "SELECT * FROM skiplock.record(NULL::jsonb)"},
+		{"22023", "SELECT * FROM skiplock.record('{}'::jsonb)"},
+		{"22023", "SELECT * FROM skiplock.record('[1]')"},
+		{"22004", "SELECT * FROM skiplock.record('[{\"id\": 1, \"outcome\": \"ok\"}]')"},
+		{"22023", "SELECT * FROM skiplock.record('[{\"id\": 1, \"fencing\": 1, \"outcome\": \"done\"}]')"},
+		{"22023", "SELECT * FROM skiplock.record('[{\"id\": 1, \"fencing\": 1, \"outcome\": \"ok\", "
+		          "\"retry_after\": 5}]')"},
+		{"22023", "SELECT * FROM skiplock.record((SELECT jsonb_agg(jsonb_build_object('id', 1, "
+		          "'fencing', 1, 'outcome', 'ok')) FROM generate_series(1, skiplock.outcomes_max() + 1)))"},
+		{"22023", "SELECT * FROM skiplock.record_claim('[{\"id\": 1, \"fencing\": 1, \"outcome\": "
+		          "\"retry\", \"backoff\": \"fast\"}]', 'w', '{k}', NULL, 1, '30 s')"},
 		{"22004", "SELECT skiplock.complete(NULL, 1)"},
 		{"22004", "SELECT skiplock.fail(1, 1, 'x', NULL)"},
 		{"22023", "SELECT skiplock.fail(1, 1, 'x', retry_after => '-1 s')"},
@@ -437,6 +497,7 @@ int main(int argc, char **argv)
 		{"fenced_calls", fenced_calls, 0},
 		{"heartbeat_after_rescue", heartbeat_after_rescue, 0},
 		{"queue_in_handle", queue_in_handle, 0},
+		{"outcome_records", outcome_records, 0},
 		{"retry_strategies", retry_strategies, 0},
 		{"deferred_retries_spread", deferred_retries_spread, 0},
 		{"breakers_open_and_probe", breakers_open_and_probe, 0},

@@ -29,49 +29,42 @@ function errorText(e) {
   return e === null || e === undefined ? null : String(e).replaceAll('\u0000', '').slice(0, 8192);
 }
 
-// Results as JSON text, so that arrays and strings stay JSON values.
-function resultText(r) {
-  return r === undefined ? null : JSON.stringify(r) ?? null;
+// One outcome as a skiplock.outcome object (protocol 3, schema step
+// 0033): the handle (queue, id, fencing), the outcome, and only the fields
+// it sets.  The result is a JSON value of the object, so that arrays and
+// strings stay JSON values.
+function outcomeRecord(o) {
+  const r = { queue: o.job.queue ?? null, id: o.job.id, fencing: o.job.fencing, outcome: o.outcome };
+  if (o.outcome === 'ok' && o.result !== undefined) r.result = o.result;
+  const error = errorText(o.error);
+  if (error !== null) r.error = error;
+  if (o.retryAfterMs > 0) r.retry_after_ms = Math.round(o.retryAfterMs);
+  return r;
 }
 
-function outcomeArrays(outs) {
-  return [
-    outs.map((o) => o.job.id),
-    outs.map((o) => o.job.fencing),
-    outs.map((o) => o.outcome),
-    outs.map((o) => (o.outcome === 'ok' ? resultText(o.result) : null)),
-    outs.map((o) => errorText(o.error)),
-    outs.map((o) => (o.retryAfterMs > 0 ? Math.round(o.retryAfterMs) : null)),
-    outs.map((o) => o.job.queue ?? null),
-  ];
+// The outcomes as one JSON array, the one value of record and record_claim.
+function outcomesJson(outs) {
+  return JSON.stringify(outs.map(outcomeRecord));
 }
-
-// Every argument goes by name, so that an argument added to a function
-// shifts nothing.  The handle is (queue, id, fencing) since protocol 2
-// (schema step 0027): job_queues lets each outcome find its job where it
-// lives.
-const RECORD_ARGS = 'ids => $1::bigint[], fencings => $2::bigint[], outcomes => $3::text[], ' +
-  'results => $4::text[]::jsonb[], errors => $5::text[], retry_after_ms => $6::bigint[]';
-const RECORD_QUEUES = 'job_queues => $7::text[]';
 
 /** Records outs; resolves to the set of ids whose outcome was accepted. */
 export async function record(db, outs) {
-  const { rows } = await db.query(
-    `SELECT id FROM skiplock.record(${RECORD_ARGS}, ${RECORD_QUEUES})`, outcomeArrays(outs));
+  const { rows } = await db.query('SELECT id FROM skiplock.record(outcomes => $1::jsonb)',
+    [outcomesJson(outs)]);
   return new Set(rows.map((r) => r.id));
 }
 
 /** Records outs (none is fine), then claims up to n: { accepted, jobs,
  * waitMs }.  waitMs: how soon a limit that held due jobs back may have room
- * (the claim's 'wait' row, docs/flow-control.md), else null. */
+ * (the claim's 'wait' row, docs/flow-control.md), else null.  Every
+ * argument goes by name, so that an argument added to the function shifts
+ * nothing. */
 export async function recordClaim(db, outs, c, n) {
   const { rows } = await db.query(
-    `SELECT row_type, delay_ms, ${CLAIM_COLS} FROM skiplock.record_claim(${RECORD_ARGS},
-       deferred => NULL, backoffs => NULL, backoff_bases_ms => NULL, backoff_caps_ms => NULL,
-       owner => $8, kinds => $9::text[], queues => $10::text[], n => $11, lease => $12::interval,
-       after_priority => NULL, after_run_at_us => NULL, after_id => NULL,
-       ${RECORD_QUEUES}, wait_hints => true)`,
-    [...outcomeArrays(outs), c.owner, c.kinds, c.queues, n, c.leaseInterval]);
+    `SELECT row_type, delay_ms, ${CLAIM_COLS} FROM skiplock.record_claim(outcomes => $1::jsonb,
+       owner => $2, kinds => $3::text[], queues => $4::text[], n => $5, lease => $6::interval,
+       after_priority => NULL, after_run_at_us => NULL, after_id => NULL, wait_hints => true)`,
+    [outcomesJson(outs), c.owner, c.kinds, c.queues, n, c.leaseInterval]);
   const accepted = new Set(rows.filter((r) => r.row_type === 'recorded').map((r) => r.id));
   const jobs = rows.filter((r) => r.row_type === 'claimed').map(toJob);
   const wait = rows.find((r) => r.row_type === 'wait');
@@ -91,8 +84,9 @@ export async function heartbeat(db, jobs, leaseInterval) {
 
 /** The oldest schema step this client works with: job_complete (0019),
  * the heartbeat's held rows (0020), cron_tick (0024), schedules_declare
- * (0025) and the queue in the job handle (0027, protocol 2). */
-export const MIN_SCHEMA = 29;
+ * (0025), the queue in the job handle (0027, protocol 2), limits (0029)
+ * and the outcomes as one JSON array of records (0033, protocol 3). */
+export const MIN_SCHEMA = 33;
 const NO_SCHEMA = new Set(['3F000', '42883']); // no schema skiplock; no installed_version()
 
 const INSTALL = '`skiplock init` (npx skiplock init --url URL, or init() from this package)';

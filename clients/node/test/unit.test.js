@@ -112,7 +112,7 @@ test('declared schedules: maxAttempts and catchUp in SQL\'s names, other fields 
     catchUp: 'all', zone: 'Europe/Berlin', payload: [1], nope: true }])),
   [{ name: 'n', expression: '@daily', kind: 'k', max_attempts: 3, catch_up: 'all', zone: 'Europe/Berlin',
     payload: [1], nope: true }]);
-  assert.equal(MIN_SCHEMA, 29, 'wait rows from the claim (step 29: limits)');
+  assert.equal(MIN_SCHEMA, 33, 'outcomes as one JSON array of records (step 33: protocol 3)');
 });
 
 test('cron tick timing: by the next fire time, 1 s apart at least, 5 s (busy) or 5 min (idle) at most', () => {

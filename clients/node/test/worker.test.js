@@ -249,7 +249,7 @@ test('start() rejects a schema older than MIN_SCHEMA (step 26: no queue in the j
     await assert.rejects(
       new Worker({ connectionString: scratch.url, handlers: { [kind('old')]: async () => {} } }).start(),
       (e) => e instanceof PermanentError &&
-        e.message.includes('at step 26; this client needs step 29 or later') && MIN_SCHEMA === 29 &&
+        e.message.includes('at step 26; this client needs step 33 or later') && MIN_SCHEMA === 33 &&
         e.message.includes('skiplock init'));
     assert.ok(Date.now() - t0 < 5000);
   } finally {

@@ -115,6 +115,6 @@ def test_start_refuses_a_schema_older_than_it_needs(scratch):
                   "CREATE FUNCTION skiplock.installed_version() RETURNS int LANGUAGE sql "
                   "AS 'SELECT max(version) FROM skiplock.schema_version'")
     err = start_fails(scratch[0])
-    assert skiplock.MIN_SCHEMA == 29  # step 29: limits, read by every client alike
-    assert "at step 26; this client needs step 29 or later: upgrade it with skiplock.init(url) " \
+    assert skiplock.MIN_SCHEMA == 33  # step 33: outcome records, read by every client alike
+    assert "at step 26; this client needs step 33 or later: upgrade it with skiplock.init(url) " \
         "or `python -m skiplock init --url URL`" in str(err)

@@ -53,37 +53,36 @@ fn error_text(error: &str) -> String {
     text
 }
 
-fn outcome_arrays(done: &[Finished]) -> Result<String, Error> {
-    let (mut ids, mut fencings, mut outcomes) = (vec![], vec![], vec![]);
-    let (mut results, mut errors, mut after, mut queues) = (vec![], vec![], vec![], vec![]);
-    for f in done {
-        ids.push(f.id);
-        fencings.push(f.fencing);
-        queues.push(Some(f.queue.clone()));
-        let (o, res, err, ms) = match &f.outcome {
-            Outcome::Ok(v) => ("ok", Some(v.to_string()), None, 0),
-            Outcome::Retry { error, after } => {
-                ("retry", None, Some(error_text(error)), after.map_or(0, |d| d.as_millis()))
-            }
-            Outcome::Discard { error } => ("discard", None, Some(error_text(error)), 0),
-        };
-        outcomes.push(Some(o));
-        results.push(res);
-        errors.push(err);
-        after.push(ms.min(i64::MAX as u128) as i64);
+/// One outcome as a `skiplock.outcome` object (protocol 3, schema step
+/// 0033): the handle (queue, id, fencing), the outcome, and only the
+/// fields it sets.
+fn outcome_record(f: &Finished) -> serde_json::Value {
+    let mut o = serde_json::json!({"queue": f.queue, "id": f.id, "fencing": f.fencing});
+    let (outcome, result, error, ms) = match &f.outcome {
+        Outcome::Ok(v) => ("ok", Some(v.clone()), None, 0),
+        Outcome::Retry { error, after } => {
+            ("retry", None, Some(error_text(error)), after.map_or(0, |d| d.as_millis()))
+        }
+        Outcome::Discard { error } => ("discard", None, Some(error_text(error)), 0),
+    };
+    o["outcome"] = outcome.into();
+    if let Some(r) = result {
+        o["result"] = r;
     }
-    Ok(format!("ids => {}, fencings => {}, outcomes => {}, results => {}, errors => {}, \
-                retry_after_ms => {}, deferred => NULL, backoffs => NULL, \
-                backoff_bases_ms => NULL, backoff_caps_ms => NULL",
-               sql::bigint_array(&ids), sql::bigint_array(&fencings),
-               sql::literal_array(&outcomes, "text")?, sql::literal_array(&results, "jsonb")?,
-               sql::literal_array(&errors, "text")?, sql::bigint_array(&after)))
+    if let Some(e) = error {
+        o["error"] = e.into();
+    }
+    if ms > 0 {
+        o["retry_after_ms"] = (ms.min(i64::MAX as u128) as i64).into();
+    }
+    o
 }
 
-/// The handles' queues (protocol 2, schema step 0027).
-fn outcome_queues(done: &[Finished]) -> Result<String, Error> {
-    let queues: Vec<Option<String>> = done.iter().map(|f| Some(f.queue.clone())).collect();
-    Ok(format!("job_queues => {}", sql::literal_array(&queues, "text")?))
+/// The outcomes as one JSON array of records, the one argument of
+/// `record` and the first of `record_claim`.
+fn outcome_records(done: &[Finished]) -> Result<String, Error> {
+    let records: Vec<serde_json::Value> = done.iter().map(outcome_record).collect();
+    Ok(format!("outcomes => {}", sql::jsonb(&serde_json::Value::Array(records))?))
 }
 
 fn int<T: std::str::FromStr>(r: &SimpleQueryRow, i: usize) -> Result<T, Error> {
@@ -129,13 +128,12 @@ pub struct Exchanged {
 /// claiming (no outcomes is fine), `record` when only recording.
 fn exchange_sql(done: &[Finished], claim: Option<&ClaimArgs<'_>>) -> Result<String, Error> {
     Ok(match claim {
-        None => format!("SELECT 'recorded', id, state FROM skiplock.record({outcomes}, {queues})",
-                        outcomes = outcome_arrays(done)?, queues = outcome_queues(done)?),
+        None => format!("SELECT 'recorded', id, state FROM skiplock.record({outcomes})",
+                        outcomes = outcome_records(done)?),
         Some(a) => format!("SELECT {} FROM skiplock.record_claim({outcomes}, {claim}, \
                             after_priority => NULL, after_run_at_us => NULL, after_id => NULL, \
-                            {queues}, wait_hints => true)", COLUMNS,
-                           outcomes = outcome_arrays(done)?, claim = claim_args(a)?,
-                           queues = outcome_queues(done)?),
+                            wait_hints => true)", COLUMNS,
+                           outcomes = outcome_records(done)?, claim = claim_args(a)?),
     })
 }
 
@@ -201,9 +199,10 @@ pub async fn rescue<C: GenericClient + Sync>(c: &C, n: u32) -> Result<usize, Err
 
 /// The oldest schema step this client works with: `job_complete` (step
 /// 0019), the heartbeat's held rows (step 0020), `cron_tick` (step 0024),
-/// `schedules_declare` (step 0025) and the queue in the job handle (step
-/// 0027, protocol 2).
-pub const MIN_SCHEMA: i32 = 29;
+/// `schedules_declare` (step 0025), the queue in the job handle (step
+/// 0027, protocol 2), limits (step 0029) and the outcomes as one JSON array
+/// of records (step 0033, protocol 3).
+pub const MIN_SCHEMA: i32 = 33;
 
 /// [`Error::Permanent`] naming [`crate::init`] unless the database has
 /// skiplock's schema at [`MIN_SCHEMA`] or later; [`crate::Worker::start`]
@@ -332,7 +331,7 @@ pub fn fenced<T>(r: Result<T, Error>, job: &Job) -> Result<T, Error> {
 
 #[cfg(test)]
 mod tests {
-    use super::{claim_args, error_text, exchange_sql, outcome_arrays, outcome_queues, ClaimArgs,
+    use super::{claim_args, error_text, exchange_sql, outcome_records, ClaimArgs,
                 ERROR_CHARS};
     use crate::job::{Finished, Outcome};
     use crate::{enqueue_batch_sql, enqueue_many_sql, enqueue_sql, BatchOptions, EnqueueOptions,
@@ -382,10 +381,7 @@ mod tests {
         let done = [Finished { id: 1, fencing: 2, queue: "q".into(), outcome: Outcome::Ok(1.into()) },
                     Finished { id: 3, fencing: 4, queue: "q".into(),
                                outcome: Outcome::Retry { error: "e".into(), after: None } }];
-        assert_named(&outcome_arrays(&done).unwrap(),
-                     &["ids", "fencings", "outcomes", "results", "errors", "retry_after_ms",
-                       "deferred", "backoffs", "backoff_bases_ms", "backoff_caps_ms"]);
-        assert_named(&outcome_queues(&done).unwrap(), &["job_queues"]);
+        assert_named(&outcome_records(&done).unwrap(), &["outcomes"]);
         let o = EnqueueOptions { queue: Some("q".into()), priority: Some(1),
                                  timeout: Some(Duration::from_secs(1)), ..Default::default() };
         assert_named(call_args(&enqueue_sql("k", &serde_json::json!({"a": [1, 2]}), &o).unwrap()),
@@ -395,19 +391,16 @@ mod tests {
                      &["p_token", "p_kinds", "p_payloads", "p_queues", "p_run_ats", "p_delays_ms",
                        "p_priorities", "p_unique_keys", "p_max_attempts", "p_timeouts",
                        "p_backoff_bases", "p_backoff_caps", "p_backoffs"]);
-        const RECORD_CLAIM: [&str; 20] = [
-            "ids", "fencings", "outcomes", "results", "errors", "retry_after_ms", "deferred",
-            "backoffs", "backoff_bases_ms", "backoff_caps_ms", "owner", "kinds", "queues", "n",
-            "lease", "after_priority", "after_run_at_us", "after_id", "job_queues", "wait_hints"];
+        const RECORD_CLAIM: [&str; 10] = [
+            "outcomes", "owner", "kinds", "queues", "n", "lease", "after_priority",
+            "after_run_at_us", "after_id", "wait_hints"];
         for outcomes in [&done[..], &[]] {
             let q = exchange_sql(outcomes, Some(&a)).unwrap();
             assert!(q.contains("skiplock.record_claim(") && q.ends_with("wait_hints => true)"),
                     "{}", q);
             assert_named(call_args(&q), &RECORD_CLAIM);
         }
-        let record: Vec<&str> =
-            RECORD_CLAIM[..10].iter().chain(&["job_queues"]).copied().collect();
-        assert_named(call_args(&exchange_sql(&done, None).unwrap()), &record);
+        assert_named(call_args(&exchange_sql(&done, None).unwrap()), &RECORD_CLAIM[..1]);
         let after = EnqueueOptions { depends_on_keys: vec!["k'1".into()], ..o };
         let q = enqueue_sql("k", &serde_json::json!({}), &after).unwrap();
         assert!(q.contains(" skiplock.enqueue_after("), "{}", q);

@@ -93,7 +93,7 @@ async fn start_refuses_a_missing_or_old_schema_naming_init() {
     let e = start_fails(with_db(&url(), &name)).await;
     admin.batch_execute(&format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", name)).await.unwrap();
     assert!(matches!(e, Error::Permanent { .. }), "{:?}", e);
-    assert_eq!(skiplock::MIN_SCHEMA, 29, "step 29: limits, read by every client alike");
+    assert_eq!(skiplock::MIN_SCHEMA, 33, "step 33: outcome records, read by every client alike");
     let want = format!("at step 26; this client needs step {} or later: upgrade it with \
                         skiplock::init or `skiplock init`", skiplock::MIN_SCHEMA);
     assert!(e.to_string().contains(&want), "{}", e);

@@ -15,6 +15,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <jansson.h>
+
 #include "core/buf.h"
 #include "core/internal.h"
 #include "queue/queue_int.h"
@@ -308,7 +310,8 @@ skl_rc skl_enqueue(skl_client *c, const char *kind, const char *payload,
  *
  * The lifecycle is defined once, in SQL (sql/0011_protocol.sql:
  * skiplock.claim, record, record_claim, heartbeat, rescue); this file only
- * builds the arrays, calls those functions and reads their rows by name.
+ * builds their arguments (the outcomes as one JSON array, protocol 3),
+ * calls those functions and reads their rows by name.
  * Every statement has a fixed text and parameter count, so the worker
  * prepares each once per direct connection (skl__exec_hot). */
 
@@ -332,24 +335,22 @@ static const char *const claim_cols[CJ_NCOLS] = {CLAIM_COLUMNS(COL_NAME) "row_ty
 #define SKL_CLAIM_ARGS(o, k, q, n, l, ap, ar, ai)                            \
 	o ", " k "::text[], " q "::text[], " n "::int, " l "::bigint * interval '1 millisecond', " \
 	ap "::int, " ar "::bigint, " ai "::bigint"
-#define SKL_RECORD_ARGS                                                      \
-	"$1::bigint[], $2::bigint[], $3::text[], $4::jsonb[], $5::text[], $6::bigint[], " \
-	"$7::boolean[], $8::text[], $9::bigint[], $10::bigint[]"
 
 static const char *const claim_sql =
 	"SELECT " CLAIM_COLUMNS(COL_LIST) "'claimed'::text AS row_type"
 	"  FROM skiplock.claim(" SKL_CLAIM_ARGS("$1", "$2", "$3", "$4", "$5", "$6", "$7", "$8") ")";
-/* The handles' queues ($11, protocol 2) go after the claim's own, then
- * whether to return a 'wait' row when a limit held jobs back ($20). */
+/* The outcomes ($1, protocol 3: one JSON array of skiplock.outcome
+ * objects), the claim's arguments, then whether to return a 'wait' row
+ * when a limit held jobs back ($10). */
 static const char *const record_claim_sql =
 	"SELECT " CLAIM_COLUMNS(COL_LIST) "row_type, state, delay_ms"
-	"  FROM skiplock.record_claim(" SKL_RECORD_ARGS ", "
-	SKL_CLAIM_ARGS("$12", "$13", "$14", "$15", "$16", "$17", "$18", "$19")
-	", job_queues => $11::text[], wait_hints => $20::boolean)";
+	"  FROM skiplock.record_claim($1::jsonb, "
+	SKL_CLAIM_ARGS("$2", "$3", "$4", "$5", "$6", "$7", "$8", "$9")
+	", wait_hints => $10::boolean)";
 enum { RC_ID, RC_STATE, RC_DELAY, RC_NCOLS };
 static const char *const record_cols[RC_NCOLS] = {"id", "state", "delay_ms"};
 static const char *const record_sql =
-	"SELECT id, state, delay_ms FROM skiplock.record(" SKL_RECORD_ARGS ", $11::text[])";
+	"SELECT id, state, delay_ms FROM skiplock.record($1::jsonb)";
 
 const char *skl__claim_sql(bool record)
 {
@@ -371,7 +372,7 @@ static skl_rc columns_error(skl_error *err)
 typedef struct claim_call {
 	const char *sql;
 	int nparams;
-	const char *params[20];
+	const char *params[10];
 	skl_job *jobs;
 	size_t n;
 	int64_t wait_ms;         /* a 'wait' row's delay_ms, or -1 */
@@ -545,82 +546,64 @@ void skl_jobs_free(skl_job *jobs, size_t n)
 
 static const char *const outcome_names[] = {"ok", "retry", "discard"};
 
-/* The eleven arrays of skiplock.record, one per column of the outcomes;
- * the last, the jobs' queues, is the handle's third part (protocol 2). */
-enum { OC_ID, OC_FENCING, OC_KIND, OC_RESULT, OC_ERROR, OC_ASKED, OC_DEFERRED, OC_BACKOFF,
-       OC_BASE, OC_CAP, OC_QUEUE, OC_NCOLS };
-
-typedef struct outcome_cols {
-	skl_buf col[OC_NCOLS];
-	bool set[OC_NCOLS];  /* some outcome has a value other than the default */
-} outcome_cols;
-
-/* Which optional columns outcome o sets (the others are sent as NULL
- * arrays when no outcome of the batch sets them: less for the server to
- * parse on a turn of completions). */
-static void outcome_marks(outcome_cols *oc, const skl_outcome *o)
+/* One outcome as a JSON object of skiplock.outcome's fields (protocol 3,
+ * sql/0033_outcome_records.sql), appended to b: the handle, the outcome,
+ * and only the optional fields it sets (less for the server to read on a
+ * turn of completions).  The result is spliced in as text, byte for byte,
+ * as the handler wrote it (a number of any size stays exact). */
+static bool outcome_object(skl_buf *b, const skl_outcome *o)
 {
-	bool *m = oc->set;
-	m[OC_RESULT] |= o->kind == SKL_OUTCOME_COMPLETE && o->result != NULL;
-	m[OC_ERROR] |= o->error != NULL;
-	m[OC_ASKED] |= o->retry_delay_ms > 0;
-	m[OC_DEFERRED] |= o->deferred;
-	m[OC_BACKOFF] |= skl_backoff_name(o->backoff) != NULL;
-	m[OC_BASE] |= o->backoff_base_ms > 0;
-	m[OC_CAP] |= o->backoff_cap_ms > 0;
-	m[OC_QUEUE] |= o->queue != NULL;
-}
-
-static void outcome_row(outcome_cols *oc, const skl_outcome *o, const char *sep)
-{
-	skl_buf *b = oc->col;
 	unsigned k = (unsigned)o->kind < SKL_ARRAY_LEN(outcome_names) ? (unsigned)o->kind : 1;
-	outcome_marks(oc, o);
-	skl_buf_printf(&b[OC_ID], "%s%" PRId64, sep, o->id);
-	skl_buf_printf(&b[OC_FENCING], "%s%" PRId64, sep, o->fencing);
-	skl_buf_printf(&b[OC_KIND], "%s%s", sep, outcome_names[k]);
-	skl_buf_adds(&b[OC_RESULT], sep);
-	skl_buf_array_elem(&b[OC_RESULT], o->kind == SKL_OUTCOME_COMPLETE ? o->result : NULL);
-	skl_buf_adds(&b[OC_ERROR], sep);
-	skl_buf_array_elem(&b[OC_ERROR], o->error);
-	skl_buf_printf(&b[OC_ASKED], "%s%" PRId64, sep, o->retry_delay_ms > 0 ? o->retry_delay_ms : 0);
-	skl_buf_printf(&b[OC_DEFERRED], "%s%s", sep, o->deferred ? "t" : "f");
-	skl_buf_adds(&b[OC_BACKOFF], sep);
-	skl_buf_array_elem(&b[OC_BACKOFF], skl_backoff_name(o->backoff));
-	skl_buf_printf(&b[OC_BASE], "%s%" PRId64, sep, o->backoff_base_ms > 0 ? o->backoff_base_ms : 0);
-	skl_buf_printf(&b[OC_CAP], "%s%" PRId64, sep, o->backoff_cap_ms > 0 ? o->backoff_cap_ms : 0);
-	skl_buf_adds(&b[OC_QUEUE], sep);
-	skl_buf_array_elem(&b[OC_QUEUE], o->queue);
+	json_t *j = json_pack("{sI,sI,ss}", "id", (json_int_t)o->id, "fencing",
+	                      (json_int_t)o->fencing, "outcome", outcome_names[k]);
+	const char *backoff = skl_backoff_name(o->backoff);
+	if (j && o->queue)
+		json_object_set_new(j, "queue", json_string_nocheck(o->queue));
+	if (j && o->error)
+		json_object_set_new(j, "error", json_string_nocheck(o->error));
+	if (j && o->retry_delay_ms > 0)
+		json_object_set_new(j, "retry_after_ms", json_integer(o->retry_delay_ms));
+	if (j && o->deferred)
+		json_object_set_new(j, "deferred", json_true());
+	if (j && backoff)
+		json_object_set_new(j, "backoff", json_string(backoff));
+	if (j && o->backoff_base_ms > 0)
+		json_object_set_new(j, "backoff_base_ms", json_integer(o->backoff_base_ms));
+	if (j && o->backoff_cap_ms > 0)
+		json_object_set_new(j, "backoff_cap_ms", json_integer(o->backoff_cap_ms));
+	char *text = j ? json_dumps(j, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
+	json_decref(j);
+	if (text == NULL)
+		return false;
+	if (o->kind == SKL_OUTCOME_COMPLETE && o->result != NULL) {
+		skl_buf_add(b, text, strlen(text) - 1); /* without its '}' */
+		skl_buf_printf(b, ",\"result\":%s}", o->result);
+	} else {
+		skl_buf_adds(b, text);
+	}
+	free(text);
+	return true;
 }
 
-/* The outcomes as array literals in params[0 .. OC_NCOLS). */
-static skl_rc outcome_columns(outcome_cols *oc, const skl_outcome *outs, size_t n,
-                              const char **params, skl_error *err)
+/* The outcomes as one JSON array in *json (to free with skl_buf_free). */
+static skl_rc outcomes_json(skl_buf *json, const skl_outcome *outs, size_t n, skl_error *err)
 {
-	for (int k = 0; k < OC_NCOLS; k++) {
-		skl_buf_init(&oc->col[k], 0);
-		skl_buf_adds(&oc->col[k], "{");
-		oc->set[k] = k < OC_RESULT;  /* ids, fencings, outcomes: always */
+	bool ok = true;
+	skl_buf_init(json, 0);
+	skl_buf_adds(json, "[");
+	for (size_t i = 0; ok && i < n; i++) {
+		if (i)
+			skl_buf_adds(json, ",");
+		ok = outcome_object(json, &outs[i]);
 	}
-	for (size_t i = 0; i < n; i++)
-		outcome_row(oc, &outs[i], i ? "," : "");
-	bool failed = false;
-	for (int k = 0; k < OC_NCOLS; k++) {
-		skl_buf_adds(&oc->col[k], "}");
-		failed |= skl_buf_failed(&oc->col[k]);
-		params[k] = oc->set[k] ? skl_buf_str(&oc->col[k]) : NULL;
-	}
-	return failed ? skl__seterr(err, SKL_NOMEM, "out of memory building outcomes") : SKL_OK;
-}
-
-static void outcome_columns_free(outcome_cols *oc)
-{
-	for (int k = 0; k < OC_NCOLS; k++)
-		skl_buf_free(&oc->col[k]);
+	skl_buf_adds(json, "]");
+	if (!ok || skl_buf_failed(json))
+		return skl__seterr(err, SKL_NOMEM, "out of memory building outcomes");
+	return SKL_OK;
 }
 
 typedef struct record_call {
-	const char *params[OC_NCOLS];
+	const char *params[1];
 	const skl_outcome *outs;
 	size_t n;
 	skl_recorded *rec;
@@ -630,7 +613,7 @@ static skl_rc record_fn(skl_client *c, void *ctx, skl_error *err)
 {
 	record_call *r = ctx;
 	PGresult *res = NULL;
-	skl_rc rc = skl__exec_hot(c, record_sql, OC_NCOLS, r->params, &res, err);
+	skl_rc rc = skl__exec_hot(c, record_sql, 1, r->params, &res, err);
 	if (rc != SKL_OK)
 		return rc;
 	if (!skl__columns_match(res, record_cols, RC_NCOLS)) {
@@ -650,16 +633,17 @@ skl_rc skl__record(skl_client *c, const skl_outcome *outs, size_t n, skl_recorde
 {
 	if (n == 0)
 		return SKL_OK;
-	outcome_cols oc;
+	skl_buf json;
 	record_call r = {.outs = outs, .n = n, .rec = rec};
-	skl_rc rc = outcome_columns(&oc, outs, n, r.params, err);
+	skl_rc rc = outcomes_json(&json, outs, n, err);
+	r.params[0] = skl_buf_str(&json);
 	/* Fenced: a retry after an indeterminate answer cannot apply twice (the
 	 * first application ended the claim); it is then reported as not
 	 * accepted. */
 	static const skl_txn_opts o = {.idempotent = 1};
 	if (rc == SKL_OK)
 		rc = skl__run(c, &o, record_fn, &r, err);
-	outcome_columns_free(&oc);
+	skl_buf_free(&json);
 	return rc;
 }
 
@@ -673,20 +657,21 @@ skl_rc skl__record_and_claim(skl_client *c, const skl_outcome *outs, size_t nout
 		*wait_ms = -1;
 	if (nouts == 0 && wait_ms == NULL)
 		return skl_claim(c, o, jobs, n, err);
-	claim_call cc = {.sql = record_claim_sql, .nparams = 20, .outs = outs, .nouts = nouts,
+	claim_call cc = {.sql = record_claim_sql, .nparams = 10, .outs = outs, .nouts = nouts,
 	                 .rec = rec, .wait_ms = -1};
-	cc.params[19] = wait_ms ? "t" : "f";
+	cc.params[9] = wait_ms ? "t" : "f";
 	claim_params p;
-	outcome_cols oc;
-	skl_rc rc = outcome_columns(&oc, outs, nouts, cc.params, err);
-	skl_rc prc = claim_params_make(&p, o, &cc, OC_NCOLS, err);
+	skl_buf json;
+	skl_rc rc = outcomes_json(&json, outs, nouts, err);
+	cc.params[0] = skl_buf_str(&json);
+	skl_rc prc = claim_params_make(&p, o, &cc, 1, err);
 	if (rc == SKL_OK)
 		rc = prc;
 	if (rc == SKL_OK)
 		rc = run_claim(c, &cc, jobs, n, err);
 	if (wait_ms && (rc == SKL_OK || rc == SKL_EMPTY))
 		*wait_ms = cc.wait_ms;
-	outcome_columns_free(&oc);
+	skl_buf_free(&json);
 	claim_params_free(&p);
 	return rc;
 }

@@ -26,9 +26,9 @@ from .pooler import is_direct
 
 _LEASE = "(%s::bigint * interval '1 millisecond')"
 # Every argument goes by name, so that an argument added to a function
-# shifts nothing.
-_OUTCOME_ARRAYS = ("ids => %s::bigint[], fencings => %s::bigint[], outcomes => %s::text[], "
-                   "results => %s::jsonb[], errors => %s::text[], retry_after_ms => %s::bigint[]")
+# shifts nothing.  The outcomes are one JSON array of skiplock.outcome
+# objects since protocol 3 (schema step 0033).
+_OUTCOMES = "outcomes => %s::jsonb"
 _CLAIM_ARGS = (f"owner => %s::text, kinds => %s::text[], queues => %s::text[], n => %s::int, "
                f"lease => {_LEASE}")
 # Each call answers one row of JSON texts (decoded by json.loads in C)
@@ -38,20 +38,15 @@ _CLAIM_ARGS = (f"owner => %s::text, kinds => %s::text[], queues => %s::text[], n
 _JOB_JSON = ("json_build_array(id, queue, kind, payload, attempt, max_attempts, fencing, "
              "(extract(epoch FROM lease_expires_at) * 1000000)::bigint, timeout_ms, priority, "
              "run_at_us)")
-# The handle is (queue, id, fencing) since protocol 2 (schema step 0027):
-# job_queues lets each outcome find its job where it lives.
-_QUEUES = "job_queues => %s::text[]"
 # With wait_hints (schema step 0029), a claim that a limit held back also
 # answers a 'wait' row: in how many ms the limit may have room again.
 _RECORD_CLAIM = (f"SELECT (json_agg(id) FILTER (WHERE row_type = 'recorded'))::text, "
                  f"(json_agg({_JOB_JSON}) FILTER (WHERE row_type = 'claimed'))::text, "
                  f"max(delay_ms) FILTER (WHERE row_type = 'wait') "
-                 f"FROM skiplock.record_claim({_OUTCOME_ARRAYS}, deferred => NULL, "
-                 f"backoffs => NULL, backoff_bases_ms => NULL, backoff_caps_ms => NULL, "
-                 f"{_CLAIM_ARGS}, after_priority => NULL, after_run_at_us => NULL, "
-                 f"after_id => NULL, {_QUEUES}, wait_hints => true)")
-_RECORD = (f"SELECT json_agg(id)::text "
-           f"FROM skiplock.record({_OUTCOME_ARRAYS}, {_QUEUES})")
+                 f"FROM skiplock.record_claim({_OUTCOMES}, {_CLAIM_ARGS}, "
+                 f"after_priority => NULL, after_run_at_us => NULL, after_id => NULL, "
+                 f"wait_hints => true)")
+_RECORD = f"SELECT json_agg(id)::text FROM skiplock.record({_OUTCOMES})"
 _HEARTBEAT = (f"SELECT id, extended FROM skiplock.heartbeat(ids => %s::bigint[], "
               f"fencings => %s::bigint[], lease => {_LEASE}, job_queues => %s::text[])")
 _RESCUE = "SELECT count(*) FROM skiplock.rescue(n => %s::int)"
@@ -90,14 +85,26 @@ class Outcome:
     queue: Optional[str] = None  # the job's queue, the handle's third part (protocol 2)
 
 
-def outcome_params(outs: Sequence[Outcome]) -> List[Any]:
-    return [int_array([o.id for o in outs]), int_array([o.fencing for o in outs]),
-            text_array([o.outcome for o in outs]), text_array([o.result for o in outs]),
-            text_array([o.error for o in outs]), int_array([o.retry_after_ms for o in outs])]
+def outcome_record(o: Outcome) -> str:
+    """One outcome as a skiplock.outcome object: the handle (queue, id,
+    fencing), the outcome, and only the fields it sets.  The result, JSON
+    text already, is spliced in as it is."""
+    fields: Dict[str, Any] = {"queue": o.queue, "id": o.id, "fencing": o.fencing,
+                              "outcome": o.outcome}
+    if o.error is not None:
+        fields["error"] = o.error
+    if o.retry_after_ms:
+        fields["retry_after_ms"] = o.retry_after_ms
+    text = json.dumps(fields, separators=(",", ":"))
+    if o.result is None:
+        return text
+    return text[:-1] + ',"result":' + o.result + "}"
 
 
-def outcome_queues(outs: Sequence[Outcome]) -> List[Any]:
-    return [text_array([o.queue for o in outs])]
+def outcomes_json(outs: Sequence[Outcome]) -> str:
+    """The outcomes as one JSON array, the one value of record and
+    record_claim (protocol 3)."""
+    return "[" + ",".join(outcome_record(o) for o in outs) + "]"
 
 
 def result_json(value: Any) -> Tuple[Optional[str], Optional[str]]:
@@ -184,13 +191,13 @@ class Session:
         claim = [owner, text_array(kinds), None if queues is None else text_array(queues), n,
                  lease_ms]
         recorded, claimed, wait_ms = (await self.rows(_RECORD_CLAIM, [
-            *outcome_params(outs), *claim, *outcome_queues(outs)]))[0]
+            outcomes_json(outs), *claim]))[0]
         return (json.loads(recorded) if recorded else [],
                 [_job(a) for a in json.loads(claimed)] if claimed else [],
                 None if wait_ms is None else int(wait_ms))
 
     async def record(self, outs: Sequence[Outcome]) -> List[int]:
-        recorded = (await self.rows(_RECORD, [*outcome_params(outs), *outcome_queues(outs)]))[0][0]
+        recorded = (await self.rows(_RECORD, [outcomes_json(outs)]))[0][0]
         ids: List[int] = json.loads(recorded) if recorded else []
         return ids
 

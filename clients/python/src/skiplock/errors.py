@@ -107,10 +107,11 @@ def _message(exc: BaseException, sqlstate: Optional[str]) -> str:
     return f"{first} (SQLSTATE {sqlstate})" if sqlstate else first
 
 
-# The oldest schema step this package works with: cron_tick (step 0024)
-# and schedules_declare (step 0025); job_complete (0019) and the
+# The oldest schema step this package works with: the outcomes as one
+# JSON array of records (step 0033, protocol 3); limits (0029), cron_tick
+# (0024), schedules_declare (0025), job_complete (0019) and the
 # heartbeat's held rows (0020) before them.
-MIN_SCHEMA = 29
+MIN_SCHEMA = 33
 NO_SCHEMA_SQLSTATES = ("3F000", "42883")  # no schema skiplock; no installed_version()
 INSTALL_HINT = "skiplock.init(url) or `python -m skiplock init --url URL`"
 
