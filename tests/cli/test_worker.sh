@@ -145,5 +145,20 @@ wait_until "the worker with bounds-edge options starts" 20 grep -q 'started:' "$
 kill -TERM $W
 wait $W
 check_eq "an owner of 256 characters, a 1 s lease and a 10 ms poll are accepted" "$?" 0
+
+# A handler's stderr that is not UTF-8 is recorded with '?' for the bad
+# bytes, and holds back no other outcome of the batch.
+b1=$(q "SELECT skiplock.enqueue('w.badtext', '{}', 'bt', max_attempts => 1)")
+g1=$(q "SELECT skiplock.enqueue('w.fine', '{}', 'bt')")
+"$S" worker --url "$URL" --queue bt --handler "w.badtext=printf 'x\\377\\376y' >&2; exit 1" \
+	--handler w.fine=true --poll 50ms >"$TMP/bt.log" 2>&1 &
+W=$!
+wait_for "SELECT count(*) FROM skiplock.all_jobs WHERE id IN ($b1, $g1) AND state IN ('discarded', 'completed')" 2 30 ||
+	fail "outcomes held back: $(grep -m1 'recording outcomes failed' "$TMP/bt.log")"
+kill -TERM $W
+wait $W
+check_eq "the error text recorded, its bad bytes replaced" \
+	"$(q "SELECT errors->-1->>'error' FROM skiplock.all_jobs WHERE id = $b1")" "exit status 1; stderr: x??y"
+check_eq "no outcome was refused" "$(grep -c 'recording outcomes failed' "$TMP/bt.log")" 0
 no_leftovers
 finish

@@ -246,12 +246,18 @@ static skl_outcome *outcomes_of(slot *list, size_t n)
 {
 	skl_outcome *outs = calloc(n ? n : 1, sizeof(*outs));
 	size_t i = 0;
-	for (slot *s = list; outs && s; s = s->next, i++)
+	for (slot *s = list; outs && s; s = s->next, i++) {
+		/* a handler's error text (a command's stderr, cut to its tail) may
+		 * not be UTF-8: refused by the server, it would hold back every
+		 * outcome of the batch, retried for ever */
+		if (s->error)
+			skl__utf8_scrub(s->error);
 		outs[i] = (skl_outcome){.id = s->job.id, .fencing = s->job.fencing,
 		                        .kind = s->outcome, .result = s->result, .error = s->error,
 		                        .retry_delay_ms = s->retry_delay_ms, .deferred = s->deferred,
 		                        .backoff = s->backoff, .backoff_base_ms = s->backoff_base_ms,
 		                        .backoff_cap_ms = s->backoff_cap_ms, .queue = s->job.queue};
+	}
 	return outs;
 }
 
