@@ -18,6 +18,9 @@
 --      naming skiplock_internal.f.  PL/pgSQL and SQL bodies are text,
 --      resolved when they run, so without this they would look for the
 --      moved function where it no longer is;
+--   3a. leaves under each old name a forwarder to the moved function, for
+--      the calls in flight when the step commits (their bodies were
+--      compiled before it); step 0035 drops the forwarders;
 --   4. redefines grant_role and grant_roles for the two schemas: a role
 --      gets USAGE on skiplock_internal, and EXECUTE there only on what it
 --      had before (the functions of every_role_functions, which the API's
@@ -72,6 +75,33 @@ BEGIN
               AND p.prokind = 'f' AND p.prosrc ~ v_pattern
             ORDER BY p.oid LOOP
     EXECUTE regexp_replace(pg_get_functiondef(f), v_pattern, 'skiplock_internal.\1(', 'g');
+  END LOOP;
+  -- A call in flight when this step commits runs the body it compiled
+  -- before, which names skiplock.f: under each old name, a forwarder to
+  -- skiplock_internal.f with the caller's rights, until step 0035 drops
+  -- them once the transactions open at this commit have ended.
+  FOR f IN SELECT p.oid::regprocedure FROM pg_proc p
+            WHERE p.pronamespace = 'skiplock_internal'::regnamespace AND p.proname = ANY (v_names)
+            ORDER BY p.oid LOOP
+    EXECUTE format('CREATE FUNCTION skiplock.%I(%s) RETURNS %s LANGUAGE sql %s AS %L',
+                   (SELECT p.proname FROM pg_proc p WHERE p.oid = f),
+                   pg_get_function_arguments(f), pg_get_function_result(f),
+                   (SELECT CASE p.provolatile WHEN 'i' THEN 'IMMUTABLE' WHEN 's' THEN 'STABLE'
+                                              ELSE 'VOLATILE' END FROM pg_proc p WHERE p.oid = f),
+                   format('SELECT * FROM skiplock_internal.%I(%s)',
+                          (SELECT p.proname FROM pg_proc p WHERE p.oid = f),
+                          (SELECT coalesce(string_agg(CASE a.m WHEN 'v' THEN 'VARIADIC $' ELSE '$' END
+                                                        || a.n, ', ' ORDER BY a.n), '')
+                             FROM (SELECT row_number() OVER (ORDER BY u.o) AS n, u.m
+                                     FROM pg_proc p,
+                                          unnest(coalesce(p.proargmodes::text[],
+                                                          array_fill('i'::text, ARRAY[p.pronargs::int])))
+                                            WITH ORDINALITY AS u(m, o)
+                                    WHERE p.oid = f AND u.m IN ('i', 'b', 'v')) a)));
+    EXECUTE format('COMMENT ON FUNCTION skiplock.%I(%s) IS %L',
+                   (SELECT p.proname FROM pg_proc p WHERE p.oid = f),
+                   pg_get_function_identity_arguments(f),
+                   'Internal: forwards a call in flight across step 0034 to skiplock_internal; dropped by step 0035.');
   END LOOP;
 END
 $step$;

@@ -53,7 +53,8 @@ BEGIN
     (31, '0031_waits', 'e951ea50e596f10a64e6ee6241b219ff07080b6e18c909eb520c4d372fdaaeac'),
     (32, '0032_schedule_api', 'b4c95ca0147b1fbb7dd2da1193c9d9a8f1ec5fe528e5a532ac6e2b116872b3a4'),
     (33, '0033_outcome_records', 'ab2cd106c9109e521db5a36d0966d7e9814fd86bb1ce50c43bb23aec826c4cce'),
-    (34, '0034_internal_schema', '07c79498ccab5ee9b6fcd105f6aa9f55273783dbc954381184c94c6637d3dfb9')) AS k(version, name, checksum)
+    (34, '0034_internal_schema', 'ce9921e476a4fa9b8ae746f2af89d6ba477d8a5dac0a6cdab9b888d4f7bc9886'),
+    (35, '0035_forwarders_dropped', '5d1cdb769f56976b1490745eb9e871fb22da303b0024f00c3d1df86d76d5315e')) AS k(version, name, checksum)
       ON k.version = v.version
    WHERE v.checksum <> k.checksum ORDER BY v.version LIMIT 1;
   IF FOUND THEN
@@ -12273,6 +12274,9 @@ BEGIN
 --      naming skiplock_internal.f.  PL/pgSQL and SQL bodies are text,
 --      resolved when they run, so without this they would look for the
 --      moved function where it no longer is;
+--   3a. leaves under each old name a forwarder to the moved function, for
+--      the calls in flight when the step commits (their bodies were
+--      compiled before it); step 0035 drops the forwarders;
 --   4. redefines grant_role and grant_roles for the two schemas: a role
 --      gets USAGE on skiplock_internal, and EXECUTE there only on what it
 --      had before (the functions of every_role_functions, which the API's
@@ -12327,6 +12331,33 @@ BEGIN
               AND p.prokind = 'f' AND p.prosrc ~ v_pattern
             ORDER BY p.oid LOOP
     EXECUTE regexp_replace(pg_get_functiondef(f), v_pattern, 'skiplock_internal.\1(', 'g');
+  END LOOP;
+  -- A call in flight when this step commits runs the body it compiled
+  -- before, which names skiplock.f: under each old name, a forwarder to
+  -- skiplock_internal.f with the caller's rights, until step 0035 drops
+  -- them once the transactions open at this commit have ended.
+  FOR f IN SELECT p.oid::regprocedure FROM pg_proc p
+            WHERE p.pronamespace = 'skiplock_internal'::regnamespace AND p.proname = ANY (v_names)
+            ORDER BY p.oid LOOP
+    EXECUTE format('CREATE FUNCTION skiplock.%I(%s) RETURNS %s LANGUAGE sql %s AS %L',
+                   (SELECT p.proname FROM pg_proc p WHERE p.oid = f),
+                   pg_get_function_arguments(f), pg_get_function_result(f),
+                   (SELECT CASE p.provolatile WHEN 'i' THEN 'IMMUTABLE' WHEN 's' THEN 'STABLE'
+                                              ELSE 'VOLATILE' END FROM pg_proc p WHERE p.oid = f),
+                   format('SELECT * FROM skiplock_internal.%I(%s)',
+                          (SELECT p.proname FROM pg_proc p WHERE p.oid = f),
+                          (SELECT coalesce(string_agg(CASE a.m WHEN 'v' THEN 'VARIADIC $' ELSE '$' END
+                                                        || a.n, ', ' ORDER BY a.n), '')
+                             FROM (SELECT row_number() OVER (ORDER BY u.o) AS n, u.m
+                                     FROM pg_proc p,
+                                          unnest(coalesce(p.proargmodes::text[],
+                                                          array_fill('i'::text, ARRAY[p.pronargs::int])))
+                                            WITH ORDINALITY AS u(m, o)
+                                    WHERE p.oid = f AND u.m IN ('i', 'b', 'v')) a)));
+    EXECUTE format('COMMENT ON FUNCTION skiplock.%I(%s) IS %L',
+                   (SELECT p.proname FROM pg_proc p WHERE p.oid = f),
+                   pg_get_function_identity_arguments(f),
+                   'Internal: forwards a call in flight across step 0034 to skiplock_internal; dropped by step 0035.');
   END LOOP;
 END
 $step$;
@@ -12470,7 +12501,66 @@ SELECT skiplock_internal.grant_role(g.role_name, g.kind) FROM skiplock.granted_r
  WHERE EXISTS (SELECT 1 FROM pg_roles x WHERE x.rolname = g.role_name);
 $skiplock_step$;
     INSERT INTO skiplock.schema_version (version, name, checksum)
-    VALUES (34, '0034_internal_schema', '07c79498ccab5ee9b6fcd105f6aa9f55273783dbc954381184c94c6637d3dfb9');
+    VALUES (34, '0034_internal_schema', 'ce9921e476a4fa9b8ae746f2af89d6ba477d8a5dac0a6cdab9b888d4f7bc9886');
+  END IF;
+END
+$skiplock_install$;
+COMMIT;
+
+-- step 0035_forwarders_dropped
+BEGIN;
+SELECT pg_advisory_xact_lock(8316001898373562369);
+SET LOCAL client_min_messages = warning;
+CREATE SCHEMA IF NOT EXISTS skiplock;
+CREATE TABLE IF NOT EXISTS skiplock.schema_version (
+  version int PRIMARY KEY,
+  name text NOT NULL,
+  checksum text NOT NULL,
+  applied_at timestamptz NOT NULL DEFAULT now());
+DO $skiplock_install$
+BEGIN
+  IF NOT EXISTS (SELECT 1 FROM skiplock.schema_version WHERE version = 35) THEN
+    EXECUTE $skiplock_step$-- skiplock schema step 0035: the forwarders that step 0034 left under the
+-- old names of the internal functions are dropped, once the calls that
+-- needed them have ended.
+--
+-- A call in flight when step 0034 committed runs the body it had compiled
+-- before, which names skiplock.f; the forwarder sends it on to
+-- skiplock_internal.f.  Calls that start later compile the bodies step
+-- 0034 wrote, which name skiplock_internal.f.  So the forwarders are
+-- needed only by the transactions open when step 0034 committed, and this
+-- step, which starts after that commit, first waits for the transactions
+-- of this database that are open when it starts: it watches their virtual
+-- transaction ids in pg_locks, which every role may read (the wait of
+-- CREATE INDEX CONCURRENTLY, polled).  A worker's call lasts milliseconds;
+-- the wait gives up after 5 seconds (a session idle in a transaction, say)
+-- and drops the forwarders all the same.
+
+DO $step$
+DECLARE
+  v_open text[];
+  v_until timestamptz := clock_timestamp() + interval '5 seconds';
+  f regprocedure;
+BEGIN
+  SELECT array_agg(l.virtualxid) INTO v_open
+    FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+   WHERE l.locktype = 'virtualxid' AND l.granted AND l.pid <> pg_backend_pid()
+     AND a.datname = current_database();
+  WHILE v_open IS NOT NULL AND clock_timestamp() < v_until
+        AND EXISTS (SELECT 1 FROM pg_locks l
+                     WHERE l.locktype = 'virtualxid' AND l.granted AND l.virtualxid = ANY (v_open)) LOOP
+    PERFORM pg_sleep(0.01);
+  END LOOP;
+  FOR f IN SELECT p.oid::regprocedure FROM pg_proc p
+            WHERE p.pronamespace = 'skiplock'::regnamespace
+              AND obj_description(p.oid, 'pg_proc') LIKE 'Internal: forwards a call in flight%' LOOP
+    EXECUTE format('DROP FUNCTION %s', f);
+  END LOOP;
+END
+$step$;
+$skiplock_step$;
+    INSERT INTO skiplock.schema_version (version, name, checksum)
+    VALUES (35, '0035_forwarders_dropped', '5d1cdb769f56976b1490745eb9e871fb22da303b0024f00c3d1df86d76d5315e');
   END IF;
 END
 $skiplock_install$;

@@ -85,7 +85,7 @@ wait_for "SELECT count(*) FROM skiplock.jobs WHERE kind = 'live' AND state = 'av
 	fail "the workers did not drain the live jobs after the upgrade"
 touch "$TMP/stop"
 wait $W1 $W2
-errors=$(grep -h -i "error" "$TMP/w1.log" "$TMP/w2.log" "$TMP/producer.log" 2>/dev/null | sort | uniq -c | head -3)
+errors=$(grep -h "ERROR" "$TMP/w1.log" "$TMP/w2.log" "$TMP/producer.log" 2>/dev/null | sort | uniq -c | head -3)
 check_eq "the release's claim, complete and enqueue never failed during the upgrade" "$errors" ""
 
 # ---- nothing lost, nothing twice, the rest as it was ----
