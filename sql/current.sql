@@ -2496,9 +2496,9 @@ COMMENT ON FUNCTION skiplock.payload_max() IS 'the largest job payload in bytes 
 CREATE FUNCTION skiplock.protocol_version() RETURNS integer
     LANGUAGE sql IMMUTABLE SECURITY DEFINER
     SET search_path TO 'pg_catalog', 'pg_temp'
-    AS $$ SELECT 3 $$;
+    AS $$ SELECT 4 $$;
 
-COMMENT ON FUNCTION skiplock.protocol_version() IS 'The worker protocol the schema speaks: 3, record and record_claim take the outcomes as one JSON array of skiplock.outcome objects (the job handle is (queue, id, fencing) since 2).';
+COMMENT ON FUNCTION skiplock.protocol_version() IS 'The worker protocol the schema speaks: 4, record_rows and record_claim_rows take the outcomes as an array of skiplock.outcome records, record and record_claim as a JSON array of skiplock.outcome objects (since 3); the job handle is (queue, id, fencing) since 2.';
 
 CREATE FUNCTION skiplock.record(outcomes jsonb) RETURNS SETOF skiplock.recorded_outcome
     LANGUAGE plpgsql SECURITY DEFINER
@@ -2570,6 +2570,33 @@ END
 $$;
 
 COMMENT ON FUNCTION skiplock.record_claim(ids bigint[], fencings bigint[], outcomes text[], results jsonb[], errors text[], retry_after_ms bigint[], deferred boolean[], backoffs text[], backoff_bases_ms bigint[], backoff_caps_ms bigint[], owner text, kinds text[], queues text[], n integer, lease interval, after_priority integer, after_run_at_us bigint, after_id bigint, job_queues text[], wait_hints boolean) IS 'record outcomes, then claim, in one call (protocol 2: the outcomes as eleven parallel arrays; kept for one release, protocol 3 takes them as JSON): rows tagged recorded / claimed / wait; n = 0 records only';
+
+CREATE FUNCTION skiplock.record_claim_rows(outcome_rows skiplock.outcome[], owner text, kinds text[], queues text[], n integer, lease interval, after_priority integer DEFAULT NULL::integer, after_run_at_us bigint DEFAULT NULL::bigint, after_id bigint DEFAULT NULL::bigint, wait_hints boolean DEFAULT false) RETURNS SETOF skiplock.exchange_row
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+BEGIN
+  RETURN QUERY SELECT * FROM skiplock_internal.exchange(
+    skiplock_internal.outcomes_check(outcome_rows), owner, kinds, queues, n, lease,
+    after_priority, after_run_at_us, after_id, wait_hints);
+END
+$$;
+
+COMMENT ON FUNCTION skiplock.record_claim_rows(outcome_rows skiplock.outcome[], owner text, kinds text[], queues text[], n integer, lease interval, after_priority integer, after_run_at_us bigint, after_id bigint, wait_hints boolean) IS 'record outcomes, then claim, in one call (protocol 4): outcome_rows is an array of skiplock.outcome records; otherwise as record_claim (outcomes jsonb)';
+
+CREATE FUNCTION skiplock.record_rows(outcome_rows skiplock.outcome[]) RETURNS SETOF skiplock.recorded_outcome
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'pg_catalog', 'pg_temp'
+    AS $$
+BEGIN
+  RETURN QUERY
+    SELECT x.id, x.state, x.run_at, x.delay_ms
+      FROM skiplock_internal.exchange(skiplock_internal.outcomes_check(outcome_rows), NULL,
+                                      NULL, NULL, 0, NULL, NULL, NULL, NULL, false) x;
+END
+$$;
+
+COMMENT ON FUNCTION skiplock.record_rows(outcome_rows skiplock.outcome[]) IS 'Records a batch of outcomes (protocol 4: an array of skiplock.outcome records), each fenced by its handle; one row per outcome accepted.';
 
 CREATE FUNCTION skiplock.rescue(n integer DEFAULT 1000) RETURNS SETOF skiplock.rescued_job
     LANGUAGE plpgsql SECURITY DEFINER
@@ -5096,6 +5123,43 @@ $$;
 
 COMMENT ON FUNCTION skiplock_internal.move_finished(p_ids bigint[]) IS 'Internal: moves finished jobs by id from jobs to finished_jobs, kept until their retention, and resolves what waits for them; returns how many left jobs.';
 
+CREATE FUNCTION skiplock_internal.outcomes_check(p_outcomes skiplock.outcome[]) RETURNS skiplock.outcome[]
+    LANGUAGE plpgsql STABLE
+    AS $$
+DECLARE
+  v_unhandled bigint;
+  v_bad bigint;
+BEGIN
+  IF p_outcomes IS NULL THEN
+    RAISE EXCEPTION 'record: outcomes must not be NULL' USING ERRCODE = '22004';
+  END IF;
+  IF cardinality(p_outcomes) > skiplock.outcomes_max() THEN
+    RAISE EXCEPTION 'record: at most % outcomes per call, got %', skiplock.outcomes_max(),
+      cardinality(p_outcomes) USING ERRCODE = '22023';
+  END IF;
+  SELECT count(*) FILTER (WHERE o.id IS NULL OR o.fencing IS NULL),
+         count(*) FILTER (WHERE o.outcome IS NULL
+                             OR o.outcome NOT IN ('ok', 'retry', 'fail', 'discard')
+                             OR o.backoff NOT IN ('full', 'equal', 'decorrelated',
+                                                  'exponential', 'fixed')
+                             OR o.retry_after_ms < 0 OR o.backoff_base_ms < 0
+                             OR o.backoff_cap_ms < 0)
+    INTO v_unhandled, v_bad FROM unnest(p_outcomes) o;
+  IF v_unhandled > 0 THEN
+    RAISE EXCEPTION 'record: every outcome needs an id and a fencing token'
+      USING ERRCODE = '22004';
+  END IF;
+  IF v_bad > 0 THEN
+    RAISE EXCEPTION 'record: an outcome is ok, retry, fail or discard; a backoff is full, '
+                    'equal, decorrelated, exponential or fixed; delays are not negative'
+      USING ERRCODE = '22023';
+  END IF;
+  RETURN p_outcomes;
+END
+$$;
+
+COMMENT ON FUNCTION skiplock_internal.outcomes_check(p_outcomes skiplock.outcome[]) IS 'Internal: refuses (22004, 22023) a batch of outcome records that is NULL, longer than outcomes_max(), or has an outcome without id or fencing token, an unknown outcome or backoff, or a negative delay; else returns it.';
+
 CREATE FUNCTION skiplock_internal.outcomes_of(ids bigint[], fencings bigint[], outcomes text[], results jsonb[], errors text[], retry_after_ms bigint[], deferred boolean[], backoffs text[], backoff_bases_ms bigint[], backoff_caps_ms bigint[], job_queues text[]) RETURNS skiplock.outcome[]
     LANGUAGE sql IMMUTABLE
     AS $$
@@ -5116,7 +5180,6 @@ CREATE FUNCTION skiplock_internal.outcomes_read(outcomes jsonb) RETURNS skiplock
 DECLARE
   v_fields CONSTANT text[] := ARRAY['queue', 'id', 'fencing', 'outcome', 'result', 'error',
     'retry_after_ms', 'deferred', 'backoff', 'backoff_base_ms', 'backoff_cap_ms'];
-  v skiplock.outcome[];
   v_bad jsonb;
 BEGIN
   IF outcomes IS NULL THEN
@@ -5137,20 +5200,8 @@ BEGIN
     RAISE EXCEPTION 'record: every outcome is a JSON object of the fields %, got %',
       array_to_string(v_fields, ', '), left(v_bad::text, 200) USING ERRCODE = '22023';
   END IF;
-  v := ARRAY(SELECT o FROM jsonb_populate_recordset(NULL::skiplock.outcome, outcomes) o);
-  IF EXISTS (SELECT 1 FROM unnest(v) o WHERE o.id IS NULL OR o.fencing IS NULL) THEN
-    RAISE EXCEPTION 'record: every outcome needs an id and a fencing token'
-      USING ERRCODE = '22004';
-  END IF;
-  IF EXISTS (SELECT 1 FROM unnest(v) o
-              WHERE o.outcome IS NULL OR o.outcome NOT IN ('ok', 'retry', 'fail', 'discard')
-                 OR o.backoff NOT IN ('full', 'equal', 'decorrelated', 'exponential', 'fixed')
-                 OR o.retry_after_ms < 0 OR o.backoff_base_ms < 0 OR o.backoff_cap_ms < 0) THEN
-    RAISE EXCEPTION 'record: an outcome is ok, retry, fail or discard; a backoff is full, '
-                    'equal, decorrelated, exponential or fixed; delays are not negative'
-      USING ERRCODE = '22023';
-  END IF;
-  RETURN v;
+  RETURN skiplock_internal.outcomes_check(
+    ARRAY(SELECT o FROM jsonb_populate_recordset(NULL::skiplock.outcome, outcomes) o));
 END
 $$;
 

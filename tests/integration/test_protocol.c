@@ -126,7 +126,7 @@ static void queue_in_handle(itest_ctx *t)
 {
 	PGconn *db = open_db(t);
 	long long id, f;
-	CHECK_EQ(itest_int(db, "SELECT skiplock.protocol_version()"), 3);
+	CHECK_EQ(itest_int(db, "SELECT skiplock.protocol_version()"), 4);
 	enqueue_n(db, "k", 1, ", queue => 'qa'");
 	claim_one(db, &id, &f);
 	/* a wrong queue: a stale handle for every call */
@@ -177,16 +177,28 @@ static void queue_in_handle(itest_ctx *t)
 
 /* 1,000 first attempts of kind `s` failed with base 1000 ms, cap 8000 ms:
  * min, max and mean of the delays chosen. */
+enum outcome_form { FORM_ARRAYS, FORM_JSON, FORM_ROWS };
+
 /* Four outcomes of kind `kind` (claimed in priority order 4..1): ok with a
  * result, a retry after 5 s, a discard, a failed last attempt; with the
- * arrays of protocol 2 or the JSON records of protocol 3.  Returns what
- * became of the jobs, as text. */
-static char *record_four(PGconn *db, itest_ctx *t, const char *kind, bool json)
+ * arrays of protocol 2, the JSON records of protocol 3 or the
+ * skiplock.outcome[] of protocol 4.  Returns what became of the jobs, as
+ * text. */
+static char *record_four(PGconn *db, itest_ctx *t, const char *kind, enum outcome_form form)
 {
 	for (int p = 4; p >= 1; p--)
 		PQclear(itest_sql(db, "SELECT skiplock.enqueue('%s', queue => 'qa', priority => %d, "
 		                      "max_attempts => %d)", kind, p, p == 1 ? 1 : 5));
-	if (json)
+	if (form == FORM_ROWS)
+		CHECK_EQ(itest_int(db,
+			"WITH c AS (SELECT * FROM skiplock.claim('w', '{%s}', n => 4)),"
+			" o AS (SELECT array_agg(ROW(c.queue, c.id, c.fencing, x.o, x.r, x.e, x.ms, NULL,"
+			"         NULL, NULL, NULL)::skiplock.outcome ORDER BY c.priority DESC) AS a"
+			"       FROM c JOIN (VALUES (4, 'ok', '{\"n\": 1}'::jsonb, NULL, NULL::bigint),"
+			"         (3, 'retry', NULL, 'e1', 5000), (2, 'discard', NULL, 'e2', NULL),"
+			"         (1, 'fail', NULL, 'e3', NULL)) x(p, o, r, e, ms) ON x.p = c.priority)"
+			" SELECT count(*) FROM o, skiplock.record_rows(o.a)", kind), 4);
+	else if (form == FORM_JSON)
 		CHECK_EQ(itest_int(db,
 			"WITH c AS (SELECT * FROM skiplock.claim('w', '{%s}', n => 4)),"
 			" o AS (SELECT jsonb_agg(jsonb_build_object('queue', c.queue, 'id', c.id,"
@@ -214,13 +226,16 @@ static char *record_four(PGconn *db, itest_ctx *t, const char *kind, bool json)
 static void outcome_records(itest_ctx *t)
 {
 	PGconn *db = open_db(t);
-	char *arrays = record_four(db, t, "eq_arrays", false);
-	char *records = record_four(db, t, "eq_records", true);
+	char *arrays = record_four(db, t, "eq_arrays", FORM_ARRAYS);
+	char *records = record_four(db, t, "eq_records", FORM_JSON);
+	char *rows = record_four(db, t, "eq_rows", FORM_ROWS);
 	CHECK_STR(arrays, "1 discarded - e3 -; 2 discarded - e2 -; "
 	                  "3 available - e1 true; 4 completed {\"n\": 1} - -");
 	CHECK_STR(records, arrays);
+	CHECK_STR(rows, arrays);
 	free(arrays);
 	free(records);
+	free(rows);
 	PQfinish(db);
 }
 
@@ -357,6 +372,15 @@ static void bad_input(itest_ctx *t)
 		          "'fencing', 1, 'outcome', 'ok')) FROM generate_series(1, skiplock.outcomes_max() + 1)))"},
 		{"22023", "SELECT * FROM skiplock.record_claim('[{\"id\": 1, \"fencing\": 1, \"outcome\": "
 		          "\"retry\", \"backoff\": \"fast\"}]', 'w', '{k}', NULL, 1, '30 s')"},
+		{"22004", "SELECT * FROM skiplock.record_rows(NULL)"},
+		{"22004", "SELECT * FROM skiplock.record_rows('{\"(q,,1,ok,,,,,,,)\"}')"},
+		{"22004", "SELECT * FROM skiplock.record_rows('{NULL}')"},
+		{"22023", "SELECT * FROM skiplock.record_rows('{\"(q,1,1,done,,,,,,,)\"}')"},
+		{"22023", "SELECT * FROM skiplock.record_rows('{\"(q,1,1,retry,,,-1,,,,)\"}')"},
+		{"22023", "SELECT * FROM skiplock.record_rows(array_fill(ROW('q', 1, 1, 'ok', NULL, NULL, "
+		          "NULL, NULL, NULL, NULL, NULL)::skiplock.outcome, ARRAY[skiplock.outcomes_max() + 1]))"},
+		{"22023", "SELECT * FROM skiplock.record_claim_rows('{\"(q,1,1,ok,,,,,slow,,)\"}', 'w', "
+		          "'{k}', NULL, 1, '30 s')"},
 		{"22004", "SELECT skiplock.complete(NULL, 1)"},
 		{"22004", "SELECT skiplock.fail(1, 1, 'x', NULL)"},
 		{"22023", "SELECT skiplock.fail(1, 1, 'x', retry_after => '-1 s')"},

@@ -128,6 +128,48 @@ static void unique_key_returns_holder(itest_ctx *t)
 	skl_client_close(c);
 }
 
+/* Outcomes travel as a skiplock.outcome[] literal, two text formats
+ * nested: an error, a queue and a result full of what either escapes
+ * (quotes, backslashes, commas, parentheses, braces, spaces, an empty
+ * string) arrive byte for byte. */
+static void outcome_text_round_trip(itest_ctx *t)
+{
+	static const char *const queue = "q \"x\", (y) {z}\\";
+	static const char *const error = "a \"quoted\", (paren) {brace} \\ back\\\"; ''";
+	static const char *const result = "{\"s\": \"x\\\"y\\\\z, (1) {2}\", \"e\": \"\"}";
+	skl_client *c = open_client(t);
+	skl_enqueue_opts o;
+	skl_enqueue_opts_init(&o);
+	o.queue = queue;
+	o.max_attempts = 5;
+	int64_t a = enqueue(c, "esc", "{}", &o), b = enqueue(c, "esc", "{}", &o);
+	const char *kinds[] = {"esc"}, *queues[] = {queue};
+	skl_claim_opts co = {.kinds = kinds, .nkinds = 1, .queues = queues, .nqueues = 1,
+	                     .limit = 2, .lease_ms = 30000};
+	skl_job *jobs = NULL;
+	size_t n = claim_with(c, &co, &jobs);
+	skl_error err;
+	CHECK_EQ(n, 2);
+	skl_outcome outs[2] = {
+		{.id = jobs[0].id, .fencing = jobs[0].fencing, .queue = jobs[0].queue,
+		 .kind = SKL_OUTCOME_COMPLETE, .result = result},
+		{.id = jobs[1].id, .fencing = jobs[1].fencing, .queue = jobs[1].queue,
+		 .kind = SKL_OUTCOME_RETRY, .error = error}};
+	bool ok[2] = {false, false};
+	CHECK_EQ(skl_record(c, outs, 2, ok, &err), SKL_OK);
+	CHECK(ok[0] && ok[1]);
+	int64_t done = outs[0].id, retried = outs[1].id;
+	CHECK(done == a || done == b);
+	CHECK_STR(itest_text(t->admin, "SELECT queue FROM skiplock.all_jobs WHERE id = %" PRId64,
+	                     done), queue);
+	CHECK_STR(itest_text(t->admin, "SELECT result->>'s' FROM skiplock.all_jobs WHERE id = %" PRId64,
+	                     done), "x\"y\\z, (1) {2}");
+	CHECK_STR(itest_text(t->admin, "SELECT errors->-1->>'error' FROM skiplock.jobs WHERE id = %" PRId64,
+	                     retried), error);
+	skl_jobs_free(jobs, n);
+	skl_client_close(c);
+}
+
 static void claim_order_and_delays(itest_ctx *t)
 {
 	skl_client *c = open_client(t);
@@ -647,6 +689,7 @@ int main(int argc, char **argv)
 	static const itest_case cases[] = {
 		{"enqueue_paths_round_trip", enqueue_paths_round_trip, 30},
 		{"unique_key_returns_holder", unique_key_returns_holder, 30},
+		{"outcome_text_round_trip", outcome_text_round_trip, 30},
 		{"claim_order_and_delays", claim_order_and_delays, 30},
 		{"stale_owner_is_fenced_out", stale_owner_is_fenced_out, 30},
 		{"retries_then_discard_with_history", retries_then_discard_with_history, 30},

@@ -15,7 +15,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <jansson.h>
 
 #include "core/buf.h"
 #include "core/internal.h"
@@ -344,13 +343,13 @@ static const char *const claim_sql =
  * when a limit held jobs back ($10). */
 static const char *const record_claim_sql =
 	"SELECT " CLAIM_COLUMNS(COL_LIST) "row_type, state, delay_ms"
-	"  FROM skiplock.record_claim($1::jsonb, "
+	"  FROM skiplock.record_claim_rows($1::skiplock.outcome[], "
 	SKL_CLAIM_ARGS("$2", "$3", "$4", "$5", "$6", "$7", "$8", "$9")
 	", wait_hints => $10::boolean)";
 enum { RC_ID, RC_STATE, RC_DELAY, RC_NCOLS };
 static const char *const record_cols[RC_NCOLS] = {"id", "state", "delay_ms"};
 static const char *const record_sql =
-	"SELECT id, state, delay_ms FROM skiplock.record($1::jsonb)";
+	"SELECT id, state, delay_ms FROM skiplock.record_rows($1::skiplock.outcome[])";
 
 const char *skl__claim_sql(bool record)
 {
@@ -546,89 +545,80 @@ void skl_jobs_free(skl_job *jobs, size_t n)
 
 static const char *const outcome_names[] = {"ok", "retry", "discard"};
 
-static int buf_sink(const char *text, size_t n, void *b)
+/* A text field of a record that is an element of an array literal, the
+ * two text formats of PostgreSQL nested (record_in inside array_in): the
+ * field is quoted, a quote or backslash in it doubled for the record, and
+ * then every quote and backslash of that escaped with a backslash for the
+ * array.  Written always quoted, so that "" stays an empty string and the
+ * field's commas, parentheses and spaces are text. */
+static bool record_text(skl_buf *b, const char *s)
 {
-	return skl_buf_add(b, text, n) ? 0 : -1;
-}
-
-/* ,"name":"text" appended to b, the text escaped by jansson. */
-static bool json_field_text(skl_buf *b, const char *name, const char *text)
-{
-	json_t *v = json_string_nocheck(text);
-	skl_buf_printf(b, ",\"%s\":", name);
-	int rc = v ? json_dump_callback(v, buf_sink, b, JSON_ENCODE_ANY) : -1;
-	json_decref(v);
-	return rc == 0;
-}
-
-/* The JSON of a batch of outcomes: the buffer, and the "queue" field of the
- * last queue seen, escaped once for the outcomes of that queue. */
-typedef struct outcomes_text {
-	skl_buf *b;
-	const char *queue;
-	skl_buf queue_field;
-} outcomes_text;
-
-static bool queue_field(outcomes_text *t, const char *queue)
-{
-	if (t->queue == NULL || strcmp(t->queue, queue) != 0) {
-		skl_buf_reset(&t->queue_field);
-		if (!json_field_text(&t->queue_field, "queue", queue))
-			return false;
-		t->queue = queue;
+	skl_buf_add(b, "\\\"", 2);
+	while (*s) {
+		size_t n = strcspn(s, "\"\\");
+		skl_buf_add(b, s, n);
+		s += n;
+		if (*s == '"')
+			skl_buf_add(b, "\\\"\\\"", 4);
+		else if (*s == '\\')
+			skl_buf_add(b, "\\\\\\\\", 4);
+		if (*s)
+			s++;
 	}
-	return skl_buf_adds(t->b, skl_buf_str(&t->queue_field));
+	return skl_buf_add(b, "\\\"", 2);
 }
 
-/* One outcome as a JSON object of skiplock.outcome's fields (protocol 3,
- * sql/0033_outcome_records.sql), appended to t->b: the handle, the outcome,
- * and only the optional fields it sets (less for the server to read on a
- * turn of completions).  Written straight into the buffer (a turn of 448
- * completions built no object per outcome); the strings are escaped by
- * jansson.  The result is spliced in as text, byte for byte, as the
- * handler wrote it (a number of any size stays exact). */
-static bool outcome_object(outcomes_text *t, const skl_outcome *o)
+/* A bigint field, or NULL (nothing between the commas) when not set. */
+static bool record_int(skl_buf *b, int64_t v, bool set)
 {
-	skl_buf *b = t->b;
+	return set ? skl_buf_printf(b, ",%lld", (long long)v) : skl_buf_adds(b, ",");
+}
+
+/* A text field after its comma, or NULL. */
+static bool record_opt_text(skl_buf *b, const char *s)
+{
+	skl_buf_adds(b, ",");
+	return s ? record_text(b, s) : true;
+}
+
+/* One outcome as an element of a skiplock.outcome[] literal (protocol 4,
+ * sql/0036_outcome_rows.sql), its fields in the type's order: queue, id,
+ * fencing, outcome, result, error, retry_after_ms, deferred, backoff,
+ * backoff_base_ms, backoff_cap_ms; a field not set is NULL.  The result
+ * goes as text, byte for byte as the handler wrote it, for the server to
+ * read as jsonb (a number of any size stays exact). */
+static bool outcome_record(skl_buf *b, const skl_outcome *o)
+{
 	unsigned k = (unsigned)o->kind < SKL_ARRAY_LEN(outcome_names) ? (unsigned)o->kind : 1;
-	const char *backoff = skl_backoff_name(o->backoff);
-	bool ok = skl_buf_printf(b, "{\"id\":%lld,\"fencing\":%lld,\"outcome\":\"%s\"",
-	                         (long long)o->id, (long long)o->fencing, outcome_names[k]);
+	const char *result = o->kind == SKL_OUTCOME_COMPLETE ? o->result : NULL;
+	bool ok = skl_buf_adds(b, "\"(");
 	if (ok && o->queue)
-		ok = queue_field(t, o->queue);
-	if (ok && o->error)
-		ok = json_field_text(b, "error", o->error);
-	if (ok && o->retry_delay_ms > 0)
-		ok = skl_buf_printf(b, ",\"retry_after_ms\":%lld", (long long)o->retry_delay_ms);
-	if (ok && o->deferred)
-		ok = skl_buf_adds(b, ",\"deferred\":true");
-	if (ok && backoff)
-		ok = json_field_text(b, "backoff", backoff);
-	if (ok && o->backoff_base_ms > 0)
-		ok = skl_buf_printf(b, ",\"backoff_base_ms\":%lld", (long long)o->backoff_base_ms);
-	if (ok && o->backoff_cap_ms > 0)
-		ok = skl_buf_printf(b, ",\"backoff_cap_ms\":%lld", (long long)o->backoff_cap_ms);
-	if (ok && o->kind == SKL_OUTCOME_COMPLETE && o->result != NULL)
-		ok = skl_buf_printf(b, ",\"result\":%s", o->result);
-	return ok && skl_buf_adds(b, "}");
+		ok = record_text(b, o->queue);
+	ok = ok && skl_buf_printf(b, ",%lld,%lld,%s", (long long)o->id, (long long)o->fencing,
+	                          outcome_names[k]);
+	ok = ok && record_opt_text(b, result) && record_opt_text(b, o->error);
+	ok = ok && record_int(b, o->retry_delay_ms, o->retry_delay_ms > 0);
+	ok = ok && skl_buf_adds(b, o->deferred ? ",t" : ",");
+	ok = ok && record_opt_text(b, skl_backoff_name(o->backoff));
+	ok = ok && record_int(b, o->backoff_base_ms, o->backoff_base_ms > 0);
+	ok = ok && record_int(b, o->backoff_cap_ms, o->backoff_cap_ms > 0);
+	return ok && skl_buf_adds(b, ")\"");
 }
 
-/* The outcomes as one JSON array in *json (to free with skl_buf_free). */
-static skl_rc outcomes_json(skl_buf *json, const skl_outcome *outs, size_t n, skl_error *err)
+/* The outcomes as one skiplock.outcome[] literal in *text (to free with
+ * skl_buf_free). */
+static skl_rc outcomes_text(skl_buf *text, const skl_outcome *outs, size_t n, skl_error *err)
 {
-	outcomes_text t = {.b = json};
 	bool ok = true;
-	skl_buf_init(json, 0);
-	skl_buf_init(&t.queue_field, 0);
-	skl_buf_adds(json, "[");
+	skl_buf_init(text, 0);
+	skl_buf_adds(text, "{");
 	for (size_t i = 0; ok && i < n; i++) {
 		if (i)
-			skl_buf_adds(json, ",");
-		ok = outcome_object(&t, &outs[i]);
+			skl_buf_adds(text, ",");
+		ok = outcome_record(text, &outs[i]);
 	}
-	skl_buf_adds(json, "]");
-	skl_buf_free(&t.queue_field);
-	if (!ok || skl_buf_failed(json))
+	skl_buf_adds(text, "}");
+	if (!ok || skl_buf_failed(text))
 		return skl__seterr(err, SKL_NOMEM, "out of memory building outcomes");
 	return SKL_OK;
 }
@@ -666,7 +656,7 @@ skl_rc skl__record(skl_client *c, const skl_outcome *outs, size_t n, skl_recorde
 		return SKL_OK;
 	skl_buf json;
 	record_call r = {.outs = outs, .n = n, .rec = rec};
-	skl_rc rc = outcomes_json(&json, outs, n, err);
+	skl_rc rc = outcomes_text(&json, outs, n, err);
 	r.params[0] = skl_buf_str(&json);
 	/* Fenced: a retry after an indeterminate answer cannot apply twice (the
 	 * first application ended the claim); it is then reported as not
@@ -693,7 +683,7 @@ skl_rc skl__record_and_claim(skl_client *c, const skl_outcome *outs, size_t nout
 	cc.params[9] = wait_ms ? "t" : "f";
 	claim_params p;
 	skl_buf json;
-	skl_rc rc = outcomes_json(&json, outs, nouts, err);
+	skl_rc rc = outcomes_text(&json, outs, nouts, err);
 	cc.params[0] = skl_buf_str(&json);
 	skl_rc prc = claim_params_make(&p, o, &cc, 1, err);
 	if (rc == SKL_OK)
