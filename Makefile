@@ -29,6 +29,9 @@
 #                   clippy on the Rust client
 #   make soak       the steady-state benchmark (MINUTES=n, default 30;
 #                   QUICK=1: 1 minute): bench/soak on a private Postgres
+#   make bench-citus  the same drains on distributed and coordinator-local
+#                   tables of one private Citus cluster (QUICK=1: small
+#                   sizes): bench/citus; installs Citus first like test-citus
 
 PREFIX ?= /usr/local
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
@@ -155,3 +158,13 @@ soak: bootstrap
 	@cmake -S . -B build/bench -DCMAKE_BUILD_TYPE=Release -DSKL_TESTS=OFF >/dev/null
 	@cmake --build build/bench -j $(JOBS) >&2
 	@bench/soak $(if $(QUICK),--quick) --minutes $(MINUTES)
+
+# make bench-citus [QUICK=1]: bench/citus through bench/run on a private
+# durable Citus cluster (a coordinator and two workers; docs/performance.md).
+# Writes bench/results/<date>-<commit>-citus.*.
+.PHONY: bench-citus
+bench-citus: bootstrap
+	@scripts/citus --check || { scripts/bootstrap --citus && JOBS=$(JOBS) scripts/citus; }
+	@cmake -S . -B build/bench -DCMAKE_BUILD_TYPE=Release -DSKL_TESTS=OFF >/dev/null
+	@cmake --build build/bench -j $(JOBS) >&2
+	@bench/citus $(if $(QUICK),--quick)

@@ -5,6 +5,7 @@
  *   skl-bench-worker --url URL [--pooled] --mode noop|sleep|cmd|stamp|stream
  *                    [--concurrency N] [--connections K] [--counter FILE] [--app NAME]
  *                    [--poll-ms MS] [--stream CMD] [--inflight N] [--sleep-ms MS]
+ *                    [--queues Q1,Q2,...]
  *
  * Modes (the kinds it claims):
  *   noop   kind "noop": a C handler that only counts (skl_worker_handle)
@@ -16,6 +17,8 @@
  *   stream kind "stream": the streaming handler, one process running CMD
  *          (--stream) with up to --inflight N jobs in flight (default 64);
  *          only against a library that has it (skl_worker_handle_stream)
+ * --queues limits the worker to these queues (skl_worker_options.queues,
+ * up to 64, comma-separated); without it the worker claims from every queue.
  * The counter (slot 0 of a shared file) counts handler starts, so the
  * driver can watch progress without querying the database.  Its counts go
  * to stderr at exit; stdout stays the driver's.
@@ -118,6 +121,24 @@ int main(int argc, char **argv)
 	if (poll)
 		wo.poll_ms = atoll(poll);
 	wo.log = log_sink;
+	static const char *queues[64];
+	static char qbuf[4096];
+	const char *qlist = bench_opt(argc, argv, "--queues", NULL);
+	if (qlist) {
+		if (strlen(qlist) >= sizeof(qbuf))
+			bench_die("worker: --queues is too long");
+		strcpy(qbuf, qlist);
+		size_t n = 0;
+		for (char *save = NULL, *q = strtok_r(qbuf, ",", &save); q; q = strtok_r(NULL, ",", &save)) {
+			if (n == sizeof(queues) / sizeof(queues[0]))
+				bench_die("worker: more than 64 --queues");
+			queues[n++] = q;
+		}
+		if (n == 0)
+			bench_die("worker: --queues names no queue");
+		wo.queues = queues;
+		wo.nqueues = n;
+	}
 
 	skl_error err;
 	if (skl_worker_new(&co, &wo, &the_worker, &err) != SKL_OK)
