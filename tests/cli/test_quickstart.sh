@@ -23,11 +23,15 @@ n_bg=$(grep -c '^quickstart-background	' "$TMP/blocks")
 [ "$n_run" -ge 4 ] && [ "$n_bg" -ge 2 ] && pass "quick start: $n_run blocks to run, $n_bg in the background" ||
 	fail "quick start blocks: $n_run to run, $n_bg in the background (want >= 4 and >= 2)"
 
+# A port below the kernel's range of ephemeral ports (a connection's own
+# port there made a listener fail with "Address already in use") that no
+# socket uses, listening or not.
 free_port() {
-	local p
+	local p lo
+	read -r lo _ </proc/sys/net/ipv4/ip_local_port_range && [ "$lo" -gt 11000 ] || lo=32768
 	while :; do
-		p=$((20000 + RANDOM % 30000))
-		ss -Htln "sport = :$p" | grep -q . || { echo "$p"; return; }
+		p=$((10000 + RANDOM % (lo - 10000)))
+		ss -Htan "sport = :$p" | grep -q . || { echo "$p"; return; }
 	done
 }
 declare -A PORTS
